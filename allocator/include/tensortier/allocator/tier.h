@@ -1,0 +1,88 @@
+// Tier: one place where bytes live (DRAM, a NUMA node, a memkind kind, an emulated slow tier),
+// with a capacity budget in bytes.
+//
+// A Tier hands out page-aligned ranges whose size is a multiple of the page size, so that a
+// range owns its pages: protecting or moving it touches nothing else. It counts the bytes it has
+// handed out (used) and their high-water mark (peak), and refuses an allocation that would pass
+// its budget. Caching and reuse of ranges belong to the ObjectAllocator above it, not here.
+//
+// Ownership: the caller of allocate() owns the range until it passes it back to deallocate()
+// with the same size. A Tier must outlive every range it handed out.
+// Thread safety: allocate(), deallocate() and the accessors are safe to call concurrently.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "tensortier/allocator/cost_model.h"
+#include "tensortier/allocator/tier_spec.h"
+#include "tensortier/status.h"
+
+namespace tensortier {
+
+inline constexpr std::size_t kPageBytes = 4096;                // base page size on x86-64 Linux
+inline constexpr std::size_t kHugePageBytes = 2 * 1024 * 1024;  // transparent huge page size
+
+// Rounds bytes up to a multiple of `multiple` (a power of two).
+constexpr std::size_t round_up(std::size_t bytes, std::size_t multiple) {
+  return (bytes + multiple - 1) & ~(multiple - 1);
+}
+
+class Tier {
+ public:
+  Tier(std::string name, TierKind kind, std::uint64_t budget_bytes);
+  virtual ~Tier() = default;
+  Tier(const Tier&) = delete;
+  Tier& operator=(const Tier&) = delete;
+
+  const std::string& name() const { return name_; }
+  TierKind kind() const { return kind_; }
+  std::uint64_t budget_bytes() const { return budget_bytes_; }
+  std::uint64_t used_bytes() const { return used_bytes_.load(std::memory_order_relaxed); }
+  std::uint64_t peak_bytes() const { return peak_bytes_.load(std::memory_order_relaxed); }
+  // Bytes that an allocation of `bytes` could still get within the budget.
+  std::uint64_t free_bytes() const;
+
+  // Hands out `bytes` (a multiple of kPageBytes, > 0) aligned to `alignment` (a power of two,
+  // at least kPageBytes). Ranges of kHugePageBytes or more are 2 MiB aligned and advised for
+  // transparent huge pages where the backend allows it. Fails with kOutOfMemory when the budget
+  // would be passed or the backend has no memory; the Tier's counters are then unchanged.
+  Result<void*> allocate(std::size_t bytes, std::size_t alignment = kPageBytes);
+  // Returns a range from allocate(); `bytes` must be the size it was allocated with.
+  void deallocate(void* address, std::size_t bytes);
+
+  // One line for people: "fast: dram (memkind MEMKIND_DEFAULT), budget 8.00 GiB".
+  virtual std::string describe() const;
+  // The NUMA node this tier binds its memory to, where it binds to one.
+  virtual std::optional<int> numa_node() const { return std::nullopt; }
+  // The slow-memory cost model of an emulated tier; nullptr for real memory.
+  virtual const CostModel* cost_model() const { return nullptr; }
+
+ protected:
+  // Backend hooks, called with the budget already reserved. Must be thread-safe.
+  virtual Result<void*> map(std::size_t bytes, std::size_t alignment) = 0;
+  virtual void unmap(void* address, std::size_t bytes) = 0;
+  // Backend words for describe(), e.g. "memkind MEMKIND_DEFAULT".
+  virtual std::string backend() const = 0;
+
+ private:
+  std::string name_;
+  TierKind kind_;
+  std::uint64_t budget_bytes_;
+  std::atomic<std::uint64_t> used_bytes_{0};
+  std::atomic<std::uint64_t> peak_bytes_{0};
+};
+
+// Opens the tier a spec entry describes. A kind the machine lacks (no KMEM DAX node, no such
+// NUMA node, a missing pmem directory) fails with kUnavailable or kInvalidArgument and a message
+// that says what is missing and what to do instead.
+Result<std::unique_ptr<Tier>> open_tier(const TierConfig& config);
+
+// "1.50 GiB", "64.0 MiB", "512 B": sizes for people.
+std::string format_bytes(std::uint64_t bytes);
+
+}  // namespace tensortier

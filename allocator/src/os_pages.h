@@ -1,0 +1,36 @@
+// The operating-system layer of the allocator: anonymous page mappings, huge-page advice,
+// pre-faulting, and NUMA page queries. Every mmap/madvise/mbind/move_pages call of the tiers
+// goes through here, so the rest of allocator/ is plain C++.
+// All functions are thread-safe (they only make system calls on the ranges given).
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "tensortier/status.h"
+
+namespace tensortier::os {
+
+// Maps `bytes` of private anonymous read-write memory aligned to `alignment` (a power of two,
+// >= the page size). Errors carry strerror(errno).
+Result<void*> map_anonymous(std::size_t bytes, std::size_t alignment);
+void unmap(void* address, std::size_t bytes);
+
+// Asks for transparent huge pages on [address, address + bytes); best effort (no error).
+void advise_huge_pages(void* address, std::size_t bytes);
+
+// Faults every page in now, so later accesses take no page fault and NUMA policy is applied at
+// once. Uses MADV_POPULATE_WRITE (Linux >= 5.14), else touches one byte per page. Fails with
+// kOutOfMemory where the kernel cannot back the range (e.g. a full NUMA node).
+Status populate(void* address, std::size_t bytes);
+
+// Binds the range to one NUMA node (mbind MPOL_BIND) before it is faulted in.
+Status bind_to_node(void* address, std::size_t bytes, int node);
+
+// The NUMA node of each page of the range (move_pages query); -errno for a page not present.
+Result<std::vector<int>> page_nodes(const void* address, std::size_t bytes);
+
+// Moves each page of the range to `node` with move_pages; the addresses stay the same.
+Status move_to_node(void* address, std::size_t bytes, int node);
+
+}  // namespace tensortier::os

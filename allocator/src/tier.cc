@@ -1,0 +1,98 @@
+// Tier base class: budget accounting shared by every backend, and open_tier().
+#include "tensortier/allocator/tier.h"
+
+#include <unistd.h>
+
+#include <bit>
+
+#include <fmt/format.h>
+
+#include "tier_backends.h"
+
+namespace tensortier {
+
+Tier::Tier(std::string name, TierKind kind, std::uint64_t budget_bytes)
+    : name_(std::move(name)), kind_(kind), budget_bytes_(budget_bytes) {}
+
+std::uint64_t Tier::free_bytes() const {
+  const std::uint64_t used = used_bytes();
+  return used >= budget_bytes_ ? 0 : budget_bytes_ - used;
+}
+
+Result<void*> Tier::allocate(std::size_t bytes, std::size_t alignment) {
+  if (bytes == 0 || bytes % kPageBytes != 0) {
+    return invalid_argument(fmt::format(
+        "tier '{}': {} bytes is not a positive multiple of the {}-byte page", name_, bytes, kPageBytes));
+  }
+  if (!std::has_single_bit(alignment) || alignment < kPageBytes) {
+    return invalid_argument(fmt::format("tier '{}': alignment {} is not a power of two >= {}",
+                                        name_, alignment, kPageBytes));
+  }
+  if (bytes >= kHugePageBytes && alignment < kHugePageBytes) alignment = kHugePageBytes;
+  // Reserve budget first, so concurrent allocations never overshoot it together.
+  std::uint64_t used = used_bytes_.load(std::memory_order_relaxed);
+  do {
+    if (used + bytes > budget_bytes_) {
+      return out_of_memory(fmt::format("tier '{}' has {} of its {} budget free; {} asked",
+                                       name_, format_bytes(budget_bytes_ - std::min(used, budget_bytes_)),
+                                       format_bytes(budget_bytes_), format_bytes(bytes)));
+    }
+  } while (!used_bytes_.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed));
+  Result<void*> mapped = map(bytes, alignment);
+  if (!mapped) {
+    used_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+    return Status(mapped.status().code(),
+                  fmt::format("tier '{}': {}", name_, mapped.status().message()));
+  }
+  const std::uint64_t now = used + bytes;
+  std::uint64_t peak = peak_bytes_.load(std::memory_order_relaxed);
+  while (now > peak && !peak_bytes_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+  return mapped;
+}
+
+void Tier::deallocate(void* address, std::size_t bytes) {
+  if (address == nullptr) return;
+  unmap(address, bytes);
+  used_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+}
+
+std::string Tier::describe() const {
+  return fmt::format("{}: {} ({}), budget {}", name_, to_string(kind_), backend(),
+                     format_bytes(budget_bytes_));
+}
+
+std::string format_bytes(std::uint64_t bytes) {
+  constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  auto value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024.0 && unit < 4) {
+    value /= 1024.0;
+    ++unit;
+  }
+  if (unit == 0) return fmt::format("{} B", bytes);
+  return fmt::format("{:.{}f} {}", value, value < 10 ? 2 : (value < 100 ? 1 : 0), kUnits[unit]);
+}
+
+Result<std::unique_ptr<Tier>> open_tier(const TierConfig& config) {
+  switch (config.kind) {
+    case TierKind::kDram:
+    case TierKind::kDaxKmem:
+    case TierKind::kPmem:
+      return detail::open_memkind_tier(config);
+    case TierKind::kNuma:
+      return detail::open_numa_tier(config);
+    case TierKind::kEmulated:
+      return detail::open_emulated_tier(config);
+  }
+  return invalid_argument("unknown tier kind");
+}
+
+namespace detail {
+std::uint64_t physical_memory_bytes() {
+  return static_cast<std::uint64_t>(sysconf(_SC_PHYS_PAGES)) *
+         static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+}
+}  // namespace detail
+
+}  // namespace tensortier

@@ -1,0 +1,119 @@
+// Tiers over plain anonymous mappings: a NUMA node (mbind) and the emulated slow tier.
+#include <numa.h>
+
+#include <fmt/format.h>
+
+#include "os_pages.h"
+#include "tier_backends.h"
+
+namespace tensortier::detail {
+namespace {
+
+// Shared mapping logic: map aligned, advise huge pages, bind (NUMA), pre-fault.
+class MmapTier : public Tier {
+ public:
+  MmapTier(const TierConfig& config, std::uint64_t budget_bytes, int node)
+      : Tier(config.name, config.kind, budget_bytes), node_(node) {}
+
+ protected:
+  Result<void*> map(std::size_t bytes, std::size_t alignment) override {
+    // Pre-faulting more than the machine has would only summon the OOM killer.
+    if (bytes > physical_memory_bytes()) {
+      return out_of_memory(fmt::format("{} is more than this machine's {} of memory",
+                                       format_bytes(bytes), format_bytes(physical_memory_bytes())));
+    }
+    Result<void*> mapped = os::map_anonymous(bytes, alignment);
+    if (!mapped) return mapped;
+    void* address = mapped.value();
+    if (bytes >= kHugePageBytes) os::advise_huge_pages(address, bytes);
+    if (node_ >= 0) {
+      if (Status s = os::bind_to_node(address, bytes, node_); !s.is_ok()) {
+        os::unmap(address, bytes);
+        return s;
+      }
+    }
+    if (Status s = os::populate(address, bytes); !s.is_ok()) {
+      os::unmap(address, bytes);
+      return s;
+    }
+    return address;
+  }
+  void unmap(void* address, std::size_t bytes) override { os::unmap(address, bytes); }
+
+  int node_;  // NUMA node the pages are bound to; -1 for none
+};
+
+class NumaTier final : public MmapTier {
+ public:
+  using MmapTier::MmapTier;
+  std::optional<int> numa_node() const override { return node_; }
+
+ protected:
+  std::string backend() const override {
+    return fmt::format("libnuma mbind to node {}", node_);
+  }
+};
+
+class EmulatedTier final : public MmapTier {
+ public:
+  EmulatedTier(const TierConfig& config, std::uint64_t budget_bytes, CostModel model,
+               std::string bandwidth_source)
+      : MmapTier(config, budget_bytes, -1),
+        model_(model),
+        bandwidth_source_(std::move(bandwidth_source)) {}
+  const CostModel* cost_model() const override { return &model_; }
+
+ protected:
+  std::string backend() const override {
+    return fmt::format(
+        "emulated {} on DRAM: read {:.1f} GB/s, write {:.1f} GB/s vs DRAM {:.1f} GB/s ({})",
+        model_.preset().name, model_.slow_read_gbps(), model_.slow_write_gbps(),
+        model_.fast_gbps(), bandwidth_source_);
+  }
+
+ private:
+  CostModel model_;
+  std::string bandwidth_source_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Tier>> open_numa_tier(const TierConfig& config) {
+  if (numa_available() < 0) {
+    return unavailable(fmt::format(
+        "tier '{}': this kernel reports no NUMA support (libnuma numa_available() < 0); use "
+        "'dram' or 'emulated' tiers instead",
+        config.name));
+  }
+  const int node = config.numa_node;
+  if (node < 0 || node > numa_max_node() || numa_bitmask_isbitset(numa_all_nodes_ptr, static_cast<unsigned>(node)) == 0) {
+    std::string nodes;
+    for (int n = 0; n <= numa_max_node(); ++n) {
+      if (numa_bitmask_isbitset(numa_all_nodes_ptr, static_cast<unsigned>(n)) != 0) {
+        nodes += (nodes.empty() ? "" : ", ") + std::to_string(n);
+      }
+    }
+    return unavailable(fmt::format(
+        "tier '{}': NUMA node {} does not exist on this machine (nodes with memory: {}); "
+        "`numactl -H` lists them",
+        config.name, node, nodes));
+  }
+  long long free_bytes = 0;
+  const long long node_bytes = numa_node_size64(node, &free_bytes);
+  const std::uint64_t budget =
+      config.budget_bytes != 0 ? config.budget_bytes : static_cast<std::uint64_t>(std::max(0LL, node_bytes));
+  return std::unique_ptr<Tier>(new NumaTier(config, budget, node));
+}
+
+Result<std::unique_ptr<Tier>> open_emulated_tier(const TierConfig& config) {
+  Result<SlowMemoryPreset> preset = find_preset(config.preset);
+  if (!preset) {
+    return invalid_argument(fmt::format("tier '{}': {}", config.name, preset.status().message()));
+  }
+  const DramBandwidth bandwidth = dram_bandwidth();
+  const std::uint64_t budget = config.budget_bytes != 0 ? config.budget_bytes : physical_memory_bytes();
+  return std::unique_ptr<Tier>(new EmulatedTier(config, budget, CostModel(preset.value(), bandwidth.gbps),
+                                                bandwidth.source));
+}
+
+}  // namespace tensortier::detail

@@ -1,0 +1,174 @@
+// Parser for the tier spec grammar documented in tier_spec.h and docs/TIERS.md.
+#include "tensortier/allocator/tier_spec.h"
+
+#include <array>
+#include <charconv>
+#include <set>
+
+#include <fmt/format.h>
+
+namespace tensortier {
+namespace {
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+std::vector<std::string_view> split(std::string_view s, char sep) {
+  std::vector<std::string_view> parts;
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t pos = s.find(sep, start);
+    parts.push_back(trim(s.substr(start, pos == std::string_view::npos ? pos : pos - start)));
+    if (pos == std::string_view::npos) return parts;
+    start = pos + 1;
+  }
+}
+
+struct UnitEntry {
+  std::string_view suffix;
+  std::uint64_t multiplier;
+};
+// Longest suffixes first so "GiB" wins over "B".
+constexpr std::array<UnitEntry, 9> kUnits{{{"TiB", 1ULL << 40},
+                                           {"GiB", 1ULL << 30},
+                                           {"MiB", 1ULL << 20},
+                                           {"KiB", 1ULL << 10},
+                                           {"T", 1ULL << 40},
+                                           {"G", 1ULL << 30},
+                                           {"M", 1ULL << 20},
+                                           {"K", 1ULL << 10},
+                                           {"B", 1}}};
+
+constexpr std::string_view kKnownKinds = "dram, numa, daxkmem, pmem, emulated";
+
+}  // namespace
+
+const char* to_string(TierKind kind) {
+  switch (kind) {
+    case TierKind::kDram: return "dram";
+    case TierKind::kNuma: return "numa";
+    case TierKind::kDaxKmem: return "daxkmem";
+    case TierKind::kPmem: return "pmem";
+    case TierKind::kEmulated: return "emulated";
+  }
+  return "unknown";
+}
+
+Result<std::uint64_t> parse_size_bytes(std::string_view text) {
+  text = trim(text);
+  if (text.empty()) return invalid_argument("empty size: write a number with a unit, e.g. 8GiB");
+  if (text.front() == '-') {
+    return invalid_argument(fmt::format("negative size '{}': sizes are bytes >= 0, e.g. 8GiB", text));
+  }
+  std::uint64_t multiplier = 1;
+  std::string_view digits = text;
+  for (const auto& unit : kUnits) {
+    if (text.size() > unit.suffix.size() && text.ends_with(unit.suffix)) {
+      multiplier = unit.multiplier;
+      digits = trim(text.substr(0, text.size() - unit.suffix.size()));
+      break;
+    }
+  }
+  std::uint64_t value = 0;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+  if (ec != std::errc() || end != digits.data() + digits.size() || digits.empty()) {
+    return invalid_argument(fmt::format(
+        "unparsable size '{}': write a whole number with an optional unit B, KiB, MiB, GiB or TiB "
+        "(e.g. 512MiB)",
+        text));
+  }
+  if (value != 0 && multiplier > UINT64_MAX / value) {
+    return invalid_argument(fmt::format("size '{}' does not fit in 64 bits", text));
+  }
+  return value * multiplier;
+}
+
+Result<std::vector<TierConfig>> parse_tier_spec(std::string_view spec) {
+  if (trim(spec).empty()) {
+    return invalid_argument(
+        "empty tier spec: write e.g. \"fast=dram:8GiB,slow=emulated:optane:64GiB\" "
+        "(docs/TIERS.md)");
+  }
+  std::vector<TierConfig> configs;
+  std::set<std::string, std::less<>> names;
+  for (std::string_view entry : split(spec, ',')) {
+    auto error = [&](const std::string& what) {
+      return invalid_argument(fmt::format("tier spec entry \"{}\": {}", entry, what));
+    };
+    const std::size_t eq = entry.find('=');
+    if (eq == std::string_view::npos) return error("expected NAME=KIND[:ARGS], e.g. fast=dram:8GiB");
+    TierConfig config;
+    config.name = std::string(trim(entry.substr(0, eq)));
+    if (config.name.empty()) return error("the tier has no name before '='");
+    if (!names.insert(config.name).second) return error("the name '" + config.name + "' is used twice");
+    const std::vector<std::string_view> args = split(entry.substr(eq + 1), ':');
+    const std::string_view kind = args[0];
+    // Positional arguments after the kind: `required` of them, then an optional SIZE.
+    auto take_args = [&](std::size_t required, const char* usage) -> Status {
+      if (args.size() < 1 + required || args.size() > 2 + required) {
+        return error(fmt::format("'{}' takes {}", kind, usage));
+      }
+      if (args.size() == 2 + required) {
+        auto size = parse_size_bytes(args[1 + required]);
+        if (!size) return error(size.status().message());
+        if (size.value() == 0) return error("a budget of 0 bytes holds nothing; give a size > 0");
+        config.budget_bytes = size.value();
+      }
+      return Status::ok();
+    };
+    Status status;
+    if (kind == "dram") {
+      config.kind = TierKind::kDram;
+      status = take_args(0, "an optional SIZE: dram[:SIZE]");
+    } else if (kind == "daxkmem") {
+      config.kind = TierKind::kDaxKmem;
+      status = take_args(0, "an optional SIZE: daxkmem[:SIZE]");
+    } else if (kind == "numa") {
+      config.kind = TierKind::kNuma;
+      status = take_args(1, "a node number and an optional SIZE: numa:NODE[:SIZE]");
+      if (status.is_ok()) {
+        int node = -1;
+        const std::string_view text = args[1];
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), node);
+        if (ec != std::errc() || end != text.data() + text.size() || node < 0) {
+          return error(fmt::format("'{}' is not a NUMA node number (0, 1, ...)", text));
+        }
+        config.numa_node = node;
+      }
+    } else if (kind == "pmem") {
+      config.kind = TierKind::kPmem;
+      status = take_args(1, "a directory and an optional SIZE: pmem:DIR[:SIZE]");
+      if (status.is_ok()) {
+        if (args[1].empty()) return error("pmem needs a directory: pmem:/mnt/pmem0[:SIZE]");
+        config.pmem_dir = std::string(args[1]);
+      }
+    } else if (kind == "emulated") {
+      config.kind = TierKind::kEmulated;
+      status = take_args(1, "a preset and an optional SIZE: emulated:PRESET[:SIZE]");
+      if (status.is_ok()) config.preset = std::string(args[1]);
+    } else {
+      return error(fmt::format("unknown tier kind '{}' (known: {})", kind, kKnownKinds));
+    }
+    if (!status.is_ok()) return status;
+    configs.push_back(std::move(config));
+  }
+  return configs;
+}
+
+std::string format_tier_spec(const std::vector<TierConfig>& configs) {
+  std::string out;
+  for (const TierConfig& c : configs) {
+    if (!out.empty()) out += ',';
+    out += c.name + '=' + to_string(c.kind);
+    if (c.kind == TierKind::kNuma) out += fmt::format(":{}", c.numa_node);
+    if (c.kind == TierKind::kPmem) out += ':' + c.pmem_dir;
+    if (c.kind == TierKind::kEmulated) out += ':' + c.preset;
+    if (c.budget_bytes != 0) out += fmt::format(":{}B", c.budget_bytes);
+  }
+  return out;
+}
+
+}  // namespace tensortier

@@ -1,0 +1,71 @@
+/* tensortier's C API: the same runtime as tensortier/runtime.h for programs in C or with a C
+ * FFI.
+ *
+ * Every call returns a tt_status; on failure, tt_last_error() gives a message for people that
+ * names the problem and what to do (thread-local, valid until the thread's next tensortier call).
+ * Thread safety is that of the C++ API: allocation, free and stats from any thread; step and
+ * layer marks from the one training thread. A tt_runtime owns all memory it handed out; destroy
+ * it with tt_runtime_destroy.
+ */
+#ifndef TENSORTIER_TENSORTIER_H
+#define TENSORTIER_TENSORTIER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Mirrors tensortier::StatusCode. */
+typedef enum tt_status {
+  TT_OK = 0,
+  TT_INVALID_ARGUMENT = 1,
+  TT_OUT_OF_MEMORY = 2,
+  TT_NOT_FOUND = 3,
+  TT_UNAVAILABLE = 4,
+  TT_FAILED_PRECONDITION = 5,
+  TT_INTERNAL = 6
+} tt_status;
+
+typedef struct tt_runtime tt_runtime;
+
+/* Per-tier accounting (see tensortier::TierUsage). */
+typedef struct tt_tier_stats {
+  char name[64];
+  uint64_t budget_bytes;
+  uint64_t mapped_bytes;
+  uint64_t peak_mapped_bytes;
+  uint64_t live_bytes;
+  uint64_t live_objects;
+  uint64_t cached_bytes;
+  uint64_t fallbacks_out;
+  uint64_t fallbacks_in;
+} tt_tier_stats;
+
+/* spec: a tier spec, or NULL/"" for TENSORTIER_TIERS, else hwloc discovery. */
+tt_status tt_runtime_create(const char* spec, tt_runtime** out);
+void tt_runtime_destroy(tt_runtime* runtime);
+
+/* Allocates `bytes` for an object named `name` in lifetime group `group` (0: default) on the
+ * fastest tier with room; *out receives its address. */
+tt_status tt_alloc(tt_runtime* runtime, const char* name, size_t bytes, uint32_t group, void** out);
+tt_status tt_free(tt_runtime* runtime, void* address);
+
+tt_status tt_step_begin(tt_runtime* runtime);
+tt_status tt_step_end(tt_runtime* runtime);
+tt_status tt_layer_begin(tt_runtime* runtime, const char* name, const void* const* reads,
+                         size_t read_count, const void* const* writes, size_t write_count);
+tt_status tt_layer_end(tt_runtime* runtime);
+
+size_t tt_tier_count(const tt_runtime* runtime);
+tt_status tt_tier_stats_get(const tt_runtime* runtime, size_t tier, tt_tier_stats* out);
+
+/* The message of this thread's last failed call, or "" if none. */
+const char* tt_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TENSORTIER_TENSORTIER_H */

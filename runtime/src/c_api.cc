@@ -1,0 +1,110 @@
+// The C API (tensortier.h) over the C++ Runtime.
+#include "tensortier/tensortier.h"
+
+#include <cstring>
+#include <string>
+
+#include "tensortier/runtime.h"
+
+struct tt_runtime {
+  std::unique_ptr<tensortier::Runtime> runtime;
+};
+
+namespace {
+
+thread_local std::string last_error;
+
+tt_status report(const tensortier::Status& status) {
+  last_error = status.is_ok() ? "" : status.message();
+  return static_cast<tt_status>(status.code());
+}
+
+tt_status null_argument(const char* call) {
+  return report(tensortier::invalid_argument(std::string(call) + ": a required pointer argument is NULL"));
+}
+
+}  // namespace
+
+extern "C" {
+
+tt_status tt_runtime_create(const char* spec, tt_runtime** out) {
+  if (out == nullptr) return null_argument("tt_runtime_create");
+  *out = nullptr;
+  tensortier::RuntimeOptions options;
+  if (spec != nullptr) options.tier_spec = spec;
+  auto runtime = tensortier::Runtime::create(options);
+  if (!runtime) return report(runtime.status());
+  *out = new tt_runtime{std::move(runtime).value()};
+  return report(tensortier::Status::ok());
+}
+
+void tt_runtime_destroy(tt_runtime* runtime) { delete runtime; }
+
+tt_status tt_alloc(tt_runtime* runtime, const char* name, size_t bytes, uint32_t group, void** out) {
+  if (runtime == nullptr || out == nullptr) return null_argument("tt_alloc");
+  *out = nullptr;
+  auto info = runtime->runtime->allocate(name != nullptr ? name : "", bytes, group);
+  if (!info) return report(info.status());
+  *out = info->address;
+  return report(tensortier::Status::ok());
+}
+
+tt_status tt_free(tt_runtime* runtime, void* address) {
+  if (runtime == nullptr) return null_argument("tt_free");
+  return report(runtime->runtime->free(address));
+}
+
+tt_status tt_step_begin(tt_runtime* runtime) {
+  if (runtime == nullptr) return null_argument("tt_step_begin");
+  return report(runtime->runtime->step_begin());
+}
+
+tt_status tt_step_end(tt_runtime* runtime) {
+  if (runtime == nullptr) return null_argument("tt_step_end");
+  return report(runtime->runtime->step_end());
+}
+
+tt_status tt_layer_begin(tt_runtime* runtime, const char* name, const void* const* reads,
+                         size_t read_count, const void* const* writes, size_t write_count) {
+  if (runtime == nullptr || (reads == nullptr && read_count != 0) ||
+      (writes == nullptr && write_count != 0)) {
+    return null_argument("tt_layer_begin");
+  }
+  return report(runtime->runtime->layer_begin(name != nullptr ? name : "",
+                                              {reads, read_count}, {writes, write_count}));
+}
+
+tt_status tt_layer_end(tt_runtime* runtime) {
+  if (runtime == nullptr) return null_argument("tt_layer_end");
+  return report(runtime->runtime->layer_end());
+}
+
+size_t tt_tier_count(const tt_runtime* runtime) {
+  return runtime == nullptr ? 0 : runtime->runtime->tier_count();
+}
+
+tt_status tt_tier_stats_get(const tt_runtime* runtime, size_t tier, tt_tier_stats* out) {
+  if (runtime == nullptr || out == nullptr) return null_argument("tt_tier_stats_get");
+  const auto stats = runtime->runtime->stats();
+  if (tier >= stats.tiers.size()) {
+    return report(tensortier::invalid_argument("tt_tier_stats_get: tier " + std::to_string(tier) +
+                                               " does not exist (" + std::to_string(stats.tiers.size()) +
+                                               " tiers)"));
+  }
+  const tensortier::TierUsage& u = stats.tiers[tier];
+  *out = tt_tier_stats{};
+  std::strncpy(out->name, u.name.c_str(), sizeof out->name - 1);
+  out->budget_bytes = u.budget_bytes;
+  out->mapped_bytes = u.mapped_bytes;
+  out->peak_mapped_bytes = u.peak_mapped_bytes;
+  out->live_bytes = u.live_bytes;
+  out->live_objects = u.live_objects;
+  out->cached_bytes = u.cached_bytes;
+  out->fallbacks_out = u.fallbacks_out;
+  out->fallbacks_in = u.fallbacks_in;
+  return report(tensortier::Status::ok());
+}
+
+const char* tt_last_error(void) { return last_error.c_str(); }
+
+}  // extern "C"

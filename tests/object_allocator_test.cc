@@ -1,0 +1,220 @@
+// ObjectAllocator: page ownership, group packing, budgets and fallback, reuse across steps, and
+// the bad input it must survive.
+#include "tensortier/allocator/object_allocator.h"
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+
+namespace tensortier {
+namespace {
+
+std::unique_ptr<ObjectAllocator> make(const std::string& spec) {
+  auto configs = parse_tier_spec(spec);
+  EXPECT_TRUE(configs) << configs.status().to_string();
+  std::vector<std::unique_ptr<Tier>> tiers;
+  for (const auto& c : configs.value()) {
+    auto tier = open_tier(c);
+    EXPECT_TRUE(tier) << tier.status().to_string();
+    tiers.push_back(std::move(tier).value());
+  }
+  return std::make_unique<ObjectAllocator>(std::move(tiers));
+}
+
+std::uintptr_t page_of(const void* p) { return reinterpret_cast<std::uintptr_t>(p) / kPageBytes; }
+
+TEST(ObjectAllocator, LargeObjectsOwnTheirPages) {
+  auto alloc = make("fast=emulated:optane:256MiB");
+  std::vector<ObjectInfo> objects;
+  for (std::size_t bytes : {std::size_t{4096}, std::size_t{5000}, std::size_t{3} << 20, std::size_t{4097}}) {
+    auto info = alloc->allocate("t", bytes);
+    ASSERT_TRUE(info) << info.status().to_string();
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(info->address) % kPageBytes, 0u);
+    EXPECT_EQ(info->reserved_bytes, round_up(bytes, kPageBytes));
+    EXPECT_FALSE(info->small);
+    objects.push_back(info.value());
+  }
+  // No page holds bytes of two objects.
+  for (const auto& a : objects) {
+    for (const auto& b : objects) {
+      if (a.id == b.id) continue;
+      const auto a_first = page_of(a.address), a_last = page_of(static_cast<char*>(a.address) + a.reserved_bytes - 1);
+      const auto b_first = page_of(b.address), b_last = page_of(static_cast<char*>(b.address) + b.reserved_bytes - 1);
+      EXPECT_TRUE(a_last < b_first || b_last < a_first) << a.id << " and " << b.id << " share a page";
+    }
+  }
+  SpanView span;
+  ASSERT_TRUE(alloc->lookup(static_cast<char*>(objects[2].address) + 12345, &span));
+  EXPECT_EQ(span.id, objects[2].id);
+  EXPECT_FALSE(span.is_group);
+}
+
+TEST(ObjectAllocator, SmallObjectsShareOnlyTheirGroupsPages) {
+  auto alloc = make("fast=emulated:optane:64MiB");
+  std::vector<ObjectInfo> g1, g2;
+  for (int i = 0; i < 50; ++i) {
+    g1.push_back(alloc->allocate("bias", 100, /*group=*/1).value());
+    g2.push_back(alloc->allocate("scale", 300, /*group=*/2).value());
+  }
+  for (const auto& a : g1) {
+    EXPECT_TRUE(a.small);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(a.address) % kSmallAlignmentBytes, 0u);
+    for (const auto& b : g2) EXPECT_NE(page_of(a.address), page_of(b.address));
+    SpanView span;
+    ASSERT_TRUE(alloc->lookup(a.address, &span));
+    EXPECT_TRUE(span.is_group);
+    EXPECT_EQ(span.id, 1u);
+  }
+  // 50 objects of 128 bytes fit one 64 KiB chunk: group 1 shares pages.
+  EXPECT_EQ(page_of(g1.front().address) / 16, page_of(g1.back().address) / 16);
+}
+
+TEST(ObjectAllocator, HundredThousandSmallObjectsKeepTheirBytesAndAreReused) {
+  auto alloc = make("fast=emulated:optane:1GiB");
+  std::mt19937 rng(1);
+  std::vector<std::size_t> sizes(100'000);
+  for (auto& s : sizes) s = 1 + rng() % 512;
+  std::vector<ObjectInfo> objects;
+  objects.reserve(sizes.size());
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    auto info = alloc->allocate("small", sizes[i], static_cast<GroupId>(i % 4));
+    ASSERT_TRUE(info) << i << ": " << info.status().to_string();
+    std::memset(info->address, static_cast<int>(i % 251), sizes[i]);
+    objects.push_back(info.value());
+  }
+  for (std::size_t i = 0; i < objects.size(); ++i) {
+    const auto* p = static_cast<const unsigned char*>(objects[i].address);
+    ASSERT_EQ(p[0], i % 251) << "object " << i << " was overwritten";
+    ASSERT_EQ(p[sizes[i] - 1], i % 251) << "object " << i << " was overwritten";
+  }
+  EXPECT_EQ(alloc->usage()[0].live_objects, 100'000u);
+  for (const auto& o : objects) ASSERT_TRUE(alloc->free(o.address).is_ok());
+  auto after_free = alloc->usage()[0];
+  EXPECT_EQ(after_free.live_objects, 0u);
+  EXPECT_EQ(after_free.live_bytes, 0u);
+  // The same allocations again take no new memory from the tier.
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    ASSERT_TRUE(alloc->allocate("small", sizes[i], static_cast<GroupId>(i % 4)));
+  }
+  EXPECT_EQ(alloc->usage()[0].new_ranges, after_free.new_ranges);
+  EXPECT_EQ(alloc->usage()[0].mapped_bytes, after_free.mapped_bytes);
+}
+
+TEST(ObjectAllocator, BudgetSmallerThanOneObjectFallsBackAndCounts) {
+  auto alloc = make("fast=dram:64KiB,slow=emulated:optane:64MiB");
+  auto info = alloc->allocate("conv1.weights", 1 << 20);
+  ASSERT_TRUE(info) << info.status().to_string();
+  EXPECT_EQ(info->tier, 1u);
+  const auto usage = alloc->usage();
+  EXPECT_EQ(usage[0].fallbacks_out, 1u);
+  EXPECT_EQ(usage[1].fallbacks_in, 1u);
+  EXPECT_EQ(usage[0].live_bytes, 0u);
+  EXPECT_EQ(usage[1].live_bytes, 1u << 20);
+  // A small one still fits the fast tier.
+  EXPECT_EQ(alloc->allocate("bias", 64).value().tier, 0u);
+}
+
+TEST(ObjectAllocator, NothingFitsIsAnErrorNamingEveryTier) {
+  auto alloc = make("fast=dram:1MiB,slow=emulated:optane:2MiB");
+  auto info = alloc->allocate("fc.weights", 3 << 20);
+  ASSERT_FALSE(info);
+  EXPECT_EQ(info.status().code(), StatusCode::kOutOfMemory);
+  const std::string& m = info.status().message();
+  EXPECT_NE(m.find("'fc.weights' (3.00 MiB) fits no tier"), std::string::npos) << m;
+  EXPECT_NE(m.find("fast has 1.00 MiB of 1.00 MiB free"), std::string::npos) << m;
+  EXPECT_NE(m.find("slow has 2.00 MiB of 2.00 MiB free"), std::string::npos) << m;
+  for (const auto& u : alloc->usage()) EXPECT_EQ(u.mapped_bytes, 0u);
+}
+
+TEST(ObjectAllocator, ZeroBytesIsRejected) {
+  auto alloc = make("fast=dram:1MiB");
+  auto info = alloc->allocate("empty", 0);
+  ASSERT_FALSE(info);
+  EXPECT_EQ(info.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(info.status().message().find("'empty': 0 bytes"), std::string::npos);
+}
+
+TEST(ObjectAllocator, MoreThanTheMachineHasIsAnErrorNotACrash) {
+  // Budgets large enough that only the machine itself can say no.
+  auto alloc = make("fast=dram:4TiB,slow=emulated:optane:4TiB");
+  for (std::size_t bytes : {std::size_t{1} << 40, std::size_t{3} << 40, ~std::size_t{0} - 4096}) {
+    auto info = alloc->allocate("huge", bytes);
+    ASSERT_FALSE(info) << bytes;
+    EXPECT_EQ(info.status().code(), StatusCode::kOutOfMemory);
+  }
+  for (const auto& u : alloc->usage()) EXPECT_EQ(u.mapped_bytes, 0u);
+  EXPECT_TRUE(alloc->allocate("after", 1 << 20));  // still usable
+}
+
+TEST(ObjectAllocator, FreeOfUnknownOrFreedPointerIsAnErrorThatChangesNothing) {
+  auto alloc = make("fast=dram:16MiB");
+  auto a = alloc->allocate("a", 1 << 20).value();
+  auto b = alloc->allocate("b", 100).value();
+  int on_stack = 0;
+  EXPECT_EQ(alloc->free(&on_stack).code(), StatusCode::kNotFound);
+  EXPECT_EQ(alloc->free(nullptr).code(), StatusCode::kNotFound);
+  EXPECT_EQ(alloc->free(static_cast<char*>(a.address) + 8).code(), StatusCode::kNotFound);
+  ASSERT_TRUE(alloc->free(a.address).is_ok());
+  const auto before = alloc->usage()[0];
+  const Status twice = alloc->free(a.address);
+  EXPECT_EQ(twice.code(), StatusCode::kNotFound);
+  EXPECT_NE(twice.message().find("already freed"), std::string::npos);
+  EXPECT_EQ(alloc->usage()[0].live_objects, before.live_objects);
+  EXPECT_EQ(alloc->usage()[0].cached_bytes, before.cached_bytes);
+  ASSERT_TRUE(alloc->free(b.address).is_ok());
+  EXPECT_EQ(alloc->free(b.address).code(), StatusCode::kNotFound);
+}
+
+TEST(ObjectAllocator, CacheIsReleasedWhenTheBudgetNeedsIt) {
+  auto alloc = make("fast=emulated:optane:8MiB,slow=emulated:optane:64MiB");
+  auto a = alloc->allocate("a", 6 << 20).value();
+  ASSERT_TRUE(alloc->free(a.address).is_ok());
+  EXPECT_EQ(alloc->usage()[0].cached_bytes, 6u << 20);
+  auto b = alloc->allocate("b", 4 << 20);  // 6 cached + 4 > 8: the cache makes room
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->tier, 0u);
+  EXPECT_EQ(alloc->usage()[0].cached_bytes, 0u);
+  EXPECT_EQ(alloc->usage()[0].mapped_bytes, 4u << 20);
+  EXPECT_EQ(alloc->usage()[0].fallbacks_out, 0u);
+}
+
+TEST(ObjectAllocator, SteadyStateStepsTakeNoPageFault) {
+  auto alloc = make("fast=emulated:optane:256MiB,slow=emulated:optane:256MiB");
+  const std::vector<std::size_t> sizes{64 << 20, 5 << 20, 3 << 20, 1 << 20, 40000, 4096, 100, 700, 2000};
+  auto step = [&] {
+    std::vector<void*> live;
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      auto info = alloc->allocate("act", sizes[i], /*group=*/7);
+      ASSERT_TRUE(info);
+      std::memset(info->address, 1, sizes[i]);  // the layer writes its whole output
+      live.push_back(info->address);
+    }
+    for (void* p : live) ASSERT_TRUE(alloc->free(p).is_ok());
+  };
+  step();  // warm-up: first touch of every range
+  const long faults_before = testing::thread_page_faults();
+  for (int i = 0; i < 5; ++i) step();
+  const long faults = testing::thread_page_faults() - faults_before;
+  EXPECT_EQ(faults, 0) << "steady-state steps page-faulted";
+  EXPECT_GT(alloc->usage()[0].reused_ranges, 0u);
+}
+
+TEST(ObjectAllocator, InfoReportsWhatWasAsked) {
+  auto alloc = make("fast=dram:16MiB");
+  auto a = alloc->allocate("conv2.weights", 10000, 3).value();
+  auto info = alloc->info(a.address);
+  ASSERT_TRUE(info);
+  EXPECT_EQ(info->name, "conv2.weights");
+  EXPECT_EQ(info->bytes, 10000u);
+  EXPECT_EQ(info->group, 3u);
+  EXPECT_EQ(info->id, a.id);
+  EXPECT_FALSE(alloc->info(static_cast<char*>(a.address) + 1));
+  EXPECT_EQ(alloc->allocate("x", 1, 0, /*preferred=*/5).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace tensortier

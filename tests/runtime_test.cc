@@ -1,0 +1,174 @@
+// Runtime: tier resolution (options, environment, discovery), marks and stats; and the C API.
+#include "tensortier/runtime.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include <gtest/gtest.h>
+
+#include "tensortier/tensortier.h"
+
+namespace tensortier {
+namespace {
+
+// Sets or clears an environment variable for one test.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value != nullptr) setenv(name, value, 1);
+    else unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (old_) setenv(name_, old_->c_str(), 1);
+    else unsetenv(name_);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+std::unique_ptr<Runtime> make(const std::string& spec) {
+  auto rt = Runtime::create({spec});
+  EXPECT_TRUE(rt) << rt.status().to_string();
+  return rt ? std::move(rt).value() : nullptr;
+}
+
+TEST(Runtime, SpecFromOptionsWinsOverEnvironment) {
+  ScopedEnv env("TENSORTIER_TIERS", "a=dram:1GiB");
+  auto rt = make("fast=dram:64MiB,slow=emulated:optane:1GiB");
+  ASSERT_NE(rt, nullptr);
+  EXPECT_EQ(rt->spec_source(), "options");
+  ASSERT_EQ(rt->tier_count(), 2u);
+  EXPECT_EQ(rt->tier(0).name(), "fast");
+  EXPECT_EQ(rt->tier(1).budget_bytes(), 1ULL << 30);
+}
+
+TEST(Runtime, SpecFromEnvironment) {
+  ScopedEnv env("TENSORTIER_TIERS", "f=dram:32MiB,s=emulated:cxl:64MiB");
+  auto rt = Runtime::create();
+  ASSERT_TRUE(rt) << rt.status().to_string();
+  EXPECT_EQ(rt.value()->spec_source(), "TENSORTIER_TIERS");
+  EXPECT_EQ(rt.value()->tier(1).name(), "s");
+}
+
+TEST(Runtime, MalformedEnvironmentSpecQuotesTheBadPart) {
+  ScopedEnv env("TENSORTIER_TIERS", "fast=dram:8GiB,slow=emulatd:optane");
+  auto rt = Runtime::create();
+  ASSERT_FALSE(rt);
+  EXPECT_NE(rt.status().message().find("TENSORTIER_TIERS: tier spec entry \"slow=emulatd:optane\""),
+            std::string::npos)
+      << rt.status().message();
+}
+
+TEST(Runtime, DiscoveryWithoutSpecGivesOneTierPerNode) {
+  ScopedEnv env("TENSORTIER_TIERS", nullptr);
+  auto rt = Runtime::create();
+  ASSERT_TRUE(rt) << rt.status().to_string();
+  EXPECT_NE(rt.value()->spec_source().find("hwloc discovery"), std::string::npos);
+  EXPECT_GE(rt.value()->tier_count(), 1u);
+  EXPECT_EQ(rt.value()->tier(0).name(), "fast");
+  EXPECT_EQ(rt.value()->tier(0).kind(), TierKind::kNuma);
+}
+
+TEST(Runtime, MissingPmemDirectoryFailsCreate) {
+  auto rt = Runtime::create({"fast=dram:64MiB,slow=pmem:/no/such/dir:1GiB"});
+  ASSERT_FALSE(rt);
+  EXPECT_NE(rt.status().message().find("'/no/such/dir' does not exist"), std::string::npos);
+}
+
+TEST(Runtime, LayerMarksRecordDeclaredObjects) {
+  auto rt = make("fast=dram:64MiB,slow=emulated:optane:1GiB");
+  ASSERT_NE(rt, nullptr);
+  auto w = rt->allocate("fc.weights", 1 << 20, 1).value();
+  auto x = rt->allocate("input", 4096, 2).value();
+  auto y = rt->allocate("fc.output", 8192, 2).value();
+  ASSERT_TRUE(rt->step_begin().is_ok());
+  const void* reads[] = {w.address, x.address};
+  const void* writes[] = {y.address};
+  ASSERT_TRUE(rt->layer_begin("fc", reads, writes).is_ok());
+  ASSERT_TRUE(rt->layer_end().is_ok());
+  ASSERT_TRUE(rt->layer_begin("loss", std::span<const void* const>(writes, 1), {}).is_ok());
+  ASSERT_TRUE(rt->layer_end().is_ok());
+  ASSERT_TRUE(rt->step_end().is_ok());
+  const auto& layers = rt->last_step_layers();
+  ASSERT_EQ(layers.size(), 2u);
+  EXPECT_EQ(layers[0].name, "fc");
+  EXPECT_EQ(layers[0].reads, (std::vector<ObjectId>{w.id, x.id}));
+  EXPECT_EQ(layers[0].writes, (std::vector<ObjectId>{y.id}));
+  EXPECT_EQ(layers[1].index, 1u);
+  EXPECT_EQ(layers[1].reads, (std::vector<ObjectId>{y.id}));
+  EXPECT_EQ(rt->stats().steps_completed, 1u);
+  EXPECT_EQ(rt->stats().live_objects, 3u);
+}
+
+TEST(Runtime, MarksOutOfOrderAreErrors) {
+  auto rt = make("fast=dram:64MiB");
+  ASSERT_NE(rt, nullptr);
+  EXPECT_EQ(rt->layer_begin("l", {}, {}).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(rt->layer_end().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(rt->step_end().code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(rt->step_begin().is_ok());
+  EXPECT_EQ(rt->step_begin().code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(rt->layer_begin("outer", {}, {}).is_ok());
+  EXPECT_EQ(rt->layer_begin("inner", {}, {}).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(rt->step_end().code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(rt->layer_end().is_ok());
+  int not_an_object = 0;
+  const void* bad[] = {&not_an_object};
+  const Status s = rt->layer_begin("conv", bad, {});
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  EXPECT_NE(s.message().find("layer 'conv' reads"), std::string::npos) << s.message();
+  EXPECT_TRUE(rt->step_end().is_ok());
+}
+
+TEST(Runtime, StatsShowBudgetUseAndFallbacks) {
+  auto rt = make("fast=dram:2MiB,slow=emulated:optane:64MiB");
+  ASSERT_NE(rt, nullptr);
+  ASSERT_TRUE(rt->allocate("a", 1 << 20));
+  ASSERT_TRUE(rt->allocate("b", 2 << 20));  // does not fit beside a: falls back
+  const auto stats = rt->stats();
+  EXPECT_EQ(stats.tiers[0].live_bytes, 1u << 20);
+  EXPECT_EQ(stats.tiers[0].budget_bytes, 2u << 20);
+  EXPECT_EQ(stats.tiers[0].fallbacks_out, 1u);
+  EXPECT_EQ(stats.tiers[1].live_bytes, 2u << 20);
+  EXPECT_EQ(stats.tiers[1].fallbacks_in, 1u);
+}
+
+TEST(CApi, AllocatesMarksAndReportsErrors) {
+  tt_runtime* rt = nullptr;
+  ASSERT_EQ(tt_runtime_create("fast=dram:1MiB,slow=emulated:optane:16MiB", &rt), TT_OK) << tt_last_error();
+  ASSERT_EQ(tt_tier_count(rt), 2u);
+  void* a = nullptr;
+  ASSERT_EQ(tt_alloc(rt, "a", 2 << 20, 0, &a), TT_OK);
+  ASSERT_NE(a, nullptr);
+  std::memset(a, 3, 2 << 20);
+  tt_tier_stats stats;
+  ASSERT_EQ(tt_tier_stats_get(rt, 1, &stats), TT_OK);
+  EXPECT_STREQ(stats.name, "slow");
+  EXPECT_EQ(stats.live_bytes, 2u << 20);
+  EXPECT_EQ(stats.fallbacks_in, 1u);
+  EXPECT_EQ(tt_step_begin(rt), TT_OK);
+  const void* reads[] = {a};
+  EXPECT_EQ(tt_layer_begin(rt, "l", reads, 1, nullptr, 0), TT_OK);
+  EXPECT_EQ(tt_layer_end(rt), TT_OK);
+  EXPECT_EQ(tt_step_end(rt), TT_OK);
+  EXPECT_EQ(tt_free(rt, a), TT_OK);
+  EXPECT_EQ(tt_free(rt, a), TT_NOT_FOUND);
+  EXPECT_NE(std::strstr(tt_last_error(), "already freed"), nullptr);
+  void* z = nullptr;
+  EXPECT_EQ(tt_alloc(rt, "z", 0, 0, &z), TT_INVALID_ARGUMENT);
+  EXPECT_EQ(tt_tier_stats_get(rt, 9, &stats), TT_INVALID_ARGUMENT);
+  tt_runtime_destroy(rt);
+  tt_runtime* bad = nullptr;
+  EXPECT_EQ(tt_runtime_create("fast=ram", &bad), TT_INVALID_ARGUMENT);
+  EXPECT_EQ(bad, nullptr);
+  EXPECT_NE(std::strstr(tt_last_error(), "unknown tier kind 'ram'"), nullptr);
+  EXPECT_EQ(tt_runtime_create("x", nullptr), TT_INVALID_ARGUMENT);
+}
+
+}  // namespace
+}  // namespace tensortier

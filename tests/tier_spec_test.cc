@@ -1,0 +1,90 @@
+// The tier spec grammar: good specs parse to the right configs, bad ones name the bad part.
+#include "tensortier/allocator/tier_spec.h"
+
+#include <gtest/gtest.h>
+
+namespace tensortier {
+namespace {
+
+TEST(TierSpec, ParsesFastDramAndEmulatedSlow) {
+  auto configs = parse_tier_spec("fast=dram:8GiB,slow=emulated:optane:64GiB");
+  ASSERT_TRUE(configs) << configs.status().to_string();
+  ASSERT_EQ(configs->size(), 2u);
+  EXPECT_EQ((*configs)[0].name, "fast");
+  EXPECT_EQ((*configs)[0].kind, TierKind::kDram);
+  EXPECT_EQ((*configs)[0].budget_bytes, 8ULL << 30);
+  EXPECT_EQ((*configs)[1].name, "slow");
+  EXPECT_EQ((*configs)[1].kind, TierKind::kEmulated);
+  EXPECT_EQ((*configs)[1].preset, "optane");
+  EXPECT_EQ((*configs)[1].budget_bytes, 64ULL << 30);
+}
+
+TEST(TierSpec, ParsesEveryKindAndOptionalSizes) {
+  auto configs = parse_tier_spec("a=numa:1, b=daxkmem:2G ,c=pmem:/mnt/pmem0:512MiB,d=dram");
+  ASSERT_TRUE(configs) << configs.status().to_string();
+  ASSERT_EQ(configs->size(), 4u);
+  EXPECT_EQ((*configs)[0].kind, TierKind::kNuma);
+  EXPECT_EQ((*configs)[0].numa_node, 1);
+  EXPECT_EQ((*configs)[0].budget_bytes, 0u);  // machine capacity
+  EXPECT_EQ((*configs)[1].kind, TierKind::kDaxKmem);
+  EXPECT_EQ((*configs)[1].budget_bytes, 2ULL << 30);
+  EXPECT_EQ((*configs)[2].pmem_dir, "/mnt/pmem0");
+  EXPECT_EQ((*configs)[2].budget_bytes, 512ULL << 20);
+  EXPECT_EQ((*configs)[3].kind, TierKind::kDram);
+}
+
+TEST(TierSpec, RoundTripsThroughFormat) {
+  auto configs = parse_tier_spec("fast=numa:0:1GiB,slow=emulated:cxl:3GiB,p=pmem:/tmp/x");
+  ASSERT_TRUE(configs);
+  auto again = parse_tier_spec(format_tier_spec(configs.value()));
+  ASSERT_TRUE(again) << again.status().to_string();
+  EXPECT_EQ(format_tier_spec(again.value()), format_tier_spec(configs.value()));
+  EXPECT_EQ((*again)[1].budget_bytes, 3ULL << 30);
+}
+
+// Each bad spec fails with kInvalidArgument and a message containing the quoted bad part.
+struct BadSpec {
+  const char* spec;
+  const char* message_part;
+};
+
+class TierSpecRejects : public ::testing::TestWithParam<BadSpec> {};
+
+TEST_P(TierSpecRejects, WithMessageQuotingTheProblem) {
+  auto configs = parse_tier_spec(GetParam().spec);
+  ASSERT_FALSE(configs) << "accepted: " << GetParam().spec;
+  EXPECT_EQ(configs.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(configs.status().message().find(GetParam().message_part), std::string::npos)
+      << configs.status().message();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    BadInput, TierSpecRejects,
+    ::testing::Values(BadSpec{"", "empty tier spec"},
+                      BadSpec{"fast=dram:8GiB,slow=flash:1GiB", "unknown tier kind 'flash'"},
+                      BadSpec{"fast=dram:8GiB,slow=flash:1GiB", "\"slow=flash:1GiB\""},
+                      BadSpec{"fast=dram:-5GiB", "negative size '-5GiB'"},
+                      BadSpec{"fast=dram:lots", "unparsable size 'lots'"},
+                      BadSpec{"fast=dram:8XB", "unparsable size '8XB'"},
+                      BadSpec{"fast=dram:0", "budget of 0 bytes"},
+                      BadSpec{"fast=dram:99999999999TiB", "does not fit in 64 bits"},
+                      BadSpec{"fast", "expected NAME=KIND"},
+                      BadSpec{"=dram", "no name"},
+                      BadSpec{"a=dram,a=dram", "used twice"},
+                      BadSpec{"a=numa:x", "'x' is not a NUMA node number"},
+                      BadSpec{"a=numa", "numa:NODE[:SIZE]"},
+                      BadSpec{"a=emulated", "emulated:PRESET[:SIZE]"},
+                      BadSpec{"a=dram:1G:2G", "dram[:SIZE]"},
+                      BadSpec{"a=pmem::1G", "pmem needs a directory"}));
+
+TEST(SizeParse, UnitsArePowersOf1024) {
+  EXPECT_EQ(parse_size_bytes("4096").value(), 4096u);
+  EXPECT_EQ(parse_size_bytes("4096B").value(), 4096u);
+  EXPECT_EQ(parse_size_bytes("3KiB").value(), 3072u);
+  EXPECT_EQ(parse_size_bytes("3K").value(), 3072u);
+  EXPECT_EQ(parse_size_bytes("2MiB").value(), 2u << 20);
+  EXPECT_EQ(parse_size_bytes("1TiB").value(), 1ULL << 40);
+}
+
+}  // namespace
+}  // namespace tensortier
