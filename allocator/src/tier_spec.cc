@@ -44,6 +44,16 @@ constexpr std::array<UnitEntry, 9> kUnits{{{"TiB", 1ULL << 40},
 
 constexpr std::string_view kKnownKinds = "dram, numa, daxkmem, pmem, emulated";
 
+// The largest unit that states `bytes` exactly: 8GiB, 1536MiB, 4097B.
+std::string format_size(std::uint64_t bytes) {
+  for (const auto& unit : kUnits) {
+    if (unit.suffix.size() == 3 && bytes % unit.multiplier == 0) {
+      return fmt::format("{}{}", bytes / unit.multiplier, unit.suffix);
+    }
+  }
+  return fmt::format("{}B", bytes);
+}
+
 }  // namespace
 
 const char* to_string(TierKind kind) {
@@ -166,7 +176,7 @@ std::string format_tier_spec(const std::vector<TierConfig>& configs) {
     if (c.kind == TierKind::kNuma) out += fmt::format(":{}", c.numa_node);
     if (c.kind == TierKind::kPmem) out += ':' + c.pmem_dir;
     if (c.kind == TierKind::kEmulated) out += ':' + c.preset;
-    if (c.budget_bytes != 0) out += fmt::format(":{}B", c.budget_bytes);
+    if (c.budget_bytes != 0) out += ':' + format_size(c.budget_bytes);
   }
   return out;
 }
