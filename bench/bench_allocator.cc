@@ -67,7 +67,8 @@ void BM_Mmap64MiB_4KiBPages(benchmark::State& state) {
 void BM_Lookup_100kObjects(benchmark::State& state) {
   auto alloc = make("fast=emulated:optane:1GiB");
   std::vector<char*> objects;
-  for (int i = 0; i < 100'000; ++i) objects.push_back(static_cast<char*>(alloc->allocate("o", kPageBytes).value().address));
+  for (int i = 0; i < 100'000; ++i)
+    objects.push_back(static_cast<char*>(alloc->allocate("o", kPageBytes).value().address));
   std::mt19937 rng(7);
   std::vector<const void*> probes(4096);
   for (auto& p : probes) p = objects[rng() % objects.size()] + rng() % kPageBytes;
@@ -83,7 +84,8 @@ void BM_Lookup_100kObjects(benchmark::State& state) {
 
 BENCHMARK_CAPTURE(BM_Alloc64MiB_SteadyState, dram, "fast=dram:1GiB")->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_Alloc64MiB_Cold, dram, "fast=dram:1GiB")->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_Alloc64MiB_SteadyState, emulated, "fast=emulated:optane:1GiB")->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Alloc64MiB_SteadyState, emulated, "fast=emulated:optane:1GiB")
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_Alloc64MiB_Cold, emulated, "fast=emulated:optane:1GiB")->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Mmap64MiB_4KiBPages)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Lookup_100kObjects);

@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
 
 #include "tensortier/runtime.h"
 
@@ -33,9 +33,9 @@ constexpr GroupId kWeights = 1, kGradients = 2, kMomentum = 3, kActivations = 4,
 
 struct LayerShape {
   std::string name;
-  std::size_t weight_bytes;      // 0: no weights (pooling, loss)
-  std::size_t param_small_bytes; // bias / batch-norm scale and shift
-  std::size_t output_bytes;      // activation kept for backward
+  std::size_t weight_bytes;       // 0: no weights (pooling, loss)
+  std::size_t param_small_bytes;  // bias / batch-norm scale and shift
+  std::size_t output_bytes;       // activation kept for backward
 };
 
 // ResNet-18 / VGG-11 convolution stacks on CIFAR-sized input (32x32x3), fp32.
@@ -56,7 +56,8 @@ std::vector<LayerShape> workload(const std::string& model, std::size_t batch) {
       }
     }
   } else {  // vgg11
-    const std::size_t cfg[][2] = {{64, 32}, {128, 16}, {256, 8}, {256, 8}, {512, 4}, {512, 4}, {512, 2}, {512, 2}};
+    const std::size_t cfg[][2] = {{64, 32}, {128, 16}, {256, 8}, {256, 8},
+                                  {512, 4}, {512, 4},  {512, 2}, {512, 2}};
     std::size_t in_c = 3;
     for (auto& c : cfg) {
       convs.push_back({in_c, c[0], c[1]});
@@ -94,14 +95,20 @@ int main(int argc, char** argv) {
   double fast_fraction = 0.2;
   std::string tiers;
   std::size_t top = 12;
-  app.add_option("--model", model, "Workload shape")->check(CLI::IsMember({"resnet18", "vgg11"}))->capture_default_str();
+  app.add_option("--model", model, "Workload shape")
+      ->check(CLI::IsMember({"resnet18", "vgg11"}))
+      ->capture_default_str();
   app.add_option("--batch", batch, "Batch size")->check(CLI::Range(1, 4096))->capture_default_str();
-  app.add_option("--steps", steps, "Training steps to run")->check(CLI::Range(1, 1000))->capture_default_str();
+  app.add_option("--steps", steps, "Training steps to run")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
   app.add_option("--fast-fraction", fast_fraction,
                  "Without --tiers/TENSORTIER_TIERS: fast-tier budget as a fraction of the peak footprint "
                  "(the slow tier is emulated Optane)")
-      ->check(CLI::Range(0.01, 1.0))->capture_default_str();
-  app.add_option("--tiers", tiers, "Tier spec, e.g. fast=dram:8MiB,slow=emulated:optane:1GiB (docs/TIERS.md)");
+      ->check(CLI::Range(0.01, 1.0))
+      ->capture_default_str();
+  app.add_option("--tiers", tiers,
+                 "Tier spec, e.g. fast=dram:8MiB,slow=emulated:optane:1GiB (docs/TIERS.md)");
   app.add_option("--top", top, "Largest objects to list")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
@@ -119,8 +126,9 @@ int main(int argc, char** argv) {
                         2 * peak_bytes / 1024 + 65536);
   }
   fmt::print("tensortier demo: {}-shaped workload, input 32x32x3, batch {}, {} steps\n", model, batch, steps);
-  fmt::print("peak footprint (computed): {} ({} persistent, {} activations)\n", tensortier::format_bytes(peak_bytes),
-             tensortier::format_bytes(persistent_bytes), tensortier::format_bytes(activation_bytes + input_bytes));
+  fmt::print("peak footprint (computed): {} ({} persistent, {} activations)\n",
+             tensortier::format_bytes(peak_bytes), tensortier::format_bytes(persistent_bytes),
+             tensortier::format_bytes(activation_bytes + input_bytes));
   spdlog::set_level(spdlog::level::warn);  // the demo prints its own summary of the tiers
   auto created = tensortier::Runtime::create({tiers});
   if (!created) return fail(created.status());
@@ -134,21 +142,24 @@ int main(int argc, char** argv) {
   };
   std::vector<Params> params;
   std::vector<ObjectInfo> placed;  // every object alive at the peak, for the listing
-  auto alloc = [&](const std::string& name, std::size_t bytes, GroupId group) -> tensortier::Result<ObjectInfo> {
+  auto alloc = [&](const std::string& name, std::size_t bytes,
+                   GroupId group) -> tensortier::Result<ObjectInfo> {
     auto info = rt.allocate(name, bytes, group);
     if (info) std::memset(info->address, 0, bytes);  // first use writes it
     return info;
   };
   for (const auto& l : layers) {
     Params p;
-    for (auto [slot, suffix, group] : {std::tuple{&p.weight, "weight", kWeights}, std::tuple{&p.grad, "grad", kGradients},
-                                       std::tuple{&p.momentum, "momentum", kMomentum}}) {
+    for (auto [slot, suffix, group] :
+         {std::tuple{&p.weight, "weight", kWeights}, std::tuple{&p.grad, "grad", kGradients},
+          std::tuple{&p.momentum, "momentum", kMomentum}}) {
       auto info = alloc(l.name + "." + suffix, l.weight_bytes, group);
       if (!info) return fail(info.status());
       *slot = info.value();
     }
-    for (auto [slot, suffix, group] : {std::tuple{&p.small_weight, "bias", kWeights}, std::tuple{&p.small_grad, "bias_grad", kGradients},
-                                       std::tuple{&p.small_momentum, "bias_momentum", kMomentum}}) {
+    for (auto [slot, suffix, group] :
+         {std::tuple{&p.small_weight, "bias", kWeights}, std::tuple{&p.small_grad, "bias_grad", kGradients},
+          std::tuple{&p.small_momentum, "bias_momentum", kMomentum}}) {
       auto info = alloc(l.name + "." + suffix, l.param_small_bytes, group);
       if (!info) return fail(info.status());
       *slot = info.value();
@@ -208,18 +219,21 @@ int main(int argc, char** argv) {
       std::memset(params[i].weight.address, 5, params[i].weight.bytes);
       if (auto s = rt.layer_end(); !s.is_ok()) return fail(s);
       for (const auto* o : {&acts[i + 1], &acts[i], &params[i].weight}) account(*o, false);
-      for (const auto* o : {&scratch.value(), &params[i].grad, &params[i].momentum, &params[i].weight}) account(*o, true);
+      for (const auto* o : {&scratch.value(), &params[i].grad, &params[i].momentum, &params[i].weight})
+        account(*o, true);
       if (auto s = rt.free(acts[i + 1].address); !s.is_ok()) return fail(s);
       if (auto s = rt.free(scratch->address); !s.is_ok()) return fail(s);
     }
     if (auto s = rt.free(acts[0].address); !s.is_ok()) return fail(s);
     if (auto s = rt.step_end(); !s.is_ok()) return fail(s);
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     fmt::print("{:>5} {:>9} {:>12} {:>12} {:>8.1f}ms\n", step, rt.last_step_layers().size(),
                tensortier::format_bytes(peak_live), page_faults() - faults_before, ms);
   }
 
-  std::sort(placed.begin(), placed.end(), [](const ObjectInfo& a, const ObjectInfo& b) { return a.bytes > b.bytes; });
+  std::sort(placed.begin(), placed.end(),
+            [](const ObjectInfo& a, const ObjectInfo& b) { return a.bytes > b.bytes; });
   fmt::print("\nplacement of the {} largest objects (first-touch: fast tier until its budget is full)\n",
              std::min(top, placed.size()));
   fmt::print("  {:<18} {:>10} {:>6}\n", "object", "size", "tier");
@@ -230,19 +244,22 @@ int main(int argc, char** argv) {
   fmt::print("\n  {:<6} {:>10} {:>12} {:>12} {:>10} {:>10}\n", "tier", "budget", "peak mapped", "live now",
              "fell back", "reused");
   for (const auto& u : rt.stats().tiers) {
-    fmt::print("  {:<6} {:>10} {:>12} {:>12} {:>10} {:>10}\n", u.name, tensortier::format_bytes(u.budget_bytes),
-               tensortier::format_bytes(u.peak_mapped_bytes), tensortier::format_bytes(u.live_bytes),
-               u.fallbacks_out, u.reused_ranges);
+    fmt::print("  {:<6} {:>10} {:>12} {:>12} {:>10} {:>10}\n", u.name,
+               tensortier::format_bytes(u.budget_bytes), tensortier::format_bytes(u.peak_mapped_bytes),
+               tensortier::format_bytes(u.live_bytes), u.fallbacks_out, u.reused_ranges);
   }
-  fmt::print("  (fell back: objects that preferred the tier and went to a slower one; reused: ranges served "
-             "from the tier's cache)\n");
+  fmt::print(
+      "  (fell back: objects that preferred the tier and went to a slower one; reused: ranges served "
+      "from the tier's cache)\n");
   for (tensortier::TierIndex t = 0; t < rt.tier_count(); ++t) {
     if (const auto* model_cost = rt.tier(t).cost_model()) {
-      fmt::print("\nemulated ({} preset): this placement would cost {:.1f} ms more per step on tier '{}' "
-                 "({} read, {} written there per step)\n",
-                 model_cost->preset().name,
-                 static_cast<double>(model_cost->layer_charge_ns(slow_read[t], slow_written[t])) / 1e6,
-                 rt.tier(t).name(), tensortier::format_bytes(slow_read[t]), tensortier::format_bytes(slow_written[t]));
+      fmt::print(
+          "\nemulated ({} preset): this placement would cost {:.1f} ms more per step on tier '{}' "
+          "({} read, {} written there per step)\n",
+          model_cost->preset().name,
+          static_cast<double>(model_cost->layer_charge_ns(slow_read[t], slow_written[t])) / 1e6,
+          rt.tier(t).name(), tensortier::format_bytes(slow_read[t]),
+          tensortier::format_bytes(slow_written[t]));
     }
   }
   return 0;

@@ -1,5 +1,12 @@
 # Build options. Each one's meaning is its help string.
-option(TENSORTIER_WERROR "Treat compiler warnings as errors (CI sets this)" OFF)
+# Warnings are errors wherever the CI environment variable is set (CI runs the README's own test
+# command, so this is how that command gets -Werror there), and wherever asked for.
+if(DEFINED ENV{CI})
+  set(werror_default ON)
+else()
+  set(werror_default OFF)
+endif()
+option(TENSORTIER_WERROR "Treat compiler warnings as errors (default ON when $CI is set)" ${werror_default})
 option(TENSORTIER_BUILD_TESTS "Build the GoogleTest suite under tests/" ON)
 option(TENSORTIER_BUILD_BENCH "Build bench/ (demo and micro-benchmarks)" ON)
 set(TENSORTIER_SANITIZE "" CACHE STRING

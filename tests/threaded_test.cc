@@ -70,8 +70,9 @@ TEST(Threaded, LookupsRacingWritersNeverSeeAWrongSpan) {
     for (int round = 0; round < 200; ++round) {
       for (int i = 0; i < kSpans; ++i) {
         // Span i always covers pages [i*4, i*4+round%4+1) and has id i.
-        slots[i] = table.insert({static_cast<std::uint64_t>(i), kBase + std::uintptr_t(i) * 4 * 4096,
-                                 std::uint64_t(round % 4 + 1) * 4096, static_cast<std::uint32_t>(round % 2), false});
+        slots[i] =
+            table.insert({static_cast<std::uint64_t>(i), kBase + std::uintptr_t(i) * 4 * 4096,
+                          std::uint64_t(round % 4 + 1) * 4096, static_cast<std::uint32_t>(round % 2), false});
       }
       for (int i = 0; i < kSpans; ++i) table.erase(slots[i]);
     }

@@ -60,22 +60,18 @@ TEST_P(TierSpecRejects, WithMessageQuotingTheProblem) {
 
 INSTANTIATE_TEST_SUITE_P(
     BadInput, TierSpecRejects,
-    ::testing::Values(BadSpec{"", "empty tier spec"},
-                      BadSpec{"fast=dram:8GiB,slow=flash:1GiB", "unknown tier kind 'flash'"},
-                      BadSpec{"fast=dram:8GiB,slow=flash:1GiB", "\"slow=flash:1GiB\""},
-                      BadSpec{"fast=dram:-5GiB", "negative size '-5GiB'"},
-                      BadSpec{"fast=dram:lots", "unparsable size 'lots'"},
-                      BadSpec{"fast=dram:8XB", "unparsable size '8XB'"},
-                      BadSpec{"fast=dram:0", "budget of 0 bytes"},
-                      BadSpec{"fast=dram:99999999999TiB", "does not fit in 64 bits"},
-                      BadSpec{"fast", "expected NAME=KIND"},
-                      BadSpec{"=dram", "no name"},
-                      BadSpec{"a=dram,a=dram", "used twice"},
-                      BadSpec{"a=numa:x", "'x' is not a NUMA node number"},
-                      BadSpec{"a=numa", "numa:NODE[:SIZE]"},
-                      BadSpec{"a=emulated", "emulated:PRESET[:SIZE]"},
-                      BadSpec{"a=dram:1G:2G", "dram[:SIZE]"},
-                      BadSpec{"a=pmem::1G", "pmem needs a directory"}));
+    ::testing::Values(
+        BadSpec{"", "empty tier spec"},
+        BadSpec{"fast=dram:8GiB,slow=flash:1GiB", "unknown tier kind 'flash'"},
+        BadSpec{"fast=dram:8GiB,slow=flash:1GiB", "\"slow=flash:1GiB\""},
+        BadSpec{"fast=dram:-5GiB", "negative size '-5GiB'"},
+        BadSpec{"fast=dram:lots", "unparsable size 'lots'"},
+        BadSpec{"fast=dram:8XB", "unparsable size '8XB'"}, BadSpec{"fast=dram:0", "budget of 0 bytes"},
+        BadSpec{"fast=dram:99999999999TiB", "does not fit in 64 bits"}, BadSpec{"fast", "expected NAME=KIND"},
+        BadSpec{"=dram", "no name"}, BadSpec{"a=dram,a=dram", "used twice"},
+        BadSpec{"a=numa:x", "'x' is not a NUMA node number"}, BadSpec{"a=numa", "numa:NODE[:SIZE]"},
+        BadSpec{"a=emulated", "emulated:PRESET[:SIZE]"}, BadSpec{"a=dram:1G:2G", "dram[:SIZE]"},
+        BadSpec{"a=pmem::1G", "pmem needs a directory"}));
 
 TEST(SizeParse, UnitsArePowersOf1024) {
   EXPECT_EQ(parse_size_bytes("4096").value(), 4096u);

@@ -140,8 +140,7 @@ TEST(MemkindTier, MissingPmemDirectoryIsAClearError) {
   auto tier = open_tier(configs.value()[0]);
   ASSERT_FALSE(tier);
   EXPECT_EQ(tier.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(tier.status().message().find("'/nonexistent/tensortier/pmem' does not exist"),
-            std::string::npos)
+  EXPECT_NE(tier.status().message().find("'/nonexistent/tensortier/pmem' does not exist"), std::string::npos)
       << tier.status().message();
 }
 

@@ -48,8 +48,8 @@ TEST(Ranking, LatencyWhenNoBandwidth) {
 
 TEST(Ranking, WithoutAttributesCpuLessAndNvmGoLast) {
   std::vector<MemoryNode> nodes{node(3, true, std::nullopt, std::nullopt, "NVM"),
-                                node(2, true, std::nullopt, std::nullopt),
-                                node(1, false, 100, std::nullopt), node(0, false, std::nullopt, std::nullopt)};
+                                node(2, true, std::nullopt, std::nullopt), node(1, false, 100, std::nullopt),
+                                node(0, false, std::nullopt, std::nullopt)};
   EXPECT_NE(rank_fast_to_slow(nodes).find("no memory attributes"), std::string::npos);
   EXPECT_EQ(order(nodes), (std::vector<int>{0, 1, 2, 3}));
 }

@@ -15,8 +15,8 @@
 #include <mutex>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 namespace tensortier {
 namespace {
@@ -34,7 +34,9 @@ constexpr std::array<SlowMemoryPreset, 3> kPresets{{
      "bandwidth at ~1.7x latency"},
 }};
 
-double ns_per_byte(double gbps) { return 1.0 / gbps; }  // 1 GB/s == 1 byte per ns
+double ns_per_byte(double gbps) {
+  return 1.0 / gbps;
+}  // 1 GB/s == 1 byte per ns
 
 std::string cpu_model() {
   std::ifstream in("/proc/cpuinfo");
@@ -70,8 +72,7 @@ DramBandwidth compute_dram_bandwidth() {
     if (end != env && *end == '\0' && gbps > 0 && std::isfinite(gbps)) {
       return {gbps, "TENSORTIER_DRAM_GBPS"};
     }
-    spdlog::warn("TENSORTIER_DRAM_GBPS='{}' is not a positive number of GB/s; measuring instead",
-                 env);
+    spdlog::warn("TENSORTIER_DRAM_GBPS='{}' is not a positive number of GB/s; measuring instead", env);
   }
   const std::filesystem::path path = cache_path();
   const std::string cpu = cpu_model();
@@ -92,8 +93,7 @@ DramBandwidth compute_dram_bandwidth() {
     std::filesystem::create_directories(path.parent_path(), ec);
     std::ofstream out(path);
     if (out) {
-      out << nlohmann::json{{"gbps", gbps}, {"cpu_model", cpu}, {"memory_bytes", mem}}.dump(2)
-          << '\n';
+      out << nlohmann::json{{"gbps", gbps}, {"cpu_model", cpu}, {"memory_bytes", mem}}.dump(2) << '\n';
     }
   }
   return {gbps, "measured now"};
@@ -101,7 +101,9 @@ DramBandwidth compute_dram_bandwidth() {
 
 }  // namespace
 
-std::span<const SlowMemoryPreset> slow_memory_presets() { return kPresets; }
+std::span<const SlowMemoryPreset> slow_memory_presets() {
+  return kPresets;
+}
 
 Result<SlowMemoryPreset> find_preset(std::string_view name) {
   std::string known;
@@ -115,8 +117,7 @@ Result<SlowMemoryPreset> find_preset(std::string_view name) {
 CostModel::CostModel(const SlowMemoryPreset& preset, double fast_gbps)
     : preset_(preset), fast_gbps_(fast_gbps > 0 ? fast_gbps : 1.0) {}
 
-std::uint64_t CostModel::layer_charge_ns(std::uint64_t bytes_read,
-                                         std::uint64_t bytes_written) const {
+std::uint64_t CostModel::layer_charge_ns(std::uint64_t bytes_read, std::uint64_t bytes_written) const {
   const double fast = ns_per_byte(fast_gbps_);
   const double extra_read = std::max(0.0, ns_per_byte(slow_read_gbps()) - fast);
   const double extra_write = std::max(0.0, ns_per_byte(slow_write_gbps()) - fast);
@@ -143,8 +144,7 @@ double measure_dram_copy_gbps(std::size_t buffer_bytes, int repetitions) {
   if (src == MAP_FAILED || dst == MAP_FAILED) {
     if (src != MAP_FAILED) munmap(src, buffer_bytes);
     if (dst != MAP_FAILED) munmap(dst, buffer_bytes);
-    spdlog::warn("could not map {} bytes to measure DRAM bandwidth; assuming 10 GB/s",
-                 buffer_bytes);
+    spdlog::warn("could not map {} bytes to measure DRAM bandwidth; assuming 10 GB/s", buffer_bytes);
     return 10.0;
   }
   std::memset(src, 1, buffer_bytes);
@@ -154,9 +154,9 @@ double measure_dram_copy_gbps(std::size_t buffer_bytes, int repetitions) {
     const auto start = std::chrono::steady_clock::now();
     std::memcpy(dst, src, buffer_bytes);
     const auto stop = std::chrono::steady_clock::now();
-    best_ns = std::min(best_ns, static_cast<double>(
-                                    std::chrono::duration_cast<std::chrono::nanoseconds>(stop - start)
-                                        .count()));
+    best_ns = std::min(
+        best_ns,
+        static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(stop - start).count()));
   }
   munmap(src, buffer_bytes);
   munmap(dst, buffer_bytes);

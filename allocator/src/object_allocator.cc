@@ -101,10 +101,10 @@ Status ObjectAllocator::no_room_error(std::string_view name, std::size_t bytes, 
     tiers += fmt::format("{}{} has {} of {} free", tiers.empty() ? "" : "; ", tiers_[t]->name(),
                          format_bytes(tiers_[t]->free_bytes()), format_bytes(tiers_[t]->budget_bytes()));
   }
-  return out_of_memory(fmt::format(
-      "object '{}' ({}) fits no tier ({}); raise a tier's budget in the tier spec "
-      "(TENSORTIER_TIERS, docs/TIERS.md) or free objects first",
-      name, format_bytes(bytes), tiers));
+  return out_of_memory(
+      fmt::format("object '{}' ({}) fits no tier ({}); raise a tier's budget in the tier spec "
+                  "(TENSORTIER_TIERS, docs/TIERS.md) or free objects first",
+                  name, format_bytes(bytes), tiers));
 }
 
 Result<ObjectInfo> ObjectAllocator::allocate(std::string_view name, std::size_t bytes, GroupId group,
@@ -114,8 +114,8 @@ Result<ObjectInfo> ObjectAllocator::allocate(std::string_view name, std::size_t 
         "object '{}': 0 bytes asked; an object needs at least 1 byte (skip empty tensors)", name));
   }
   if (preferred >= tiers_.size()) {
-    return invalid_argument(fmt::format("object '{}': preferred tier {} does not exist ({} tiers)",
-                                        name, preferred, tiers_.size()));
+    return invalid_argument(fmt::format("object '{}': preferred tier {} does not exist ({} tiers)", name,
+                                        preferred, tiers_.size()));
   }
   if (bytes > (std::size_t{1} << 47)) {
     return out_of_memory(fmt::format("object '{}': {} bytes is beyond any machine's memory", name, bytes));
@@ -166,10 +166,10 @@ Status ObjectAllocator::free(const void* address) {
   std::lock_guard lock(mutex_);
   auto it = live_.find(address);
   if (it == live_.end()) {
-    return not_found(fmt::format(
-        "free of {}: not the start of a live object (never allocated by this runtime, or already "
-        "freed); nothing was changed",
-        address));
+    return not_found(
+        fmt::format("free of {}: not the start of a live object (never allocated by this runtime, or already "
+                    "freed); nothing was changed",
+                    address));
   }
   Live& live = it->second;
   const TierIndex t = live.info.tier;

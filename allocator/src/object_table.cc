@@ -63,14 +63,17 @@ void ObjectTable::fill(std::uintptr_t base, std::uint64_t bytes, std::uint32_t v
 }
 
 void ObjectTable::write_record(Record& r, const SpanView& span) {
+  // Seqlock writer without fences (ThreadSanitizer cannot model fences): the odd sequence store
+  // comes first, and each field store is a release, so a reader that sees any new field value
+  // also sees the odd sequence number (Boehm, "Can seqlocks get along with programming language
+  // memory models?", MSPC 2012).
   const std::uint32_t seq = r.sequence.load(std::memory_order_relaxed);
   r.sequence.store(seq + 1, std::memory_order_relaxed);  // odd: being written
-  std::atomic_thread_fence(std::memory_order_release);
-  r.id.store(span.id, std::memory_order_relaxed);
-  r.base.store(span.base, std::memory_order_relaxed);
-  r.bytes.store(span.bytes, std::memory_order_relaxed);
-  r.tier.store(span.tier, std::memory_order_relaxed);
-  r.is_group.store(span.is_group, std::memory_order_relaxed);
+  r.id.store(span.id, std::memory_order_release);
+  r.base.store(span.base, std::memory_order_release);
+  r.bytes.store(span.bytes, std::memory_order_release);
+  r.tier.store(span.tier, std::memory_order_release);
+  r.is_group.store(span.is_group, std::memory_order_release);
   r.sequence.store(seq + 2, std::memory_order_release);  // even: stable
 }
 
@@ -102,8 +105,7 @@ void ObjectTable::set_tier(Slot slot, std::uint32_t tier) {
   std::lock_guard lock(writer_mutex_);
   Record& r = record(slot);
   SpanView span{r.id.load(std::memory_order_relaxed), r.base.load(std::memory_order_relaxed),
-                r.bytes.load(std::memory_order_relaxed), tier,
-                r.is_group.load(std::memory_order_relaxed)};
+                r.bytes.load(std::memory_order_relaxed), tier, r.is_group.load(std::memory_order_relaxed)};
   write_record(r, span);
 }
 
@@ -131,10 +133,10 @@ bool ObjectTable::lookup(const void* address, SpanView* out) const noexcept {
   for (int attempt = 0; attempt < kMaxReadTries; ++attempt) {
     const std::uint32_t before = r.sequence.load(std::memory_order_acquire);
     if ((before & 1U) != 0) continue;
-    SpanView span{r.id.load(std::memory_order_relaxed), r.base.load(std::memory_order_relaxed),
-                  r.bytes.load(std::memory_order_relaxed), r.tier.load(std::memory_order_relaxed),
-                  r.is_group.load(std::memory_order_relaxed)};
-    std::atomic_thread_fence(std::memory_order_acquire);
+    // Acquire loads keep the second sequence read after the field reads.
+    SpanView span{r.id.load(std::memory_order_acquire), r.base.load(std::memory_order_acquire),
+                  r.bytes.load(std::memory_order_acquire), r.tier.load(std::memory_order_acquire),
+                  r.is_group.load(std::memory_order_acquire)};
     if (r.sequence.load(std::memory_order_relaxed) != before) continue;
     // The slot may have been reused for another span between the leaf read and now.
     if (addr < span.base || addr - span.base >= span.bytes) return false;

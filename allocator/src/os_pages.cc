@@ -19,10 +19,16 @@
 namespace tensortier::os {
 namespace {
 
-std::size_t page_bytes() { return static_cast<std::size_t>(sysconf(_SC_PAGESIZE)); }
+std::size_t page_bytes() {
+  return static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+}
 
-std::uintptr_t as_uint(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
-void* as_ptr(std::uintptr_t u) { return reinterpret_cast<void*>(u); }
+std::uintptr_t as_uint(const void* p) {
+  return reinterpret_cast<std::uintptr_t>(p);
+}
+void* as_ptr(std::uintptr_t u) {
+  return reinterpret_cast<void*>(u);
+}
 
 }  // namespace
 
@@ -31,7 +37,7 @@ Result<void*> map_anonymous(std::size_t bytes, std::size_t alignment) {
   const std::size_t slack = alignment > page ? alignment - page : 0;
   void* raw = mmap(nullptr, bytes + slack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (raw == MAP_FAILED) {
-    return out_of_memory(fmt::format("mmap of {} bytes failed: {}", bytes, std::strerror(errno)));
+    return out_of_memory(fmt::format("mmap of {} bytes failed: {}", bytes, strerrordesc_np(errno)));
   }
   // Trim the unaligned head and the tail so exactly [aligned, aligned + bytes) stays mapped.
   const std::uintptr_t start = as_uint(raw);
@@ -42,7 +48,9 @@ Result<void*> map_anonymous(std::size_t bytes, std::size_t alignment) {
   return as_ptr(aligned);
 }
 
-void unmap(void* address, std::size_t bytes) { munmap(address, bytes); }
+void unmap(void* address, std::size_t bytes) {
+  munmap(address, bytes);
+}
 
 void advise_huge_pages(void* address, std::size_t bytes) {
   // Best effort: where THP is off ("never") or the mapping cannot take it, 4 KiB pages serve.
@@ -52,8 +60,8 @@ void advise_huge_pages(void* address, std::size_t bytes) {
 Status populate(void* address, std::size_t bytes) {
   if (madvise(address, bytes, MADV_POPULATE_WRITE) == 0) return Status::ok();
   if (errno == ENOMEM || errno == EFAULT || errno == EHWPOISON) {
-    return out_of_memory(fmt::format("the kernel could not back {} bytes: {}", bytes,
-                                     std::strerror(errno)));
+    return out_of_memory(
+        fmt::format("the kernel could not back {} bytes: {}", bytes, strerrordesc_np(errno)));
   }
   // EINVAL: a kernel older than 5.14. Touch each page (a fault each, as the first use would).
   auto* bytes_ptr = static_cast<volatile unsigned char*>(address);
@@ -67,7 +75,7 @@ Status bind_to_node(void* address, std::size_t bytes, int node) {
   std::vector<unsigned long> mask((max_node + 63) / 64, 0);
   mask[static_cast<std::size_t>(node) / 64] |= 1UL << (static_cast<unsigned>(node) % 64);
   if (mbind(address, bytes, MPOL_BIND, mask.data(), max_node + 1, MPOL_MF_STRICT) != 0) {
-    return internal_error(fmt::format("mbind to NUMA node {} failed: {}", node, std::strerror(errno)));
+    return internal_error(fmt::format("mbind to NUMA node {} failed: {}", node, strerrordesc_np(errno)));
   }
   return Status::ok();
 }
@@ -79,7 +87,7 @@ Result<std::vector<int>> page_nodes(const void* address, std::size_t bytes) {
   for (std::size_t i = 0; i < count; ++i) pages[i] = as_ptr(as_uint(address) + i * page);
   std::vector<int> status(count, 0);
   if (move_pages(0, count, pages.data(), nullptr, status.data(), 0) != 0) {
-    return internal_error(fmt::format("move_pages query failed: {}", std::strerror(errno)));
+    return internal_error(fmt::format("move_pages query failed: {}", strerrordesc_np(errno)));
   }
   return status;
 }
@@ -93,12 +101,12 @@ Status move_to_node(void* address, std::size_t bytes, int node) {
   std::vector<int> status(count, 0);
   const long rc = move_pages(0, count, pages.data(), nodes.data(), status.data(), MPOL_MF_MOVE);
   if (rc < 0) {
-    return internal_error(fmt::format("move_pages to node {} failed: {}", node, std::strerror(errno)));
+    return internal_error(fmt::format("move_pages to node {} failed: {}", node, strerrordesc_np(errno)));
   }
   for (std::size_t i = 0; i < count; ++i) {
     if (status[i] < 0) {
-      return internal_error(fmt::format("move_pages left page {} of {} off node {}: {}", i, count,
-                                        node, std::strerror(-status[i])));
+      return internal_error(fmt::format("move_pages left page {} of {} off node {}: {}", i, count, node,
+                                        strerrordesc_np(-status[i])));
     }
   }
   return Status::ok();

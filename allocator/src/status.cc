@@ -5,13 +5,20 @@ namespace tensortier {
 
 const char* to_string(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return "ok";
-    case StatusCode::kInvalidArgument: return "invalid argument";
-    case StatusCode::kOutOfMemory: return "out of memory";
-    case StatusCode::kNotFound: return "not found";
-    case StatusCode::kUnavailable: return "unavailable";
-    case StatusCode::kFailedPrecondition: return "failed precondition";
-    case StatusCode::kInternal: return "internal";
+    case StatusCode::kOk:
+      return "ok";
+    case StatusCode::kInvalidArgument:
+      return "invalid argument";
+    case StatusCode::kOutOfMemory:
+      return "out of memory";
+    case StatusCode::kNotFound:
+      return "not found";
+    case StatusCode::kUnavailable:
+      return "unavailable";
+    case StatusCode::kFailedPrecondition:
+      return "failed precondition";
+    case StatusCode::kInternal:
+      return "internal";
   }
   return "unknown";
 }

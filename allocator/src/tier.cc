@@ -21,28 +21,27 @@ std::uint64_t Tier::free_bytes() const {
 
 Result<void*> Tier::allocate(std::size_t bytes, std::size_t alignment) {
   if (bytes == 0 || bytes % kPageBytes != 0) {
-    return invalid_argument(fmt::format(
-        "tier '{}': {} bytes is not a positive multiple of the {}-byte page", name_, bytes, kPageBytes));
+    return invalid_argument(fmt::format("tier '{}': {} bytes is not a positive multiple of the {}-byte page",
+                                        name_, bytes, kPageBytes));
   }
   if (!std::has_single_bit(alignment) || alignment < kPageBytes) {
-    return invalid_argument(fmt::format("tier '{}': alignment {} is not a power of two >= {}",
-                                        name_, alignment, kPageBytes));
+    return invalid_argument(
+        fmt::format("tier '{}': alignment {} is not a power of two >= {}", name_, alignment, kPageBytes));
   }
   if (bytes >= kHugePageBytes && alignment < kHugePageBytes) alignment = kHugePageBytes;
   // Reserve budget first, so concurrent allocations never overshoot it together.
   std::uint64_t used = used_bytes_.load(std::memory_order_relaxed);
   do {
     if (used + bytes > budget_bytes_) {
-      return out_of_memory(fmt::format("tier '{}' has {} of its {} budget free; {} asked",
-                                       name_, format_bytes(budget_bytes_ - std::min(used, budget_bytes_)),
+      return out_of_memory(fmt::format("tier '{}' has {} of its {} budget free; {} asked", name_,
+                                       format_bytes(budget_bytes_ - std::min(used, budget_bytes_)),
                                        format_bytes(budget_bytes_), format_bytes(bytes)));
     }
   } while (!used_bytes_.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed));
   Result<void*> mapped = map(bytes, alignment);
   if (!mapped) {
     used_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
-    return Status(mapped.status().code(),
-                  fmt::format("tier '{}': {}", name_, mapped.status().message()));
+    return Status(mapped.status().code(), fmt::format("tier '{}': {}", name_, mapped.status().message()));
   }
   const std::uint64_t now = used + bytes;
   std::uint64_t peak = peak_bytes_.load(std::memory_order_relaxed);

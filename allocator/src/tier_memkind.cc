@@ -21,8 +21,8 @@ std::string memkind_message(int err) {
 
 class MemkindTier final : public Tier {
  public:
-  MemkindTier(const TierConfig& config, std::uint64_t budget_bytes, memkind_t kind,
-              std::string kind_name, bool owns_kind)
+  MemkindTier(const TierConfig& config, std::uint64_t budget_bytes, memkind_t kind, std::string kind_name,
+              bool owns_kind)
       : Tier(config.name, config.kind, budget_bytes),
         kind_(kind),
         kind_name_(std::move(kind_name)),
@@ -36,8 +36,8 @@ class MemkindTier final : public Tier {
  protected:
   Result<void*> map(std::size_t bytes, std::size_t alignment) override {
     if (kind() != TierKind::kPmem && bytes > physical_memory_bytes()) {
-      return out_of_memory(fmt::format("{} is more than this machine's {} of memory",
-                                       format_bytes(bytes), format_bytes(physical_memory_bytes())));
+      return out_of_memory(fmt::format("{} is more than this machine's {} of memory", format_bytes(bytes),
+                                       format_bytes(physical_memory_bytes())));
     }
     void* address = nullptr;
     const int err = memkind_posix_memalign(kind_, &address, alignment, bytes);
@@ -70,14 +70,15 @@ Result<std::unique_ptr<Tier>> open_memkind_tier(const TierConfig& config) {
   }
   if (config.kind == TierKind::kDaxKmem) {
     if (const int err = memkind_check_available(MEMKIND_DAX_KMEM); err != 0) {
-      return unavailable(fmt::format(
-          "tier '{}': MEMKIND_DAX_KMEM is not available: this machine has no KMEM DAX NUMA node "
-          "(memkind: {}). Bring one online with `daxctl reconfigure-device --mode=system-ram`, "
-          "use 'emulated:optane' instead, or for a test set MEMKIND_DAX_KMEM_NODES=<node>",
-          config.name, memkind_message(err)));
+      return unavailable(
+          fmt::format("tier '{}': MEMKIND_DAX_KMEM is not available: this machine has no KMEM DAX NUMA node "
+                      "(memkind: {}). Bring one online with `daxctl reconfigure-device --mode=system-ram`, "
+                      "use 'emulated:optane' instead, or for a test set MEMKIND_DAX_KMEM_NODES=<node>",
+                      config.name, memkind_message(err)));
     }
     const std::uint64_t budget = config.budget_bytes != 0 ? config.budget_bytes : physical_memory_bytes();
-    return std::unique_ptr<Tier>(new MemkindTier(config, budget, MEMKIND_DAX_KMEM, "MEMKIND_DAX_KMEM", false));
+    return std::unique_ptr<Tier>(
+        new MemkindTier(config, budget, MEMKIND_DAX_KMEM, "MEMKIND_DAX_KMEM", false));
   }
   // pmem: a file-backed kind in a directory.
   std::error_code ec;
@@ -90,7 +91,8 @@ Result<std::unique_ptr<Tier>> open_memkind_tier(const TierConfig& config) {
   std::uint64_t budget = config.budget_bytes;
   if (budget == 0) {
     struct statvfs fs {};
-    if (statvfs(config.pmem_dir.c_str(), &fs) == 0) budget = static_cast<std::uint64_t>(fs.f_bavail) * fs.f_frsize;
+    if (statvfs(config.pmem_dir.c_str(), &fs) == 0)
+      budget = static_cast<std::uint64_t>(fs.f_bavail) * fs.f_frsize;
   }
   memkind_t kind = nullptr;
   // max_size 0: the kind's file may grow as far as the file system allows; the tier's budget is

@@ -19,8 +19,8 @@ class MmapTier : public Tier {
   Result<void*> map(std::size_t bytes, std::size_t alignment) override {
     // Pre-faulting more than the machine has would only summon the OOM killer.
     if (bytes > physical_memory_bytes()) {
-      return out_of_memory(fmt::format("{} is more than this machine's {} of memory",
-                                       format_bytes(bytes), format_bytes(physical_memory_bytes())));
+      return out_of_memory(fmt::format("{} is more than this machine's {} of memory", format_bytes(bytes),
+                                       format_bytes(physical_memory_bytes())));
     }
     Result<void*> mapped = os::map_anonymous(bytes, alignment);
     if (!mapped) return mapped;
@@ -49,26 +49,21 @@ class NumaTier final : public MmapTier {
   std::optional<int> numa_node() const override { return node_; }
 
  protected:
-  std::string backend() const override {
-    return fmt::format("libnuma mbind to node {}", node_);
-  }
+  std::string backend() const override { return fmt::format("libnuma mbind to node {}", node_); }
 };
 
 class EmulatedTier final : public MmapTier {
  public:
   EmulatedTier(const TierConfig& config, std::uint64_t budget_bytes, CostModel model,
                std::string bandwidth_source)
-      : MmapTier(config, budget_bytes, -1),
-        model_(model),
-        bandwidth_source_(std::move(bandwidth_source)) {}
+      : MmapTier(config, budget_bytes, -1), model_(model), bandwidth_source_(std::move(bandwidth_source)) {}
   const CostModel* cost_model() const override { return &model_; }
 
  protected:
   std::string backend() const override {
-    return fmt::format(
-        "emulated {} on DRAM: read {:.1f} GB/s, write {:.1f} GB/s vs DRAM {:.1f} GB/s ({})",
-        model_.preset().name, model_.slow_read_gbps(), model_.slow_write_gbps(),
-        model_.fast_gbps(), bandwidth_source_);
+    return fmt::format("emulated {} on DRAM: read {:.1f} GB/s, write {:.1f} GB/s vs DRAM {:.1f} GB/s ({})",
+                       model_.preset().name, model_.slow_read_gbps(), model_.slow_write_gbps(),
+                       model_.fast_gbps(), bandwidth_source_);
   }
 
  private:
@@ -80,23 +75,24 @@ class EmulatedTier final : public MmapTier {
 
 Result<std::unique_ptr<Tier>> open_numa_tier(const TierConfig& config) {
   if (numa_available() < 0) {
-    return unavailable(fmt::format(
-        "tier '{}': this kernel reports no NUMA support (libnuma numa_available() < 0); use "
-        "'dram' or 'emulated' tiers instead",
-        config.name));
+    return unavailable(
+        fmt::format("tier '{}': this kernel reports no NUMA support (libnuma numa_available() < 0); use "
+                    "'dram' or 'emulated' tiers instead",
+                    config.name));
   }
   const int node = config.numa_node;
-  if (node < 0 || node > numa_max_node() || numa_bitmask_isbitset(numa_all_nodes_ptr, static_cast<unsigned>(node)) == 0) {
+  if (node < 0 || node > numa_max_node() ||
+      numa_bitmask_isbitset(numa_all_nodes_ptr, static_cast<unsigned>(node)) == 0) {
     std::string nodes;
     for (int n = 0; n <= numa_max_node(); ++n) {
       if (numa_bitmask_isbitset(numa_all_nodes_ptr, static_cast<unsigned>(n)) != 0) {
         nodes += (nodes.empty() ? "" : ", ") + std::to_string(n);
       }
     }
-    return unavailable(fmt::format(
-        "tier '{}': NUMA node {} does not exist on this machine (nodes with memory: {}); "
-        "`numactl -H` lists them",
-        config.name, node, nodes));
+    return unavailable(
+        fmt::format("tier '{}': NUMA node {} does not exist on this machine (nodes with memory: {}); "
+                    "`numactl -H` lists them",
+                    config.name, node, nodes));
   }
   long long free_bytes = 0;
   const long long node_bytes = numa_node_size64(node, &free_bytes);
@@ -112,8 +108,8 @@ Result<std::unique_ptr<Tier>> open_emulated_tier(const TierConfig& config) {
   }
   const DramBandwidth bandwidth = dram_bandwidth();
   const std::uint64_t budget = config.budget_bytes != 0 ? config.budget_bytes : physical_memory_bytes();
-  return std::unique_ptr<Tier>(new EmulatedTier(config, budget, CostModel(preset.value(), bandwidth.gbps),
-                                                bandwidth.source));
+  return std::unique_ptr<Tier>(
+      new EmulatedTier(config, budget, CostModel(preset.value(), bandwidth.gbps), bandwidth.source));
 }
 
 }  // namespace tensortier::detail

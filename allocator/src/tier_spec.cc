@@ -58,11 +58,16 @@ std::string format_size(std::uint64_t bytes) {
 
 const char* to_string(TierKind kind) {
   switch (kind) {
-    case TierKind::kDram: return "dram";
-    case TierKind::kNuma: return "numa";
-    case TierKind::kDaxKmem: return "daxkmem";
-    case TierKind::kPmem: return "pmem";
-    case TierKind::kEmulated: return "emulated";
+    case TierKind::kDram:
+      return "dram";
+    case TierKind::kNuma:
+      return "numa";
+    case TierKind::kDaxKmem:
+      return "daxkmem";
+    case TierKind::kPmem:
+      return "pmem";
+    case TierKind::kEmulated:
+      return "emulated";
   }
   return "unknown";
 }

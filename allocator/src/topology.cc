@@ -49,9 +49,11 @@ std::optional<double> memattr(hwloc_topology_t topology, hwloc_memattr_id_t id, 
 
 std::string rank_fast_to_slow(std::vector<MemoryNode>& nodes) {
   const bool all_bandwidth =
-      !nodes.empty() && std::all_of(nodes.begin(), nodes.end(), [](const MemoryNode& n) { return n.bandwidth_mibps.has_value(); });
-  const bool all_latency =
-      !nodes.empty() && std::all_of(nodes.begin(), nodes.end(), [](const MemoryNode& n) { return n.latency_ns.has_value(); });
+      !nodes.empty() && std::all_of(nodes.begin(), nodes.end(),
+                                    [](const MemoryNode& n) { return n.bandwidth_mibps.has_value(); });
+  const bool all_latency = !nodes.empty() && std::all_of(nodes.begin(), nodes.end(), [](const MemoryNode& n) {
+    return n.latency_ns.has_value();
+  });
   constexpr double kUnknown = std::numeric_limits<double>::infinity();
   if (all_bandwidth) {
     std::stable_sort(nodes.begin(), nodes.end(), [&](const MemoryNode& a, const MemoryNode& b) {

@@ -38,7 +38,9 @@ tt_status tt_runtime_create(const char* spec, tt_runtime** out) {
   return report(tensortier::Status::ok());
 }
 
-void tt_runtime_destroy(tt_runtime* runtime) { delete runtime; }
+void tt_runtime_destroy(tt_runtime* runtime) {
+  delete runtime;
+}
 
 tt_status tt_alloc(tt_runtime* runtime, const char* name, size_t bytes, uint32_t group, void** out) {
   if (runtime == nullptr || out == nullptr) return null_argument("tt_alloc");
@@ -64,14 +66,14 @@ tt_status tt_step_end(tt_runtime* runtime) {
   return report(runtime->runtime->step_end());
 }
 
-tt_status tt_layer_begin(tt_runtime* runtime, const char* name, const void* const* reads,
-                         size_t read_count, const void* const* writes, size_t write_count) {
+tt_status tt_layer_begin(tt_runtime* runtime, const char* name, const void* const* reads, size_t read_count,
+                         const void* const* writes, size_t write_count) {
   if (runtime == nullptr || (reads == nullptr && read_count != 0) ||
       (writes == nullptr && write_count != 0)) {
     return null_argument("tt_layer_begin");
   }
-  return report(runtime->runtime->layer_begin(name != nullptr ? name : "",
-                                              {reads, read_count}, {writes, write_count}));
+  return report(
+      runtime->runtime->layer_begin(name != nullptr ? name : "", {reads, read_count}, {writes, write_count}));
 }
 
 tt_status tt_layer_end(tt_runtime* runtime) {
@@ -105,6 +107,8 @@ tt_status tt_tier_stats_get(const tt_runtime* runtime, size_t tier, tt_tier_stat
   return report(tensortier::Status::ok());
 }
 
-const char* tt_last_error(void) { return last_error.c_str(); }
+const char* tt_last_error(void) {
+  return last_error.c_str();
+}
 
 }  // extern "C"

@@ -18,8 +18,7 @@ std::uint64_t now_ns() {
                                         .count());
 }
 
-constexpr std::string_view kEmulatedHint =
-    "TENSORTIER_TIERS=fast=dram:4GiB,slow=emulated:optane:16GiB";
+constexpr std::string_view kEmulatedHint = "TENSORTIER_TIERS=fast=dram:4GiB,slow=emulated:optane:16GiB";
 
 }  // namespace
 
@@ -80,7 +79,9 @@ Result<ObjectInfo> Runtime::allocate(std::string_view name, std::size_t bytes, G
   return allocator_.allocate(name, bytes, group, preferred);
 }
 
-Status Runtime::free(const void* address) { return allocator_.free(address); }
+Status Runtime::free(const void* address) {
+  return allocator_.free(address);
+}
 
 Status Runtime::step_begin() {
   if (in_step_) return failed_precondition("step_begin: the previous step has not ended (call step_end)");
@@ -92,8 +93,8 @@ Status Runtime::step_begin() {
 Status Runtime::step_end() {
   if (!in_step_) return failed_precondition("step_end without step_begin");
   if (in_layer_) {
-    return failed_precondition(fmt::format("step_end inside layer '{}' (call layer_end first)",
-                                           current_step_.back().name));
+    return failed_precondition(
+        fmt::format("step_end inside layer '{}' (call layer_end first)", current_step_.back().name));
   }
   in_step_ = false;
   ++steps_completed_;
@@ -103,10 +104,11 @@ Status Runtime::step_end() {
 
 Status Runtime::layer_begin(std::string_view name, std::span<const void* const> reads,
                             std::span<const void* const> writes) {
-  if (!in_step_) return failed_precondition(fmt::format("layer_begin('{}') outside a step (call step_begin)", name));
+  if (!in_step_)
+    return failed_precondition(fmt::format("layer_begin('{}') outside a step (call step_begin)", name));
   if (in_layer_) {
-    return failed_precondition(fmt::format("layer_begin('{}') inside layer '{}' (layers do not nest)",
-                                           name, current_step_.back().name));
+    return failed_precondition(fmt::format("layer_begin('{}') inside layer '{}' (layers do not nest)", name,
+                                           current_step_.back().name));
   }
   LayerRecord record;
   record.name = std::string(name);
@@ -116,8 +118,8 @@ Status Runtime::layer_begin(std::string_view name, std::span<const void* const> 
     for (const void* p : pointers) {
       Result<ObjectInfo> info = allocator_.info(p);
       if (!info) {
-        return not_found(fmt::format("layer '{}' {} {}, which is not the start of a live object",
-                                     name, role, p));
+        return not_found(
+            fmt::format("layer '{}' {} {}, which is not the start of a live object", name, role, p));
       }
       ids.push_back(info->id);
     }

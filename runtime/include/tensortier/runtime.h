@@ -41,14 +41,14 @@ struct RuntimeOptions {
 // One layer's execution as marked by the program.
 struct LayerRecord {
   std::string name;
-  std::uint32_t index = 0;           // position in its step, from 0
-  std::vector<ObjectId> reads;       // objects the layer declared it reads
-  std::vector<ObjectId> writes;      // objects the layer declared it writes
-  std::uint64_t duration_ns = 0;     // wall time between layer_begin and layer_end
+  std::uint32_t index = 0;        // position in its step, from 0
+  std::vector<ObjectId> reads;    // objects the layer declared it reads
+  std::vector<ObjectId> writes;   // objects the layer declared it writes
+  std::uint64_t duration_ns = 0;  // wall time between layer_begin and layer_end
 };
 
 struct RuntimeStats {
-  std::vector<TierUsage> tiers;         // fastest first
+  std::vector<TierUsage> tiers;  // fastest first
   std::uint64_t steps_completed = 0;
   std::uint64_t live_objects = 0;
 };

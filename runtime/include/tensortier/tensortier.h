@@ -54,8 +54,8 @@ tt_status tt_free(tt_runtime* runtime, void* address);
 
 tt_status tt_step_begin(tt_runtime* runtime);
 tt_status tt_step_end(tt_runtime* runtime);
-tt_status tt_layer_begin(tt_runtime* runtime, const char* name, const void* const* reads,
-                         size_t read_count, const void* const* writes, size_t write_count);
+tt_status tt_layer_begin(tt_runtime* runtime, const char* name, const void* const* reads, size_t read_count,
+                         const void* const* writes, size_t write_count);
 tt_status tt_layer_end(tt_runtime* runtime);
 
 size_t tt_tier_count(const tt_runtime* runtime);

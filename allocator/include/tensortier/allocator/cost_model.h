@@ -22,12 +22,12 @@ namespace tensortier {
 
 // A kind of slow memory, as ratios to DRAM. Figures and their sources: docs/EMULATION.md.
 struct SlowMemoryPreset {
-  std::string_view name;             // spec word: "optane", "cxl", "remote-numa"
-  double read_bandwidth_fraction;    // slow read bandwidth / DRAM bandwidth
-  double write_bandwidth_fraction;   // slow write bandwidth / DRAM bandwidth
-  double latency_factor;             // slow load latency / DRAM load latency (reported; the
-                                     // charge is bandwidth-based, DNN layers stream)
-  std::string_view source;           // where the figures come from
+  std::string_view name;            // spec word: "optane", "cxl", "remote-numa"
+  double read_bandwidth_fraction;   // slow read bandwidth / DRAM bandwidth
+  double write_bandwidth_fraction;  // slow write bandwidth / DRAM bandwidth
+  double latency_factor;            // slow load latency / DRAM load latency (reported; the
+                                    // charge is bandwidth-based, DNN layers stream)
+  std::string_view source;          // where the figures come from
 };
 
 // All presets, in a fixed order.

@@ -43,9 +43,10 @@ using ObjectId = std::uint64_t;   // unique per allocator, never reused; 0 is ne
 using GroupId = std::uint32_t;    // caller-chosen lifetime class that small objects share pages by
 using TierIndex = std::uint32_t;  // position in the tier list, 0 = fastest
 
-inline constexpr GroupId kDefaultGroup = 0;                 // small objects given no group
-inline constexpr std::size_t kSmallAlignmentBytes = 64;      // small objects: cache-line aligned
-inline constexpr std::size_t kGroupChunkBytes = 64 * 1024;   // shared pages of one group, per chunk
+inline constexpr GroupId kDefaultGroup = 0;              // small objects given no group
+inline constexpr std::size_t kSmallAlignmentBytes = 64;  // small objects: cache-line aligned
+inline constexpr std::size_t kGroupChunkBytes = std::size_t{64}
+                                                << 10;  // shared pages of one group, per chunk
 
 // What the allocator knows of one live object.
 struct ObjectInfo {
@@ -56,7 +57,7 @@ struct ObjectInfo {
   TierIndex tier = 0;              // where it lives
   GroupId group = kDefaultGroup;
   void* address = nullptr;
-  bool small = false;              // packed into its group's shared pages
+  bool small = false;  // packed into its group's shared pages
 };
 
 // Per-tier accounting.
@@ -67,12 +68,12 @@ struct TierUsage {
   std::uint64_t peak_mapped_bytes = 0;  // high-water mark of mapped_bytes
   std::uint64_t live_bytes = 0;         // bytes of live objects, as asked
   std::uint64_t live_objects = 0;
-  std::uint64_t cached_bytes = 0;       // freed ranges kept for reuse
-  std::uint64_t allocations = 0;        // objects placed here
-  std::uint64_t fallbacks_out = 0;      // objects that preferred this tier and did not fit
-  std::uint64_t fallbacks_in = 0;       // objects placed here because a faster tier was full
-  std::uint64_t new_ranges = 0;         // ranges taken from the tier (each first touch faults)
-  std::uint64_t reused_ranges = 0;      // ranges served from the cache
+  std::uint64_t cached_bytes = 0;   // freed ranges kept for reuse
+  std::uint64_t allocations = 0;    // objects placed here
+  std::uint64_t fallbacks_out = 0;  // objects that preferred this tier and did not fit
+  std::uint64_t fallbacks_in = 0;   // objects placed here because a faster tier was full
+  std::uint64_t new_ranges = 0;     // ranges taken from the tier (each first touch faults)
+  std::uint64_t reused_ranges = 0;  // ranges served from the cache
 };
 
 class ObjectAllocator {
@@ -133,9 +134,9 @@ class ObjectAllocator {
   std::vector<std::unique_ptr<Tier>> tiers_;
   ObjectTable table_;
   mutable std::mutex mutex_;
-  std::vector<TierState> tier_state_;                             // by TierIndex
-  std::unordered_map<const void*, Live> live_;                    // by start address
-  std::map<std::pair<GroupId, TierIndex>, GroupState> groups_;    // small-object chunks
+  std::vector<TierState> tier_state_;                           // by TierIndex
+  std::unordered_map<const void*, Live> live_;                  // by start address
+  std::map<std::pair<GroupId, TierIndex>, GroupState> groups_;  // small-object chunks
   ObjectId next_id_ = 1;
 };
 

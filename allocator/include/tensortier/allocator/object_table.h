@@ -27,11 +27,11 @@ namespace tensortier {
 
 // A span as a reader sees it.
 struct SpanView {
-  std::uint64_t id = 0;        // object id, or group id for a group span
-  std::uintptr_t base = 0;     // first byte
-  std::uint64_t bytes = 0;     // length (whole pages)
-  std::uint32_t tier = 0;      // index of the tier it lives on
-  bool is_group = false;       // true: shared pages of small objects of group `id`
+  std::uint64_t id = 0;     // object id, or group id for a group span
+  std::uintptr_t base = 0;  // first byte
+  std::uint64_t bytes = 0;  // length (whole pages)
+  std::uint32_t tier = 0;   // index of the tier it lives on
+  bool is_group = false;    // true: shared pages of small objects of group `id`
 };
 
 class ObjectTable {
@@ -59,7 +59,7 @@ class ObjectTable {
 
  private:
   static constexpr int kPageShift = 12;
-  static constexpr int kLeafBits = 18;                      // 2^18 pages = 1 GiB per leaf
+  static constexpr int kLeafBits = 18;                          // 2^18 pages = 1 GiB per leaf
   static constexpr int kTopBits = 48 - kPageShift - kLeafBits;  // 2^18 leaves = 256 TiB
   static constexpr std::size_t kLeafEntries = std::size_t{1} << kLeafBits;
   static constexpr std::size_t kTopEntries = std::size_t{1} << kTopBits;
@@ -81,13 +81,13 @@ class ObjectTable {
   void write_record(Record& r, const SpanView& span);
   void fill(std::uintptr_t base, std::uint64_t bytes, std::uint32_t value);
 
-  std::atomic<Leaf*>* top_ = nullptr;                 // kTopEntries leaf pointers (mmap'd)
+  std::atomic<Leaf*>* top_ = nullptr;  // kTopEntries leaf pointers (mmap'd)
   std::array<std::atomic<Record*>, kMaxChunks> chunks_{};
-  mutable std::mutex writer_mutex_;                   // orders insert/set_tier/erase
-  std::vector<Leaf*> leaves_;                         // every leaf made; guarded by writer_mutex_
-  std::vector<Slot> free_slots_;                      // guarded by writer_mutex_
-  Slot next_slot_ = 0;                                // guarded by writer_mutex_
-  std::size_t live_ = 0;                              // guarded by writer_mutex_
+  mutable std::mutex writer_mutex_;  // orders insert/set_tier/erase
+  std::vector<Leaf*> leaves_;        // every leaf made; guarded by writer_mutex_
+  std::vector<Slot> free_slots_;     // guarded by writer_mutex_
+  Slot next_slot_ = 0;               // guarded by writer_mutex_
+  std::size_t live_ = 0;             // guarded by writer_mutex_
 };
 
 }  // namespace tensortier

@@ -24,8 +24,8 @@
 
 namespace tensortier {
 
-inline constexpr std::size_t kPageBytes = 4096;                // base page size on x86-64 Linux
-inline constexpr std::size_t kHugePageBytes = 2 * 1024 * 1024;  // transparent huge page size
+inline constexpr std::size_t kPageBytes = 4096;                      // base page size on x86-64 Linux
+inline constexpr std::size_t kHugePageBytes = std::size_t{2} << 20;  // transparent huge page size
 
 // Rounds bytes up to a multiple of `multiple` (a power of two).
 constexpr std::size_t round_up(std::size_t bytes, std::size_t multiple) {

@@ -33,12 +33,12 @@ const char* to_string(TierKind kind);
 
 // One parsed spec entry.
 struct TierConfig {
-  std::string name;             // the user's name for the tier ("fast", "slow", ...)
+  std::string name;  // the user's name for the tier ("fast", "slow", ...)
   TierKind kind = TierKind::kDram;
   std::uint64_t budget_bytes = 0;  // 0: no size given, use the capacity the machine reports
-  int numa_node = -1;           // kNuma: the node
-  std::string pmem_dir;         // kPmem: the directory backing the kind
-  std::string preset;           // kEmulated: the cost-model preset name
+  int numa_node = -1;              // kNuma: the node
+  std::string pmem_dir;            // kPmem: the directory backing the kind
+  std::string preset;              // kEmulated: the cost-model preset name
 };
 
 // Parses a spec. Errors quote the offending entry and say what was expected.

@@ -20,12 +20,12 @@
 namespace tensortier {
 
 struct MemoryNode {
-  int os_index = -1;                     // Linux NUMA node number
-  std::uint64_t capacity_bytes = 0;      // hwloc local memory
-  bool cpu_less = false;                 // no CPUs attached (KMEM DAX, CXL, far memory)
-  std::string subtype;                   // hwloc subtype: "", "NVM", "MCDRAM", "GPUMemory", ...
-  std::optional<double> bandwidth_mibps; // HMAT bandwidth (hwloc: MiB/s) where published
-  std::optional<double> latency_ns;      // HMAT latency (hwloc: ns) where published
+  int os_index = -1;                      // Linux NUMA node number
+  std::uint64_t capacity_bytes = 0;       // hwloc local memory
+  bool cpu_less = false;                  // no CPUs attached (KMEM DAX, CXL, far memory)
+  std::string subtype;                    // hwloc subtype: "", "NVM", "MCDRAM", "GPUMemory", ...
+  std::optional<double> bandwidth_mibps;  // HMAT bandwidth (hwloc: MiB/s) where published
+  std::optional<double> latency_ns;       // HMAT latency (hwloc: ns) where published
 };
 
 struct Topology {

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages tensortier builds and tests with, where any is missing.
+# Idempotent and quiet when nothing is missing; uses sudo when not run as root.
+# The list is the one place our system dependencies are named (cmake/Dependencies.cmake finds
+# them). Usage: tools/setup.sh
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config ninja-build git  # toolchain
+  libmemkind-dev libhwloc-dev libnuma-dev           # tiers and topology
+  libpapi-dev libtbb-dev libdnnl-dev                # counters, migration thread, oneDNN 2.6
+  nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev
+  libgtest-dev libbenchmark-dev                     # tests and micro-benchmarks
+  clang-format clang-tidy                           # style checks (CI)
+  hwloc numactl                                     # lstopo / numactl -H for people
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+  [[ "$status" == "installed" ]] || missing+=("$p")
+done
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+
+as_root=()
+if [[ $(id -u) -ne 0 ]]; then
+  command -v sudo >/dev/null || { echo "setup: need root (or sudo) to install: ${missing[*]}" >&2; exit 1; }
+  as_root=(sudo)
+fi
+echo "setup: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+# A machine that never ran apt-get update has no package lists: update first, quietly.
+"${as_root[@]}" apt-get update -qq
+"${as_root[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "setup: done"
