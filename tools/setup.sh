@@ -2,7 +2,7 @@
 # Installs the Debian 12 packages tensortier builds and tests with, where any is missing.
 # Idempotent and quiet when nothing is missing; uses sudo when not run as root.
 # The list is the one place our system dependencies are named (cmake/Dependencies.cmake finds
-# them). Usage: tools/setup.sh
+# them). Usage: tools/setup.sh [vm]   ("vm" adds what tests/numa_vm/run.sh needs to boot its VM)
 set -euo pipefail
 
 packages=(
@@ -15,6 +15,9 @@ packages=(
   clang-format clang-tidy                           # style checks (CI)
   hwloc numactl                                     # lstopo / numactl -H for people
 )
+if [[ "${1:-}" == vm ]]; then
+  packages+=(qemu-system-x86 busybox-static cpio)   # the two-node NUMA VM (tests/numa_vm/)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

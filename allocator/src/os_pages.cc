@@ -97,17 +97,33 @@ Status move_to_node(void* address, std::size_t bytes, int node) {
   const std::size_t count = (bytes + page - 1) / page;
   std::vector<void*> pages(count);
   for (std::size_t i = 0; i < count; ++i) pages[i] = as_ptr(as_uint(address) + i * page);
-  std::vector<int> nodes(count, node);
-  std::vector<int> status(count, 0);
-  const long rc = move_pages(0, count, pages.data(), nodes.data(), status.data(), MPOL_MF_MOVE);
-  if (rc < 0) {
-    return internal_error(fmt::format("move_pages to node {} failed: {}", node, strerrordesc_np(errno)));
-  }
-  for (std::size_t i = 0; i < count; ++i) {
-    if (status[i] < 0) {
-      return internal_error(fmt::format("move_pages left page {} of {} off node {}: {}", i, count, node,
-                                        strerrordesc_np(-status[i])));
+  // A transparent huge page moves whole with its first 4 KiB page; move_pages then reports its
+  // other pages as busy (-EBUSY), and a page under concurrent use can be busy too. So what
+  // counts is where each page is afterwards: query, and try the stragglers once more.
+  for (int attempt = 0; attempt < 2 && !pages.empty(); ++attempt) {
+    std::vector<int> nodes(pages.size(), node);
+    std::vector<int> status(pages.size(), 0);
+    if (move_pages(0, pages.size(), pages.data(), nodes.data(), status.data(), MPOL_MF_MOVE) < 0) {
+      return internal_error(fmt::format("move_pages to node {} failed: {}", node, strerrordesc_np(errno)));
     }
+    if (move_pages(0, pages.size(), pages.data(), nullptr, status.data(), 0) != 0) {
+      return internal_error(fmt::format("move_pages query failed: {}", strerrordesc_np(errno)));
+    }
+    std::vector<void*> off_node;
+    std::string first_problem;
+    for (std::size_t i = 0; i < pages.size(); ++i) {
+      if (status[i] == node) continue;
+      off_node.push_back(pages[i]);
+      if (first_problem.empty()) {
+        first_problem = status[i] < 0 ? strerrordesc_np(-status[i]) : fmt::format("on node {}", status[i]);
+      }
+    }
+    if (off_node.empty()) return Status::ok();
+    if (attempt == 1) {
+      return internal_error(fmt::format("move_pages left {} of {} pages off node {} (first: {})",
+                                        off_node.size(), count, node, first_problem));
+    }
+    pages = std::move(off_node);
   }
   return Status::ok();
 }

@@ -2,6 +2,7 @@
 #include "tensortier/allocator/topology.h"
 
 #include <hwloc.h>
+#include <numa.h>
 
 #include <algorithm>
 #include <limits>
@@ -45,6 +46,16 @@ std::optional<double> memattr(hwloc_topology_t topology, hwloc_memattr_id_t id, 
   return static_cast<double>(value);
 }
 
+// hwloc gives a NUMA node the cpuset of its locality (for a CPU-less node attached to the
+// machine: every CPU), so whether CPUs are attached comes from the kernel, through libnuma.
+bool node_has_no_cpus(int os_index) {
+  if (numa_available() < 0) return false;  // no NUMA: the one node has the CPUs
+  bitmask* cpus = numa_allocate_cpumask();
+  const bool none = numa_node_to_cpus(os_index, cpus) == 0 && numa_bitmask_weight(cpus) == 0;
+  numa_free_cpumask(cpus);
+  return none;
+}
+
 }  // namespace
 
 std::string rank_fast_to_slow(std::vector<MemoryNode>& nodes) {
@@ -84,7 +95,7 @@ Result<Topology> discover_topology() {
   hwloc_obj_t initiator = nullptr;
   for (int i = 0; i < count && initiator == nullptr; ++i) {
     hwloc_obj_t node = hwloc_get_obj_by_type(t, HWLOC_OBJ_NUMANODE, static_cast<unsigned>(i));
-    if (node->cpuset != nullptr && !hwloc_bitmap_iszero(node->cpuset)) initiator = node;
+    if (!node_has_no_cpus(static_cast<int>(node->os_index))) initiator = node;
   }
   Topology topology;
   for (int i = 0; i < count; ++i) {
@@ -92,7 +103,7 @@ Result<Topology> discover_topology() {
     MemoryNode m;
     m.os_index = static_cast<int>(node->os_index);
     m.capacity_bytes = node->attr != nullptr ? node->attr->numanode.local_memory : 0;
-    m.cpu_less = node->cpuset == nullptr || hwloc_bitmap_iszero(node->cpuset);
+    m.cpu_less = node_has_no_cpus(m.os_index);
     m.subtype = node->subtype != nullptr ? node->subtype : "";
     m.bandwidth_mibps = memattr(t, HWLOC_MEMATTR_ID_BANDWIDTH, node, initiator);
     m.latency_ns = memattr(t, HWLOC_MEMATTR_ID_LATENCY, node, initiator);
