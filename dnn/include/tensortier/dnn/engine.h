@@ -1,0 +1,104 @@
+// The dnn engine's execution context: oneDNN engine and stream, and tensors that are runtime
+// objects.
+//
+// Every buffer the training engine uses (activations, weights, gradients, workspaces,
+// scratchpads, optimizer state) is a Tensor: a runtime object with a name and a lifetime group,
+// plus the oneDNN memory descriptor that says how its bytes are laid out. run() executes one
+// primitive as one runtime layer: it marks the layer with exactly the objects the primitive reads
+// and writes, and binds each argument's address at that moment (memory::set_data_handle), so an
+// object may move between layers.
+//
+// Ownership: an Engine borrows the Runtime (which must outlive it). A Tensor owns its object:
+// Engine::release() frees it; a Tensor still holding an object at destruction frees it too.
+// Thread safety: one Engine per training thread; not safe to share.
+#pragma once
+
+#include <dnnl.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "tensortier/runtime.h"
+
+namespace tensortier::dnn {
+
+// Lifetime classes the engine allocates in; small objects of one class share pages.
+enum Group : GroupId {
+  kParams = 1,          // weights and biases: live across steps
+  kParamGrads = 2,      // their gradients: live across steps, rewritten every step
+  kOptimizerState = 3,  // SGD momentum: live across steps
+  kActivations = 4,     // forward outputs kept for backward: born in forward, die in backward
+  kGradients = 5,       // gradients of activations: born and die within backward
+  kWorkspaces = 6,      // pooling / batch-norm state kept from forward for backward
+  kScratchpads = 7,     // oneDNN scratchpads (user mode): live across steps, reused by layers
+  kBatch = 8,           // input batch and labels
+};
+
+class Engine;
+
+// A runtime object holding a tensor's bytes, with its oneDNN layout.
+class Tensor {
+ public:
+  Tensor() = default;
+  ~Tensor();
+  Tensor(Tensor&& other) noexcept { *this = std::move(other); }
+  Tensor& operator=(Tensor&& other) noexcept;
+  Tensor(const Tensor&) = delete;
+  Tensor& operator=(const Tensor&) = delete;
+
+  bool empty() const { return runtime_ == nullptr; }
+  const dnnl::memory::desc& desc() const { return desc_; }
+  const std::string& name() const { return name_; }
+  void* address() const { return address_; }
+  float* data() const { return static_cast<float*>(address_); }
+  std::size_t bytes() const { return desc_.get_size(); }
+  std::size_t elements() const { return bytes() / sizeof(float); }
+  dnnl::memory::dims dims() const { return desc_.dims(); }
+
+ private:
+  friend class Engine;
+  Runtime* runtime_ = nullptr;
+  dnnl::memory::desc desc_;
+  std::string name_;
+  void* address_ = nullptr;
+};
+
+// One primitive argument: oneDNN's argument index and the tensor bound to it.
+using Arg = std::pair<int, const Tensor*>;
+
+class Engine {
+ public:
+  explicit Engine(Runtime& runtime);
+
+  Runtime& runtime() { return runtime_; }
+  const dnnl::engine& cpu() const { return engine_; }
+  dnnl::stream& stream() { return stream_; }
+
+  // A new zero-filled tensor of `desc`'s size in `group`. Errors come from the runtime.
+  Result<Tensor> allocate(std::string_view name, const dnnl::memory::desc& desc, Group group);
+  // Frees the tensor's object (no-op on an empty tensor).
+  void release(Tensor& tensor);
+
+  // Executes `primitive` as runtime layer `layer`, reading `reads` and writing `writes` (an
+  // argument both read and written, such as a scratchpad, goes in writes; declare it in both to
+  // say so). Waits for the stream before the layer ends.
+  Status run(std::string_view layer, const dnnl::primitive& primitive, const std::vector<Arg>& reads,
+             const std::vector<Arg>& writes);
+  // Marks a layer around host code (loss, SGD) that reads and writes these tensors.
+  Status host_layer(std::string_view layer, const std::vector<const Tensor*>& reads,
+                    const std::vector<const Tensor*>& writes, const std::function<void()>& body);
+
+  // A primitive attribute with user-mode scratchpad (scratchpads become runtime objects).
+  static dnnl::primitive_attr user_scratchpad();
+
+ private:
+  Runtime& runtime_;
+  dnnl::engine engine_;
+  dnnl::stream stream_;
+};
+
+}  // namespace tensortier::dnn

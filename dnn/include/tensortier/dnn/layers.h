@@ -1,0 +1,74 @@
+// Layers of the training engine, each a set of oneDNN 2.6 primitives (forward, backward data,
+// backward weights) over runtime tensors.
+//
+// A layer is built once for its input layouts (build), then run every step: forward() writes
+// the output the Network allocated; backward() writes the gradient of each input the Network
+// allocated (a null slot: that gradient is not needed, e.g. for the input batch) and overwrites
+// its parameters' gradients. Tensors a layer keeps from forward for backward (batch-norm mean
+// and variance, max-pooling workspace) are its own, released at the end of backward. Layouts
+// are plain (nchw activations, oihw weights) so that gradients and weights compare directly
+// with PyTorch's.
+//
+// Ownership: a layer owns its parameters (values, gradients, momentum) and scratchpads.
+// Thread safety: none; a layer belongs to one Network on one thread.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tensortier/dnn/engine.h"
+
+namespace tensortier::dnn {
+
+// A trainable tensor with its gradient and SGD momentum.
+struct Param {
+  Tensor value;
+  Tensor grad;
+  Tensor momentum;
+  bool decay = true;  // weight decay applies (PyTorch applies it to every parameter by default)
+};
+
+class Layer {
+ public:
+  explicit Layer(std::string name) : name_(std::move(name)) {}
+  virtual ~Layer() = default;
+  Layer(const Layer&) = delete;
+  Layer& operator=(const Layer&) = delete;
+
+  const std::string& name() const { return name_; }
+  // Builds primitives and parameters for these input layouts; returns the output layout.
+  virtual Result<dnnl::memory::desc> build(Engine& engine, const std::vector<dnnl::memory::desc>& inputs) = 0;
+  virtual Status forward(Engine& engine, const std::vector<const Tensor*>& inputs, const Tensor& output,
+                         bool training) = 0;
+  virtual Status backward(Engine& engine, const std::vector<const Tensor*>& inputs, const Tensor& output,
+                          const Tensor& diff_output, const std::vector<Tensor*>& diff_inputs) = 0;
+  virtual std::vector<Param*> params() { return {}; }
+  // Initializes parameters from a seeded generator (PyTorch's default schemes).
+  virtual void init_params(std::uint64_t /*seed*/) {}
+
+ protected:
+  std::string name_;
+};
+
+struct ConvOptions {
+  int out_channels = 0;
+  int kernel = 3;
+  int stride = 1;
+  int padding = 0;
+  bool bias = true;
+};
+std::unique_ptr<Layer> make_conv(std::string name, const ConvOptions& options);
+std::unique_ptr<Layer> make_batch_norm(std::string name, float epsilon = 1e-5F, float momentum = 0.1F);
+std::unique_ptr<Layer> make_relu(std::string name);
+enum class PoolKind { kMax, kAverage };
+// Average pooling counts padding like PyTorch's default (count_include_pad=True).
+std::unique_ptr<Layer> make_pool(std::string name, PoolKind kind, int kernel, int stride, int padding = 0);
+// Global average pooling to 1x1.
+std::unique_ptr<Layer> make_global_avg_pool(std::string name);
+// Fully connected; a 4-D input is flattened in nchw order (as torch.flatten).
+std::unique_ptr<Layer> make_linear(std::string name, int out_features, bool bias = true);
+// Elementwise sum of two inputs of one layout (the residual connection).
+std::unique_ptr<Layer> make_add(std::string name);
+
+}  // namespace tensortier::dnn

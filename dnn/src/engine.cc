@@ -1,0 +1,86 @@
+// Engine: tensors as runtime objects, and primitives run as marked layers (see engine.h).
+#include "tensortier/dnn/engine.h"
+
+#include <cstring>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+namespace tensortier::dnn {
+
+Tensor::~Tensor() {
+  if (runtime_ != nullptr) (void)runtime_->free(address_);
+}
+
+Tensor& Tensor::operator=(Tensor&& other) noexcept {
+  if (this != &other) {
+    if (runtime_ != nullptr) (void)runtime_->free(address_);
+    runtime_ = std::exchange(other.runtime_, nullptr);
+    desc_ = other.desc_;
+    name_ = std::move(other.name_);
+    address_ = std::exchange(other.address_, nullptr);
+  }
+  return *this;
+}
+
+Engine::Engine(Runtime& runtime) : runtime_(runtime), engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
+
+dnnl::primitive_attr Engine::user_scratchpad() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+Result<Tensor> Engine::allocate(std::string_view name, const dnnl::memory::desc& desc, Group group) {
+  const std::size_t bytes = desc.get_size();
+  auto object = runtime_.allocate(name, bytes, group);
+  if (!object) return object.status();
+  std::memset(object->address, 0, bytes);
+  Tensor tensor;
+  tensor.runtime_ = &runtime_;
+  tensor.desc_ = desc;
+  tensor.name_ = std::string(name);
+  tensor.address_ = object->address;
+  return tensor;
+}
+
+void Engine::release(Tensor& tensor) {
+  Tensor dropped = std::move(tensor);  // its destructor frees the object
+}
+
+Status Engine::run(std::string_view layer, const dnnl::primitive& primitive, const std::vector<Arg>& reads,
+                   const std::vector<Arg>& writes) {
+  std::vector<const void*> read_addresses, write_addresses;
+  std::unordered_map<int, dnnl::memory> args;
+  for (const auto* list : {&reads, &writes}) {
+    for (const auto& [index, tensor] : *list) {
+      if (tensor == nullptr || tensor->empty()) {
+        return invalid_argument(fmt::format("layer '{}': argument {} has no tensor", layer, index));
+      }
+      // Addresses are bound now, not when the primitive was built: objects may have moved.
+      args.insert_or_assign(index, dnnl::memory(tensor->desc(), engine_, tensor->address()));
+      (list == &reads ? read_addresses : write_addresses).push_back(tensor->address());
+    }
+  }
+  if (Status s = runtime_.layer_begin(layer, read_addresses, write_addresses); !s.is_ok()) return s;
+  try {
+    primitive.execute(stream_, args);
+    stream_.wait();
+  } catch (const dnnl::error& e) {
+    (void)runtime_.layer_end();
+    return internal_error(fmt::format("layer '{}': oneDNN: {}", layer, e.what()));
+  }
+  return runtime_.layer_end();
+}
+
+Status Engine::host_layer(std::string_view layer, const std::vector<const Tensor*>& reads,
+                          const std::vector<const Tensor*>& writes, const std::function<void()>& body) {
+  std::vector<const void*> read_addresses, write_addresses;
+  for (const Tensor* t : reads) read_addresses.push_back(t->address());
+  for (const Tensor* t : writes) write_addresses.push_back(t->address());
+  if (Status s = runtime_.layer_begin(layer, read_addresses, write_addresses); !s.is_ok()) return s;
+  body();
+  return runtime_.layer_end();
+}
+
+}  // namespace tensortier::dnn

@@ -1,0 +1,558 @@
+// oneDNN-backed layers (see layers.h).
+#include "tensortier/dnn/layers.h"
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <random>
+
+#include <fmt/format.h>
+
+namespace tensortier::dnn {
+namespace {
+
+using dnnl::algorithm;
+using dnnl::prop_kind;
+using memory = dnnl::memory;
+using tag = dnnl::memory::format_tag;
+using dt = dnnl::memory::data_type;
+
+memory::desc plain(const memory::dims& dims) {
+  const tag t = dims.size() == 4 ? tag::nchw : dims.size() == 2 ? tag::nc : tag::x;
+  return {dims, dt::f32, t};
+}
+
+Status param(Engine& e, const std::string& name, const memory::desc& desc, Param& p, bool decay = true) {
+  auto value = e.allocate(name, desc, kParams);
+  if (!value) return value.status();
+  auto grad = e.allocate(name + ".grad", desc, kParamGrads);
+  if (!grad) return grad.status();
+  auto momentum = e.allocate(name + ".momentum", desc, kOptimizerState);
+  if (!momentum) return momentum.status();
+  p.value = std::move(value).value();
+  p.grad = std::move(grad).value();
+  p.momentum = std::move(momentum).value();
+  p.decay = decay;
+  return Status::ok();
+}
+
+// A scratchpad object for a primitive in user scratchpad mode; none when it needs no bytes.
+Status scratchpad(Engine& e, const std::string& name, const memory::desc& desc, Tensor& out) {
+  if (desc.get_size() == 0) return Status::ok();
+  auto t = e.allocate(name, desc, kScratchpads);
+  if (!t) return t.status();
+  out = std::move(t).value();
+  return Status::ok();
+}
+
+// Appends the scratchpad argument when the primitive has one.
+std::vector<Arg> with_scratchpad(std::vector<Arg> writes, const Tensor& pad) {
+  if (!pad.empty()) writes.emplace_back(DNNL_ARG_SCRATCHPAD, &pad);
+  return writes;
+}
+
+// PyTorch's default init of conv and linear layers: U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
+void uniform_init(const Tensor& t, std::size_t fan_in, std::uint64_t seed, const std::string& name) {
+  std::mt19937_64 rng(seed ^ std::hash<std::string>{}(name));
+  const float bound = 1.0F / std::sqrt(static_cast<float>(fan_in));
+  std::uniform_real_distribution<float> dist(-bound, bound);
+  for (std::size_t i = 0; i < t.elements(); ++i) t.data()[i] = dist(rng);
+}
+
+// Wraps oneDNN's exceptions (from primitive-descriptor creation) as Status.
+template <typename F>
+Result<memory::desc> guarded(const std::string& layer, F&& body) {
+  try {
+    return body();
+  } catch (const dnnl::error& e) {
+    return internal_error(fmt::format("layer '{}': oneDNN cannot build it: {}", layer, e.what()));
+  }
+}
+
+Status need_inputs(const std::string& layer, const std::vector<memory::desc>& inputs, std::size_t n) {
+  if (inputs.size() != n) {
+    return invalid_argument(fmt::format("layer '{}' takes {} input(s), got {}", layer, n, inputs.size()));
+  }
+  return Status::ok();
+}
+
+#define TT_RETURN_IF_ERROR(expr)                    \
+  do {                                              \
+    if (Status s_ = (expr); !s_.is_ok()) return s_; \
+  } while (0)
+
+// ---------------------------------------------------------------------------------------------
+class Conv final : public Layer {
+ public:
+  Conv(std::string name, ConvOptions o) : Layer(std::move(name)), o_(o) {}
+
+  Result<memory::desc> build(Engine& e, const std::vector<memory::desc>& inputs) override {
+    if (Status s = need_inputs(name_, inputs, 1); !s.is_ok()) return s;
+    return guarded(name_, [&]() -> Result<memory::desc> {
+      const memory::dims in = inputs[0].dims();
+      if (in.size() != 4) return invalid_argument(fmt::format("conv '{}' needs a 4-D input", name_));
+      const memory::dim k = o_.kernel, s = o_.stride, p = o_.padding;
+      const memory::dim oh = (in[2] + 2 * p - k) / s + 1, ow = (in[3] + 2 * p - k) / s + 1;
+      if (oh <= 0 || ow <= 0) return invalid_argument(fmt::format("conv '{}': input too small", name_));
+      src_ = plain(in);
+      dst_ = plain({in[0], o_.out_channels, oh, ow});
+      const memory::desc w({o_.out_channels, in[1], k, k}, dt::f32, tag::oihw);
+      const memory::desc b({o_.out_channels}, dt::f32, tag::x);
+      fan_in_ = static_cast<std::size_t>(in[1] * k * k);
+      const memory::dims strides{s, s}, pad{p, p};
+      const auto attr = Engine::user_scratchpad();
+      auto fd =
+          o_.bias
+              ? dnnl::convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct,
+                                                src_, w, b, dst_, strides, pad, pad)
+              : dnnl::convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct,
+                                                src_, w, dst_, strides, pad, pad);
+      const dnnl::convolution_forward::primitive_desc fpd(fd, attr, e.cpu());
+      const dnnl::convolution_backward_data::primitive_desc bdpd(
+          dnnl::convolution_backward_data::desc(algorithm::convolution_direct, src_, w, dst_, strides, pad,
+                                                pad),
+          attr, e.cpu(), fpd);
+      auto bwd = o_.bias ? dnnl::convolution_backward_weights::desc(algorithm::convolution_direct, src_, w, b,
+                                                                    dst_, strides, pad, pad)
+                         : dnnl::convolution_backward_weights::desc(algorithm::convolution_direct, src_, w,
+                                                                    dst_, strides, pad, pad);
+      const dnnl::convolution_backward_weights::primitive_desc bwpd(bwd, attr, e.cpu(), fpd);
+      fwd_ = dnnl::convolution_forward(fpd);
+      bwd_data_ = dnnl::convolution_backward_data(bdpd);
+      bwd_weights_ = dnnl::convolution_backward_weights(bwpd);
+      TT_RETURN_IF_ERROR(param(e, name_ + ".weight", w, weight_));
+      if (o_.bias) TT_RETURN_IF_ERROR(param(e, name_ + ".bias", b, bias_));
+      TT_RETURN_IF_ERROR(scratchpad(e, name_ + ".fwd.scratchpad", fpd.scratchpad_desc(), pad_fwd_));
+      TT_RETURN_IF_ERROR(
+          scratchpad(e, name_ + ".bwd_data.scratchpad", bdpd.scratchpad_desc(), pad_bwd_data_));
+      TT_RETURN_IF_ERROR(
+          scratchpad(e, name_ + ".bwd_weights.scratchpad", bwpd.scratchpad_desc(), pad_bwd_weights_));
+      return dst_;
+    });
+  }
+
+  Status forward(Engine& e, const std::vector<const Tensor*>& in, const Tensor& out, bool) override {
+    std::vector<Arg> reads{{DNNL_ARG_SRC, in[0]}, {DNNL_ARG_WEIGHTS, &weight_.value}};
+    if (o_.bias) reads.emplace_back(DNNL_ARG_BIAS, &bias_.value);
+    return e.run(name_ + ".fwd", fwd_, reads, with_scratchpad({{DNNL_ARG_DST, &out}}, pad_fwd_));
+  }
+
+  Status backward(Engine& e, const std::vector<const Tensor*>& in, const Tensor&, const Tensor& diff_out,
+                  const std::vector<Tensor*>& diff_in) override {
+    std::vector<Arg> writes{{DNNL_ARG_DIFF_WEIGHTS, &weight_.grad}};
+    if (o_.bias) writes.emplace_back(DNNL_ARG_DIFF_BIAS, &bias_.grad);
+    TT_RETURN_IF_ERROR(e.run(name_ + ".bwd_weights", bwd_weights_,
+                             {{DNNL_ARG_SRC, in[0]}, {DNNL_ARG_DIFF_DST, &diff_out}},
+                             with_scratchpad(writes, pad_bwd_weights_)));
+    if (diff_in[0] == nullptr) return Status::ok();  // the batch needs no gradient
+    return e.run(name_ + ".bwd_data", bwd_data_,
+                 {{DNNL_ARG_WEIGHTS, &weight_.value}, {DNNL_ARG_DIFF_DST, &diff_out}},
+                 with_scratchpad({{DNNL_ARG_DIFF_SRC, diff_in[0]}}, pad_bwd_data_));
+  }
+
+  std::vector<Param*> params() override {
+    if (o_.bias) return {&weight_, &bias_};
+    return {&weight_};
+  }
+  void init_params(std::uint64_t seed) override {
+    uniform_init(weight_.value, fan_in_, seed, name_ + ".weight");
+    if (o_.bias) uniform_init(bias_.value, fan_in_, seed, name_ + ".bias");
+  }
+
+ private:
+  ConvOptions o_;
+  memory::desc src_, dst_;
+  std::size_t fan_in_ = 1;
+  Param weight_, bias_;
+  dnnl::convolution_forward fwd_;
+  dnnl::convolution_backward_data bwd_data_;
+  dnnl::convolution_backward_weights bwd_weights_;
+  Tensor pad_fwd_, pad_bwd_data_, pad_bwd_weights_;
+};
+
+// ---------------------------------------------------------------------------------------------
+class BatchNorm final : public Layer {
+ public:
+  BatchNorm(std::string name, float epsilon, float momentum)
+      : Layer(std::move(name)), epsilon_(epsilon), momentum_(momentum) {}
+
+  Result<memory::desc> build(Engine& e, const std::vector<memory::desc>& inputs) override {
+    if (Status s = need_inputs(name_, inputs, 1); !s.is_ok()) return s;
+    return guarded(name_, [&]() -> Result<memory::desc> {
+      data_ = plain(inputs[0].dims());
+      const memory::dims d = data_.dims();
+      count_ = static_cast<std::size_t>(d[0] * (d.size() == 4 ? d[2] * d[3] : 1));
+      const auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
+      const auto attr = Engine::user_scratchpad();
+      const dnnl::batch_normalization_forward::primitive_desc train(
+          dnnl::batch_normalization_forward::desc(prop_kind::forward_training, data_, epsilon_, flags), attr,
+          e.cpu());
+      const dnnl::batch_normalization_forward::primitive_desc infer(
+          dnnl::batch_normalization_forward::desc(prop_kind::forward_inference, data_, epsilon_,
+                                                  flags | dnnl::normalization_flags::use_global_stats),
+          attr, e.cpu());
+      const dnnl::batch_normalization_backward::primitive_desc bwd(
+          dnnl::batch_normalization_backward::desc(prop_kind::backward, data_, data_, epsilon_, flags), attr,
+          e.cpu(), train);
+      train_ = dnnl::batch_normalization_forward(train);
+      infer_ = dnnl::batch_normalization_forward(infer);
+      bwd_ = dnnl::batch_normalization_backward(bwd);
+      stats_ = train.mean_desc();
+      const memory::desc c({d[1]}, dt::f32, tag::x);
+      TT_RETURN_IF_ERROR(param(e, name_ + ".weight", c, scale_));
+      TT_RETURN_IF_ERROR(param(e, name_ + ".bias", c, shift_));
+      for (auto [t, suffix] :
+           {std::pair{&running_mean_, ".running_mean"}, std::pair{&running_var_, ".running_var"}}) {
+        auto r = e.allocate(name_ + suffix, stats_, kParams);
+        if (!r) return r.status();
+        *t = std::move(r).value();
+      }
+      TT_RETURN_IF_ERROR(scratchpad(e, name_ + ".fwd.scratchpad", train.scratchpad_desc(), pad_train_));
+      TT_RETURN_IF_ERROR(scratchpad(e, name_ + ".infer.scratchpad", infer.scratchpad_desc(), pad_infer_));
+      TT_RETURN_IF_ERROR(scratchpad(e, name_ + ".bwd.scratchpad", bwd.scratchpad_desc(), pad_bwd_));
+      init_params(0);
+      return data_;
+    });
+  }
+
+  Status forward(Engine& e, const std::vector<const Tensor*>& in, const Tensor& out, bool training) override {
+    if (!training) {
+      return e.run(name_ + ".fwd", infer_,
+                   {{DNNL_ARG_SRC, in[0]},
+                    {DNNL_ARG_SCALE, &scale_.value},
+                    {DNNL_ARG_SHIFT, &shift_.value},
+                    {DNNL_ARG_MEAN, &running_mean_},
+                    {DNNL_ARG_VARIANCE, &running_var_}},
+                   with_scratchpad({{DNNL_ARG_DST, &out}}, pad_infer_));
+    }
+    for (auto [t, suffix] : {std::pair{&mean_, ".mean"}, std::pair{&variance_, ".variance"}}) {
+      auto r = e.allocate(name_ + suffix, stats_, kWorkspaces);
+      if (!r) return r.status();
+      *t = std::move(r).value();
+    }
+    TT_RETURN_IF_ERROR(e.run(
+        name_ + ".fwd", train_,
+        {{DNNL_ARG_SRC, in[0]}, {DNNL_ARG_SCALE, &scale_.value}, {DNNL_ARG_SHIFT, &shift_.value}},
+        with_scratchpad({{DNNL_ARG_DST, &out}, {DNNL_ARG_MEAN, &mean_}, {DNNL_ARG_VARIANCE, &variance_}},
+                        pad_train_)));
+    // Running statistics as PyTorch keeps them (unbiased variance); oneDNN has no primitive for
+    // this update, and it is C floats.
+    return e.host_layer(name_ + ".running_stats", {&mean_, &variance_}, {&running_mean_, &running_var_}, [&] {
+      const float unbias = count_ > 1 ? static_cast<float>(count_) / static_cast<float>(count_ - 1) : 1.0F;
+      for (std::size_t c = 0; c < mean_.elements(); ++c) {
+        running_mean_.data()[c] = (1 - momentum_) * running_mean_.data()[c] + momentum_ * mean_.data()[c];
+        running_var_.data()[c] =
+            (1 - momentum_) * running_var_.data()[c] + momentum_ * variance_.data()[c] * unbias;
+      }
+    });
+  }
+
+  Status backward(Engine& e, const std::vector<const Tensor*>& in, const Tensor&, const Tensor& diff_out,
+                  const std::vector<Tensor*>& diff_in) override {
+    Tensor scratch_diff;  // batch norm always computes diff_src; a first layer discards it
+    const Tensor* diff_src = diff_in[0];
+    if (diff_src == nullptr) {
+      auto t = e.allocate(name_ + ".diff_src", data_, kGradients);
+      if (!t) return t.status();
+      scratch_diff = std::move(t).value();
+      diff_src = &scratch_diff;
+    }
+    TT_RETURN_IF_ERROR(e.run(name_ + ".bwd", bwd_,
+                             {{DNNL_ARG_SRC, in[0]},
+                              {DNNL_ARG_MEAN, &mean_},
+                              {DNNL_ARG_VARIANCE, &variance_},
+                              {DNNL_ARG_DIFF_DST, &diff_out},
+                              {DNNL_ARG_SCALE, &scale_.value}},
+                             with_scratchpad({{DNNL_ARG_DIFF_SRC, diff_src},
+                                              {DNNL_ARG_DIFF_SCALE, &scale_.grad},
+                                              {DNNL_ARG_DIFF_SHIFT, &shift_.grad}},
+                                             pad_bwd_)));
+    e.release(mean_);
+    e.release(variance_);
+    return Status::ok();
+  }
+
+  std::vector<Param*> params() override { return {&scale_, &shift_}; }
+  void init_params(std::uint64_t) override {
+    for (std::size_t c = 0; c < scale_.value.elements(); ++c) {
+      scale_.value.data()[c] = 1;
+      shift_.value.data()[c] = 0;
+      running_mean_.data()[c] = 0;
+      running_var_.data()[c] = 1;
+    }
+  }
+
+ private:
+  float epsilon_, momentum_;
+  std::size_t count_ = 1;
+  memory::desc data_, stats_;
+  Param scale_, shift_;
+  Tensor running_mean_, running_var_, mean_, variance_;
+  dnnl::batch_normalization_forward train_, infer_;
+  dnnl::batch_normalization_backward bwd_;
+  Tensor pad_train_, pad_infer_, pad_bwd_;
+};
+
+// ---------------------------------------------------------------------------------------------
+class Relu final : public Layer {
+ public:
+  using Layer::Layer;
+  Result<memory::desc> build(Engine& e, const std::vector<memory::desc>& inputs) override {
+    if (Status s = need_inputs(name_, inputs, 1); !s.is_ok()) return s;
+    return guarded(name_, [&]() -> Result<memory::desc> {
+      const memory::desc d = plain(inputs[0].dims());
+      const dnnl::eltwise_forward::primitive_desc f(
+          dnnl::eltwise_forward::desc(prop_kind::forward_training, algorithm::eltwise_relu, d, 0.F, 0.F),
+          e.cpu());
+      const dnnl::eltwise_backward::primitive_desc b(
+          dnnl::eltwise_backward::desc(algorithm::eltwise_relu, d, d, 0.F, 0.F), e.cpu(), f);
+      fwd_ = dnnl::eltwise_forward(f);
+      bwd_ = dnnl::eltwise_backward(b);
+      return d;
+    });
+  }
+  Status forward(Engine& e, const std::vector<const Tensor*>& in, const Tensor& out, bool) override {
+    return e.run(name_ + ".fwd", fwd_, {{DNNL_ARG_SRC, in[0]}}, {{DNNL_ARG_DST, &out}});
+  }
+  Status backward(Engine& e, const std::vector<const Tensor*>& in, const Tensor&, const Tensor& diff_out,
+                  const std::vector<Tensor*>& diff_in) override {
+    if (diff_in[0] == nullptr) return Status::ok();
+    return e.run(name_ + ".bwd", bwd_, {{DNNL_ARG_SRC, in[0]}, {DNNL_ARG_DIFF_DST, &diff_out}},
+                 {{DNNL_ARG_DIFF_SRC, diff_in[0]}});
+  }
+
+ private:
+  dnnl::eltwise_forward fwd_;
+  dnnl::eltwise_backward bwd_;
+};
+
+// ---------------------------------------------------------------------------------------------
+class Pool final : public Layer {
+ public:
+  Pool(std::string name, PoolKind kind, int kernel, int stride, int padding, bool global)
+      : Layer(std::move(name)),
+        kind_(kind),
+        kernel_(kernel),
+        stride_(stride),
+        padding_(padding),
+        global_(global) {}
+
+  Result<memory::desc> build(Engine& e, const std::vector<memory::desc>& inputs) override {
+    if (Status s = need_inputs(name_, inputs, 1); !s.is_ok()) return s;
+    return guarded(name_, [&]() -> Result<memory::desc> {
+      const memory::dims in = inputs[0].dims();
+      if (in.size() != 4) return invalid_argument(fmt::format("pool '{}' needs a 4-D input", name_));
+      const memory::dims kernel = global_ ? memory::dims{in[2], in[3]} : memory::dims{kernel_, kernel_};
+      const memory::dims strides = global_ ? memory::dims{1, 1} : memory::dims{stride_, stride_};
+      const memory::dims pad = global_ ? memory::dims{0, 0} : memory::dims{padding_, padding_};
+      const memory::dim oh = (in[2] + 2 * pad[0] - kernel[0]) / strides[0] + 1;
+      const memory::dim ow = (in[3] + 2 * pad[1] - kernel[1]) / strides[1] + 1;
+      if (oh <= 0 || ow <= 0) return invalid_argument(fmt::format("pool '{}': input too small", name_));
+      src_ = plain(in);
+      dst_ = plain({in[0], in[1], oh, ow});
+      const algorithm algo =
+          kind_ == PoolKind::kMax ? algorithm::pooling_max : algorithm::pooling_avg_include_padding;
+      const memory::dims dilation{0, 0};
+      const auto attr = Engine::user_scratchpad();
+      const dnnl::pooling_v2_forward::primitive_desc train(
+          dnnl::pooling_v2_forward::desc(prop_kind::forward_training, algo, src_, dst_, strides, kernel,
+                                         dilation, pad, pad),
+          attr, e.cpu());
+      const dnnl::pooling_v2_forward::primitive_desc infer(
+          dnnl::pooling_v2_forward::desc(prop_kind::forward_inference, algo, src_, dst_, strides, kernel,
+                                         dilation, pad, pad),
+          attr, e.cpu());
+      const dnnl::pooling_v2_backward::primitive_desc bwd(
+          dnnl::pooling_v2_backward::desc(algo, src_, dst_, strides, kernel, dilation, pad, pad), attr,
+          e.cpu(), train);
+      train_ = dnnl::pooling_v2_forward(train);
+      infer_ = dnnl::pooling_v2_forward(infer);
+      bwd_ = dnnl::pooling_v2_backward(bwd);
+      workspace_desc_ = train.workspace_desc();
+      TT_RETURN_IF_ERROR(scratchpad(e, name_ + ".fwd.scratchpad", train.scratchpad_desc(), pad_train_));
+      TT_RETURN_IF_ERROR(scratchpad(e, name_ + ".infer.scratchpad", infer.scratchpad_desc(), pad_infer_));
+      TT_RETURN_IF_ERROR(scratchpad(e, name_ + ".bwd.scratchpad", bwd.scratchpad_desc(), pad_bwd_));
+      return dst_;
+    });
+  }
+
+  Status forward(Engine& e, const std::vector<const Tensor*>& in, const Tensor& out, bool training) override {
+    if (!training) {
+      return e.run(name_ + ".fwd", infer_, {{DNNL_ARG_SRC, in[0]}},
+                   with_scratchpad({{DNNL_ARG_DST, &out}}, pad_infer_));
+    }
+    std::vector<Arg> writes{{DNNL_ARG_DST, &out}};
+    if (workspace_desc_.get_size() != 0) {
+      auto w = e.allocate(name_ + ".workspace", workspace_desc_, kWorkspaces);
+      if (!w) return w.status();
+      workspace_ = std::move(w).value();
+      writes.emplace_back(DNNL_ARG_WORKSPACE, &workspace_);
+    }
+    return e.run(name_ + ".fwd", train_, {{DNNL_ARG_SRC, in[0]}}, with_scratchpad(writes, pad_train_));
+  }
+
+  Status backward(Engine& e, const std::vector<const Tensor*>&, const Tensor&, const Tensor& diff_out,
+                  const std::vector<Tensor*>& diff_in) override {
+    if (diff_in[0] != nullptr) {
+      std::vector<Arg> reads{{DNNL_ARG_DIFF_DST, &diff_out}};
+      if (!workspace_.empty()) reads.emplace_back(DNNL_ARG_WORKSPACE, &workspace_);
+      TT_RETURN_IF_ERROR(
+          e.run(name_ + ".bwd", bwd_, reads, with_scratchpad({{DNNL_ARG_DIFF_SRC, diff_in[0]}}, pad_bwd_)));
+    }
+    e.release(workspace_);
+    return Status::ok();
+  }
+
+ private:
+  PoolKind kind_;
+  int kernel_, stride_, padding_;
+  bool global_;
+  memory::desc src_, dst_, workspace_desc_;
+  Tensor workspace_;
+  dnnl::pooling_v2_forward train_, infer_;
+  dnnl::pooling_v2_backward bwd_;
+  Tensor pad_train_, pad_infer_, pad_bwd_;
+};
+
+// ---------------------------------------------------------------------------------------------
+class Linear final : public Layer {
+ public:
+  Linear(std::string name, int out, bool bias) : Layer(std::move(name)), out_(out), bias_on_(bias) {}
+
+  Result<memory::desc> build(Engine& e, const std::vector<memory::desc>& inputs) override {
+    if (Status s = need_inputs(name_, inputs, 1); !s.is_ok()) return s;
+    return guarded(name_, [&]() -> Result<memory::desc> {
+      const memory::dims in = inputs[0].dims();
+      src_ = plain(in);
+      memory::dims wd{out_};
+      wd.insert(wd.end(), in.begin() + 1, in.end());
+      const memory::desc w(wd, dt::f32, in.size() == 4 ? tag::oihw : tag::oi);
+      const memory::desc b({out_}, dt::f32, tag::x);
+      dst_ = plain({in[0], out_});
+      fan_in_ = 1;
+      for (std::size_t i = 1; i < in.size(); ++i) fan_in_ *= static_cast<std::size_t>(in[i]);
+      const auto attr = Engine::user_scratchpad();
+      auto fd = bias_on_ ? dnnl::inner_product_forward::desc(prop_kind::forward_training, src_, w, b, dst_)
+                         : dnnl::inner_product_forward::desc(prop_kind::forward_training, src_, w, dst_);
+      const dnnl::inner_product_forward::primitive_desc fpd(fd, attr, e.cpu());
+      const dnnl::inner_product_backward_data::primitive_desc bdpd(
+          dnnl::inner_product_backward_data::desc(src_, w, dst_), attr, e.cpu(), fpd);
+      auto bwd = bias_on_ ? dnnl::inner_product_backward_weights::desc(src_, w, b, dst_)
+                          : dnnl::inner_product_backward_weights::desc(src_, w, dst_);
+      const dnnl::inner_product_backward_weights::primitive_desc bwpd(bwd, attr, e.cpu(), fpd);
+      fwd_ = dnnl::inner_product_forward(fpd);
+      bwd_data_ = dnnl::inner_product_backward_data(bdpd);
+      bwd_weights_ = dnnl::inner_product_backward_weights(bwpd);
+      TT_RETURN_IF_ERROR(param(e, name_ + ".weight", w, weight_));
+      if (bias_on_) TT_RETURN_IF_ERROR(param(e, name_ + ".bias", b, bias_));
+      TT_RETURN_IF_ERROR(scratchpad(e, name_ + ".fwd.scratchpad", fpd.scratchpad_desc(), pad_fwd_));
+      TT_RETURN_IF_ERROR(
+          scratchpad(e, name_ + ".bwd_data.scratchpad", bdpd.scratchpad_desc(), pad_bwd_data_));
+      TT_RETURN_IF_ERROR(
+          scratchpad(e, name_ + ".bwd_weights.scratchpad", bwpd.scratchpad_desc(), pad_bwd_weights_));
+      return dst_;
+    });
+  }
+
+  Status forward(Engine& e, const std::vector<const Tensor*>& in, const Tensor& out, bool) override {
+    std::vector<Arg> reads{{DNNL_ARG_SRC, in[0]}, {DNNL_ARG_WEIGHTS, &weight_.value}};
+    if (bias_on_) reads.emplace_back(DNNL_ARG_BIAS, &bias_.value);
+    return e.run(name_ + ".fwd", fwd_, reads, with_scratchpad({{DNNL_ARG_DST, &out}}, pad_fwd_));
+  }
+
+  Status backward(Engine& e, const std::vector<const Tensor*>& in, const Tensor&, const Tensor& diff_out,
+                  const std::vector<Tensor*>& diff_in) override {
+    std::vector<Arg> writes{{DNNL_ARG_DIFF_WEIGHTS, &weight_.grad}};
+    if (bias_on_) writes.emplace_back(DNNL_ARG_DIFF_BIAS, &bias_.grad);
+    TT_RETURN_IF_ERROR(e.run(name_ + ".bwd_weights", bwd_weights_,
+                             {{DNNL_ARG_SRC, in[0]}, {DNNL_ARG_DIFF_DST, &diff_out}},
+                             with_scratchpad(writes, pad_bwd_weights_)));
+    if (diff_in[0] == nullptr) return Status::ok();
+    return e.run(name_ + ".bwd_data", bwd_data_,
+                 {{DNNL_ARG_WEIGHTS, &weight_.value}, {DNNL_ARG_DIFF_DST, &diff_out}},
+                 with_scratchpad({{DNNL_ARG_DIFF_SRC, diff_in[0]}}, pad_bwd_data_));
+  }
+
+  std::vector<Param*> params() override {
+    if (bias_on_) return {&weight_, &bias_};
+    return {&weight_};
+  }
+  void init_params(std::uint64_t seed) override {
+    uniform_init(weight_.value, fan_in_, seed, name_ + ".weight");
+    if (bias_on_) uniform_init(bias_.value, fan_in_, seed, name_ + ".bias");
+  }
+
+ private:
+  int out_;
+  bool bias_on_;
+  std::size_t fan_in_ = 1;
+  memory::desc src_, dst_;
+  Param weight_, bias_;
+  dnnl::inner_product_forward fwd_;
+  dnnl::inner_product_backward_data bwd_data_;
+  dnnl::inner_product_backward_weights bwd_weights_;
+  Tensor pad_fwd_, pad_bwd_data_, pad_bwd_weights_;
+};
+
+// ---------------------------------------------------------------------------------------------
+class Add final : public Layer {
+ public:
+  using Layer::Layer;
+  Result<memory::desc> build(Engine& e, const std::vector<memory::desc>& inputs) override {
+    if (Status s = need_inputs(name_, inputs, 2); !s.is_ok()) return s;
+    if (inputs[0].dims() != inputs[1].dims()) {
+      return invalid_argument(fmt::format("add '{}': the two inputs differ in shape", name_));
+    }
+    return guarded(name_, [&]() -> Result<memory::desc> {
+      const memory::desc d = plain(inputs[0].dims());
+      fwd_ = dnnl::binary(
+          dnnl::binary::primitive_desc(dnnl::binary::desc(algorithm::binary_add, d, d, d), e.cpu()));
+      return d;
+    });
+  }
+  Status forward(Engine& e, const std::vector<const Tensor*>& in, const Tensor& out, bool) override {
+    return e.run(name_ + ".fwd", fwd_, {{DNNL_ARG_SRC_0, in[0]}, {DNNL_ARG_SRC_1, in[1]}},
+                 {{DNNL_ARG_DST, &out}});
+  }
+  // d(a+b)/da = d(a+b)/db = 1: both inputs get the output's gradient (a copy; oneDNN's reorder
+  // would do the same copy with more setup).
+  Status backward(Engine& e, const std::vector<const Tensor*>&, const Tensor&, const Tensor& diff_out,
+                  const std::vector<Tensor*>& diff_in) override {
+    std::vector<const Tensor*> writes;
+    for (Tensor* d : diff_in) {
+      if (d != nullptr) writes.push_back(d);
+    }
+    return e.host_layer(name_ + ".bwd", {&diff_out}, writes, [&] {
+      for (const Tensor* d : writes) std::memcpy(d->address(), diff_out.address(), diff_out.bytes());
+    });
+  }
+
+ private:
+  dnnl::binary fwd_;
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> make_conv(std::string name, const ConvOptions& options) {
+  return std::make_unique<Conv>(std::move(name), options);
+}
+std::unique_ptr<Layer> make_batch_norm(std::string name, float epsilon, float momentum) {
+  return std::make_unique<BatchNorm>(std::move(name), epsilon, momentum);
+}
+std::unique_ptr<Layer> make_relu(std::string name) {
+  return std::make_unique<Relu>(std::move(name));
+}
+std::unique_ptr<Layer> make_pool(std::string name, PoolKind kind, int kernel, int stride, int padding) {
+  return std::make_unique<Pool>(std::move(name), kind, kernel, stride, padding, false);
+}
+std::unique_ptr<Layer> make_global_avg_pool(std::string name) {
+  return std::make_unique<Pool>(std::move(name), PoolKind::kAverage, 0, 1, 0, true);
+}
+std::unique_ptr<Layer> make_linear(std::string name, int out_features, bool bias) {
+  return std::make_unique<Linear>(std::move(name), out_features, bias);
+}
+std::unique_ptr<Layer> make_add(std::string name) {
+  return std::make_unique<Add>(std::move(name));
+}
+
+}  // namespace tensortier::dnn

@@ -1,0 +1,224 @@
+// Network: graph forward/backward, softmax cross-entropy and SGD (see network.h).
+#include "tensortier/dnn/network.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+namespace tensortier::dnn {
+
+#define TT_RETURN_IF_ERROR(expr)                    \
+  do {                                              \
+    if (Status s_ = (expr); !s_.is_ok()) return s_; \
+  } while (0)
+
+int Network::add(std::unique_ptr<Layer> layer, std::vector<int> inputs) {
+  nodes_.push_back(Node{std::move(layer), std::move(inputs), {}, {}, {}});
+  return static_cast<int>(nodes_.size()) - 1;
+}
+
+Status Network::build(Engine& engine, const dnnl::memory::dims& input_dims, std::uint64_t seed) {
+  if (nodes_.empty()) return failed_precondition(fmt::format("network '{}' has no layers", name_));
+  if (input_dims.size() != 4) return invalid_argument("network input must be N,C,H,W");
+  input_dims_ = input_dims;
+  const dnnl::memory::desc input(input_dims, dnnl::memory::data_type::f32, dnnl::memory::format_tag::nchw);
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    Node& node = nodes_[i];
+    std::vector<dnnl::memory::desc> in;
+    for (int j : node.inputs) {
+      if (j != kInput && (j < 0 || static_cast<std::size_t>(j) >= i)) {
+        return invalid_argument(
+            fmt::format("layer '{}' reads node {}, which does not come before it", node.layer->name(), j));
+      }
+      in.push_back(j == kInput ? input : nodes_[static_cast<std::size_t>(j)].output_desc);
+    }
+    auto out = node.layer->build(engine, in);
+    if (!out) return out.status();
+    node.output_desc = out.value();
+    node.layer->init_params(seed);
+  }
+  const auto& logits = nodes_.back().output_desc.dims();
+  if (logits.size() != 2)
+    return invalid_argument(fmt::format("network '{}' must end in N x classes logits", name_));
+  built_ = true;
+  return Status::ok();
+}
+
+Status Network::forward(Engine& engine, const Tensor& images, bool training) {
+  if (!built_) return failed_precondition(fmt::format("network '{}': call build() first", name_));
+  if (images.dims() != input_dims_) {
+    return invalid_argument(
+        fmt::format("network '{}': batch shape differs from the shape it was built for", name_));
+  }
+  images_ = &images;
+  for (Node& node : nodes_) {
+    std::vector<const Tensor*> in;
+    for (int j : node.inputs)
+      in.push_back(j == kInput ? &images : &nodes_[static_cast<std::size_t>(j)].output);
+    auto out = engine.allocate(node.layer->name() + ".out", node.output_desc, kActivations);
+    if (!out) return out.status();
+    node.output = std::move(out).value();
+    TT_RETURN_IF_ERROR(node.layer->forward(engine, in, node.output, training));
+  }
+  return Status::ok();
+}
+
+// Softmax cross-entropy, written here: oneDNN 2.6 has no loss primitive, and this is N x classes
+// floats (a log-sum-exp per row, in double for the sum).
+Result<StepResult> Network::loss(Engine& engine, const Batch& batch, bool with_gradient) {
+  Node& last_node = nodes_.back();
+  const Tensor& logits = last_node.output;
+  const auto n = static_cast<std::size_t>(logits.dims()[0]);
+  const auto classes = static_cast<std::size_t>(logits.dims()[1]);
+  if (batch.labels.bytes() != n * sizeof(std::int32_t))
+    return invalid_argument("labels do not match the batch size");
+  const auto* labels = static_cast<const std::int32_t*>(batch.labels.address());
+  for (std::size_t i = 0; i < n; ++i) {
+    if (labels[i] < 0 || static_cast<std::size_t>(labels[i]) >= classes) {
+      return invalid_argument(
+          fmt::format("label {} of sample {} is outside 0..{}", labels[i], i, classes - 1));
+    }
+  }
+  if (with_gradient) {
+    auto diff = engine.allocate(last_node.layer->name() + ".out.grad", last_node.output_desc, kGradients);
+    if (!diff) return diff.status();
+    last_node.diff = std::move(diff).value();
+  }
+  StepResult result;
+  result.count = n;
+  std::vector<const Tensor*> writes;
+  if (with_gradient) writes.push_back(&last_node.diff);
+  TT_RETURN_IF_ERROR(engine.host_layer("loss", {&logits, &batch.labels}, writes, [&] {
+    double total = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const float* row = logits.data() + i * classes;
+      const float top = *std::max_element(row, row + classes);
+      double sum = 0;
+      for (std::size_t c = 0; c < classes; ++c) sum += std::exp(static_cast<double>(row[c] - top));
+      const double log_sum = std::log(sum) + top;
+      total += log_sum - row[labels[i]];
+      if (static_cast<std::size_t>(std::max_element(row, row + classes) - row) ==
+          static_cast<std::size_t>(labels[i])) {
+        ++result.correct;
+      }
+      if (with_gradient) {
+        float* d = last_node.diff.data() + i * classes;
+        for (std::size_t c = 0; c < classes; ++c) {
+          const double p = std::exp(static_cast<double>(row[c]) - log_sum);
+          d[c] = static_cast<float>((p - (static_cast<std::size_t>(labels[i]) == c ? 1.0 : 0.0)) /
+                                    static_cast<double>(n));
+        }
+      }
+    }
+    result.loss = total / static_cast<double>(n);
+  }));
+  return result;
+}
+
+Status Network::backward(Engine& engine) {
+  for (std::size_t i = nodes_.size(); i-- > 0;) {
+    Node& node = nodes_[i];
+    std::vector<const Tensor*> in;
+    std::vector<Tensor> fresh(node.inputs.size());  // gradients this node produces
+    std::vector<Tensor*> diff_in;
+    for (std::size_t k = 0; k < node.inputs.size(); ++k) {
+      const int j = node.inputs[k];
+      in.push_back(j == kInput ? images_ : &nodes_[static_cast<std::size_t>(j)].output);
+      if (j == kInput) {
+        diff_in.push_back(nullptr);  // the batch needs no gradient
+        continue;
+      }
+      Node& source = nodes_[static_cast<std::size_t>(j)];
+      auto d = engine.allocate(source.layer->name() + ".out.grad", source.output_desc, kGradients);
+      if (!d) return d.status();
+      fresh[k] = std::move(d).value();
+      diff_in.push_back(&fresh[k]);
+    }
+    TT_RETURN_IF_ERROR(node.layer->backward(engine, in, node.output, node.diff, diff_in));
+    for (std::size_t k = 0; k < node.inputs.size(); ++k) {
+      const int j = node.inputs[k];
+      if (j == kInput) continue;
+      Node& source = nodes_[static_cast<std::size_t>(j)];
+      if (source.diff.empty()) {
+        source.diff = std::move(fresh[k]);
+        continue;
+      }
+      // An output read by several nodes: its gradient is the sum of theirs.
+      Tensor& sum = source.diff;
+      const Tensor& more = fresh[k];
+      TT_RETURN_IF_ERROR(engine.host_layer(source.layer->name() + ".grad_sum", {&sum, &more}, {&sum}, [&] {
+        for (std::size_t e = 0; e < sum.elements(); ++e) sum.data()[e] += more.data()[e];
+      }));
+    }
+    engine.release(node.output);
+    engine.release(node.diff);
+  }
+  return Status::ok();
+}
+
+// SGD with momentum and weight decay as torch.optim.SGD: g = grad + wd * w; v = m * v + g;
+// w -= lr * v. A loop over floats per parameter, one marked layer each.
+Status Network::sgd_update(Engine& engine, const SgdOptions& sgd) {
+  for (auto& [name, p] : params()) {
+    TT_RETURN_IF_ERROR(engine.host_layer("sgd." + name, {&p->grad}, {&p->value, &p->momentum}, [&] {
+      float* w = p->value.data();
+      float* v = p->momentum.data();
+      const float* g = p->grad.data();
+      const float wd = p->decay ? sgd.weight_decay : 0.0F;
+      for (std::size_t e = 0, n = p->value.elements(); e < n; ++e) {
+        v[e] = sgd.momentum * v[e] + (g[e] + wd * w[e]);
+        w[e] -= sgd.learning_rate * v[e];
+      }
+    }));
+  }
+  return Status::ok();
+}
+
+void Network::release_outputs(Engine& engine) {
+  for (Node& node : nodes_) {
+    engine.release(node.output);
+    engine.release(node.diff);
+  }
+}
+
+Result<StepResult> Network::compute_gradients(Engine& engine, const Batch& batch) {
+  Status s = forward(engine, batch.images, /*training=*/true);
+  Result<StepResult> result = s.is_ok() ? loss(engine, batch, true) : Result<StepResult>(s);
+  if (result) {
+    if (Status b = backward(engine); !b.is_ok()) result = b;
+  }
+  release_outputs(engine);  // after an error too: nothing leaks into the next step
+  return result;
+}
+
+Result<StepResult> Network::train_step(Engine& engine, const Batch& batch, const SgdOptions& sgd) {
+  auto result = compute_gradients(engine, batch);
+  if (!result) return result;
+  if (Status s = sgd_update(engine, sgd); !s.is_ok()) return s;
+  return result;
+}
+
+Result<StepResult> Network::evaluate(Engine& engine, const Batch& batch) {
+  Status s = forward(engine, batch.images, /*training=*/false);
+  Result<StepResult> result = s.is_ok() ? loss(engine, batch, false) : Result<StepResult>(s);
+  release_outputs(engine);
+  return result;
+}
+
+std::vector<std::pair<std::string, Param*>> Network::params() {
+  std::vector<std::pair<std::string, Param*>> out;
+  for (Node& node : nodes_) {
+    const auto ps = node.layer->params();
+    for (std::size_t k = 0; k < ps.size(); ++k) out.emplace_back(ps[k]->value.name(), ps[k]);
+  }
+  return out;
+}
+
+std::size_t Network::parameter_count() {
+  std::size_t n = 0;
+  for (auto& [name, p] : params()) n += p->value.elements();
+  return n;
+}
+
+}  // namespace tensortier::dnn

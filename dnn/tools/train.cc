@@ -1,0 +1,203 @@
+// tensortier-train: trains a model with oneDNN, every tensor a runtime object placed on the
+// configured tiers, and reports loss, accuracy, step time and fast-tier use.
+// Default: LeNet-5 on Fashion-MNIST for 2 epochs (the README's main command).
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
+
+#include "tensortier/dnn/data.h"
+#include "tensortier/dnn/models.h"
+
+namespace {
+
+using namespace tensortier;
+using namespace tensortier::dnn;
+
+struct Options {
+  std::string model = "lenet5";
+  std::string data = "fashion-mnist";
+  std::string data_dir = kFashionMnistDir;
+  std::size_t batch = 64;
+  int epochs = 2;
+  std::size_t steps = 0;
+  float lr = 0.05F, momentum = 0.9F, weight_decay = 0.0F;
+  int width = 64;
+  int image_size = 32, channels = 3, classes = 10;
+  std::size_t train_limit = 0, test_limit = 0, synthetic_count = 2048;
+  std::string tiers;
+  std::uint64_t seed = 1;
+  std::size_t log_every = 100;
+  std::string schedule = "cosine";
+};
+
+int fail(const Status& s) {
+  fmt::print(stderr, "tensortier-train: {}\n", s.to_string());
+  return 1;
+}
+
+double ms_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
+
+std::string fast_tier_use(const Runtime& rt) {
+  const auto stats = rt.stats();
+  const auto& fast = stats.tiers.front();
+  return fmt::format("{} {}/{}", fast.name, format_bytes(fast.mapped_bytes), format_bytes(fast.budget_bytes));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"Train a model with tensortier placing every tensor on memory tiers"};
+  std::string models;
+  for (const auto& m : model_names()) models += (models.empty() ? "" : ", ") + m;
+  app.add_option("--model", o.model, "Model: " + models)->capture_default_str();
+  app.add_option("--data", o.data, "Data set: fashion-mnist or synthetic")
+      ->check(CLI::IsMember({"fashion-mnist", "synthetic"}))
+      ->capture_default_str();
+  app.add_option("--data-dir", o.data_dir, "Directory of the Fashion-MNIST gzip IDX files")
+      ->capture_default_str();
+  app.add_option("--batch", o.batch, "Batch size")->check(CLI::Range(1, 65536))->capture_default_str();
+  app.add_option("--epochs", o.epochs, "Epochs over the training set")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  app.add_option("--steps", o.steps, "Train this many steps instead of whole epochs (0: use --epochs)")
+      ->capture_default_str();
+  app.add_option("--lr", o.lr, "SGD learning rate")->capture_default_str();
+  app.add_option("--schedule", o.schedule,
+                 "Learning rate schedule: cosine (decays to 0 over the run) or constant")
+      ->check(CLI::IsMember({"cosine", "constant"}))
+      ->capture_default_str();
+  app.add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
+  app.add_option("--weight-decay", o.weight_decay, "SGD weight decay")->capture_default_str();
+  app.add_option("--width", o.width, "Channels of the first stage (VGG, ResNet), hidden units/4 (MLP)")
+      ->capture_default_str();
+  app.add_option("--image-size", o.image_size, "Synthetic data: image height and width")
+      ->capture_default_str();
+  app.add_option("--channels", o.channels, "Synthetic data: image channels")->capture_default_str();
+  app.add_option("--classes", o.classes, "Synthetic data: classes")->capture_default_str();
+  app.add_option("--synthetic-count", o.synthetic_count, "Synthetic data: training samples")
+      ->capture_default_str();
+  app.add_option("--train-limit", o.train_limit, "Use only the first N training samples (0: all)")
+      ->capture_default_str();
+  app.add_option("--test-limit", o.test_limit, "Use only the first N test samples (0: all)")
+      ->capture_default_str();
+  app.add_option("--tiers", o.tiers,
+                 "Tier spec (docs/TIERS.md); default: TENSORTIER_TIERS, else hwloc discovery");
+  app.add_option("--seed", o.seed, "Seed of weights and shuffling")->capture_default_str();
+  app.add_option("--log-every", o.log_every, "Without a terminal: print a line every N steps")
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  spdlog::set_level(spdlog::level::warn);
+  auto created = Runtime::create({o.tiers});
+  if (!created) return fail(created.status());
+  Runtime& rt = *created.value();
+  Engine engine(rt);
+
+  Dataset train, test;
+  if (o.data == "fashion-mnist") {
+    auto tr = load_fashion_mnist(o.data_dir, true, o.train_limit);
+    if (!tr) return fail(tr.status());
+    auto te = load_fashion_mnist(o.data_dir, false, o.test_limit);
+    if (!te) return fail(te.status());
+    train = std::move(tr).value();
+    test = std::move(te).value();
+  } else {
+    train = synthetic_dataset(o.synthetic_count, o.channels, o.image_size, o.image_size, o.classes, o.seed);
+    test = synthetic_dataset(std::max<std::size_t>(o.batch, o.synthetic_count / 4), o.channels, o.image_size,
+                             o.image_size, o.classes, o.seed + 1);
+  }
+  if (train.count() < o.batch || test.count() < o.batch) {
+    return fail(
+        invalid_argument(fmt::format("batch {} is larger than the data ({} training, {} test samples)",
+                                     o.batch, train.count(), test.count())));
+  }
+  auto model = make_model(o.model, {train.classes, o.width});
+  if (!model) return fail(model.status());
+  Network& net = *model.value();
+  const dnnl::memory::dims input{static_cast<dnnl::memory::dim>(o.batch), train.channels, train.height,
+                                 train.width};
+  if (Status s = net.build(engine, input, o.seed); !s.is_ok()) return fail(s);
+
+  BatchIterator batches(train, o.batch, o.seed);
+  const std::size_t total =
+      o.steps > 0 ? o.steps : batches.batches_per_epoch() * static_cast<std::size_t>(o.epochs);
+  fmt::print("model {} ({} parameters), data {} ({} train / {} test, {}x{}x{}), batch {}, {} steps\n",
+             net.name(), net.parameter_count(), o.data, train.count(), test.count(), train.channels,
+             train.height, train.width, o.batch, total);
+  fmt::print("tiers ({}): {}\n", rt.spec_source(), rt.spec());
+  const bool tty = isatty(fileno(stdout)) != 0;
+  SgdOptions sgd{o.lr, o.momentum, o.weight_decay};
+  Batch batch;
+  double loss_sum = 0, step_ms_sum = 0;
+  std::size_t correct = 0, seen = 0, window = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (std::size_t step = 1; step <= total; ++step) {
+    if (Status s = batches.next(engine, batch); !s.is_ok()) return fail(s);
+    const auto t0 = std::chrono::steady_clock::now();
+    if (o.schedule == "cosine") {
+      sgd.learning_rate =
+          o.lr * 0.5F *
+          (1.0F + std::cos(3.14159265F * static_cast<float>(step - 1) / static_cast<float>(total)));
+    }
+    if (Status s = rt.step_begin(); !s.is_ok()) return fail(s);
+    auto r = net.train_step(engine, batch, sgd);
+    if (Status s = rt.step_end(); !s.is_ok()) return fail(s);
+    if (!r) return fail(r.status());
+    step_ms_sum += ms_since(t0);
+    loss_sum += r->loss;
+    correct += r->correct;
+    seen += r->count;
+    ++window;
+    const std::size_t epoch = (step - 1) / std::max<std::size_t>(1, batches.batches_per_epoch()) + 1;
+    const std::string line = fmt::format("step {}/{} epoch {} loss {:.4f} acc {:.1f}% {:.1f} ms/step {}",
+                                         step, total, epoch, loss_sum / static_cast<double>(window),
+                                         100.0 * static_cast<double>(correct) / static_cast<double>(seen),
+                                         step_ms_sum / static_cast<double>(window), fast_tier_use(rt));
+    if (tty) {
+      const int width = 24;
+      const auto filled = static_cast<int>(static_cast<double>(width) * static_cast<double>(step) /
+                                           static_cast<double>(total));
+      fmt::print("\r[{}{}] {}   ", std::string(static_cast<std::size_t>(filled), '='),
+                 std::string(static_cast<std::size_t>(width - filled), ' '), line);
+      std::fflush(stdout);
+    } else if (step % o.log_every == 0 || step == total) {
+      fmt::print("{}\n", line);
+    }
+    if (step % o.log_every == 0) loss_sum = step_ms_sum = 0, correct = seen = window = 0;
+  }
+  if (tty) fmt::print("\n");
+  fmt::print("trained in {:.1f} s\n", ms_since(start) / 1000.0);
+
+  BatchIterator test_batches(test, o.batch, o.seed, /*shuffle=*/false);
+  std::size_t test_correct = 0, test_seen = 0;
+  double test_loss = 0;
+  for (std::size_t b = 0; b < test_batches.batches_per_epoch(); ++b) {
+    if (Status s = test_batches.next(engine, batch); !s.is_ok()) return fail(s);
+    if (Status s = rt.step_begin(); !s.is_ok()) return fail(s);  // an inference step
+    auto r = net.evaluate(engine, batch);
+    if (Status s = rt.step_end(); !s.is_ok()) return fail(s);
+    if (!r) return fail(r.status());
+    test_correct += r->correct;
+    test_seen += r->count;
+    test_loss += r->loss * static_cast<double>(r->count);
+  }
+  fmt::print("test accuracy {:.2f}% ({} / {} samples; loss {:.4f})\n",
+             100.0 * static_cast<double>(test_correct) / static_cast<double>(test_seen), test_correct,
+             test_seen, test_loss / static_cast<double>(test_seen));
+  for (const auto& u : rt.stats().tiers) {
+    fmt::print("tier {}: peak {} of {} budget, {} objects fell back to a slower tier\n", u.name,
+               format_bytes(u.peak_mapped_bytes), format_bytes(u.budget_bytes), u.fallbacks_out);
+  }
+  return 0;
+}
