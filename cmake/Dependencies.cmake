@@ -8,6 +8,7 @@ pkg_check_modules(PAPI REQUIRED IMPORTED_TARGET papi)        # libpapi-dev (prof
 find_package(Threads REQUIRED)
 find_package(TBB CONFIG REQUIRED)            # libtbb-dev (migrator issue)
 find_package(dnnl CONFIG REQUIRED)           # libdnnl-dev, oneDNN 2.6 (dnn issue)
+find_package(ZLIB REQUIRED)                  # zlib1g-dev: Fashion-MNIST gzip IDX files
 find_package(nlohmann_json CONFIG REQUIRED)  # nlohmann-json3-dev
 find_package(fmt CONFIG REQUIRED)            # libfmt-dev
 find_package(spdlog CONFIG REQUIRED)         # libspdlog-dev

@@ -68,7 +68,8 @@ Status Engine::run(std::string_view layer, const dnnl::primitive& primitive, con
     stream_.wait();
   } catch (const dnnl::error& e) {
     (void)runtime_.layer_end();
-    return internal_error(fmt::format("layer '{}': oneDNN: {}", layer, e.what()));
+    return internal_error(
+        fmt::format("layer '{}': oneDNN: {} (status {})", layer, e.what(), static_cast<int>(e.status)));
   }
   return runtime_.layer_end();
 }

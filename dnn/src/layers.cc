@@ -262,7 +262,8 @@ class BatchNorm final : public Layer {
                               {DNNL_ARG_MEAN, &mean_},
                               {DNNL_ARG_VARIANCE, &variance_},
                               {DNNL_ARG_DIFF_DST, &diff_out},
-                              {DNNL_ARG_SCALE, &scale_.value}},
+                              {DNNL_ARG_SCALE, &scale_.value},
+                              {DNNL_ARG_SHIFT, &shift_.value}},  // 2.6 asks for shift too
                              with_scratchpad({{DNNL_ARG_DIFF_SRC, diff_src},
                                               {DNNL_ARG_DIFF_SCALE, &scale_.grad},
                                               {DNNL_ARG_DIFF_SHIFT, &shift_.grad}},

@@ -1,0 +1,265 @@
+// The training engine: gradients against finite differences, results independent of tiers,
+// layer marks that name the right objects, bad input, and LeNet-5 on Fashion-MNIST.
+#include <zlib.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "tensortier/dnn/data.h"
+#include "tensortier/dnn/models.h"
+#include "test_util.h"
+
+namespace tensortier::dnn {
+namespace {
+
+struct Fixture {
+  std::unique_ptr<Runtime> rt;
+  std::unique_ptr<Engine> engine;
+  std::unique_ptr<Network> net;
+  Dataset data;
+  Batch batch;
+};
+
+// A built model, its data set and one loaded batch.
+Fixture make(std::unique_ptr<Network> net, const std::string& spec, dnnl::memory::dims input, int classes,
+             std::size_t samples = 0) {
+  Fixture f;
+  auto rt = Runtime::create({spec});
+  EXPECT_TRUE(rt) << rt.status().to_string();
+  f.rt = std::move(rt).value();
+  f.engine = std::make_unique<Engine>(*f.rt);
+  f.net = std::move(net);
+  const Status built = f.net->build(*f.engine, input, /*seed=*/42);
+  EXPECT_TRUE(built.is_ok()) << built.to_string();
+  f.data = synthetic_dataset(samples > 0 ? samples : static_cast<std::size_t>(input[0]),
+                             static_cast<int>(input[1]), static_cast<int>(input[2]),
+                             static_cast<int>(input[3]), classes, 7);
+  BatchIterator it(f.data, static_cast<std::size_t>(input[0]), 1, /*shuffle=*/false);
+  EXPECT_TRUE(it.next(*f.engine, f.batch).is_ok());
+  return f;
+}
+
+Fixture make(const std::string& model, const std::string& spec, dnnl::memory::dims input, int classes,
+             int width, std::size_t samples = 0) {
+  auto net = make_model(model, {classes, width});
+  EXPECT_TRUE(net) << net.status().to_string();
+  return make(std::move(net).value(), spec, input, classes, samples);
+}
+
+// conv (with and without bias), batch norm, residual add, average pooling (padded), global
+// average pooling, linear: every layer without a kink, so finite differences are exact to
+// float rounding.
+std::unique_ptr<Network> smooth_residual() {
+  auto n = std::make_unique<Network>("smooth_residual");
+  int a = n->add(make_conv("stem", {4, 3, 1, 1, false}), {Network::kInput});
+  a = n->add(make_batch_norm("stem.bn"), {a});
+  int b = n->add(make_conv("branch", {4, 3, 1, 1, false}), {a});  // a bias before BN has no gradient
+  b = n->add(make_batch_norm("branch.bn"), {b});
+  const int sum = n->add(make_add("add"), {b, a});
+  const int c = n->add(make_conv("head", {5, 3, 2, 1, true}), {sum});
+  n->add(make_pool("pool", PoolKind::kAverage, 3, 2, 1), {c});
+  const int g = n->add(make_global_avg_pool("gap"));
+  n->add(make_linear("fc", 3), {g});
+  return n;
+}
+
+Result<StepResult> gradients(Fixture& f) {
+  EXPECT_TRUE(f.rt->step_begin().is_ok());
+  auto r = f.net->compute_gradients(*f.engine, f.batch);
+  EXPECT_TRUE(f.rt->step_end().is_ok());
+  return r;
+}
+
+// Central finite differences of the loss against the analytic gradient, for a spread of
+// elements of every parameter. Every parameter's gradient flows through the backward of every
+// layer after it, so a wrong backward (data or weights) of any layer shows here.
+//
+// `kinked`: the network has ReLU or max pooling. An input of theirs that sits within the step of
+// its kink makes that element's difference quotient straddle the kink (an error of ~1e-3 at any
+// step size), so those networks are compared per parameter as a relative L2 error over the
+// samples (a wrong backward is off by O(1)); smooth networks element by element.
+void check_gradients(Fixture f, bool kinked) {
+  ASSERT_TRUE(gradients(f));
+  constexpr float kEps = 5e-4F;
+  int checked = 0;
+  for (auto& [name, p] : f.net->params()) {
+    const std::vector<float> analytic(p->grad.data(), p->grad.data() + p->grad.elements());
+    const std::size_t n = p->value.elements();
+    double error_sq = 0, norm_sq = 0;
+    for (std::size_t k = 0; k < std::min<std::size_t>(n, 8); ++k) {
+      const std::size_t i = (k * 7919 + 13) % n;
+      float& w = p->value.data()[i];
+      const float saved = w;
+      w = saved + kEps;
+      const double up = gradients(f).value().loss;
+      w = saved - kEps;
+      const double down = gradients(f).value().loss;
+      w = saved;
+      const double numeric = (up - down) / (2.0 * kEps);
+      error_sq += (numeric - analytic[i]) * (numeric - analytic[i]);
+      norm_sq += numeric * numeric;
+      if (!kinked) {
+        EXPECT_NEAR(analytic[i], numeric, 3e-4 + 3e-3 * std::abs(numeric)) << name << "[" << i << "]";
+      }
+    }
+    const double relative = std::sqrt(error_sq) / std::max(std::sqrt(norm_sq), 1e-3);
+    EXPECT_LT(relative, kinked ? 0.05 : 0.005)
+        << f.net->name() << ": gradient of " << name << " is off by " << relative * 100 << "% (L2)";
+    ++checked;
+  }
+  EXPECT_GE(checked, 3);
+}
+
+TEST(GradientCheck, ConvBatchNormResidualAddAveragePoolLinear) {
+  check_gradients(make(smooth_residual(), "fast=dram:1GiB", {4, 2, 6, 6}, 3), /*kinked=*/false);
+}
+TEST(GradientCheck, ReluAndMaxPool) {
+  check_gradients(make("small_cnn", "fast=dram:1GiB", {4, 2, 8, 8}, 3, 4), /*kinked=*/true);
+}
+TEST(GradientCheck, MlpOnImages) {
+  check_gradients(make("mlp", "fast=dram:1GiB", {4, 1, 4, 4}, 3, 4), true);
+}
+
+// Trains a few steps and returns every loss and the final parameters.
+std::pair<std::vector<double>, std::vector<float>> train(const std::string& spec) {
+  Fixture f = make("resblock", spec, {8, 3, 8, 8}, 4, 8, 64);
+  BatchIterator it(f.data, 8, 3);
+  std::vector<double> losses;
+  for (int step = 0; step < 4; ++step) {
+    EXPECT_TRUE(it.next(*f.engine, f.batch).is_ok());
+    EXPECT_TRUE(f.rt->step_begin().is_ok());
+    auto r = f.net->train_step(*f.engine, f.batch, {0.1F, 0.9F, 1e-4F});
+    EXPECT_TRUE(f.rt->step_end().is_ok());
+    losses.push_back(r ? r->loss : -1);
+  }
+  std::vector<float> params;
+  for (auto& [name, p] : f.net->params())
+    params.insert(params.end(), p->value.data(), p->value.data() + p->value.elements());
+  return {losses, params};
+}
+
+TEST(Training, ResultsDoNotDependOnWhereTensorsLive) {
+  const auto fast_only = train("fast=dram:1GiB");
+  const auto mixed = train("fast=dram:64KiB,slow=emulated:optane:1GiB");  // most objects fall back
+  const auto numa = train("fast=numa:0:1GiB");
+  EXPECT_EQ(fast_only.first, mixed.first);  // bit-identical
+  EXPECT_EQ(fast_only.second, mixed.second);
+  EXPECT_EQ(fast_only.first, numa.first);
+  EXPECT_LT(fast_only.first.back(), fast_only.first.front());  // and it learns
+}
+
+TEST(Training, LayerMarksNameTheObjectsEachPrimitiveTouches) {
+  Fixture f = make("small_cnn", "fast=dram:1GiB", {4, 2, 8, 8}, 3, 4);
+  ASSERT_TRUE(gradients(f));
+  const auto& layers = f.rt->last_step_layers();
+  auto find = [&](const std::string& name) -> const LayerRecord* {
+    for (const auto& l : layers) {
+      if (l.name == name) return &l;
+    }
+    return nullptr;
+  };
+  const LayerRecord* fwd = find("conv1.fwd");
+  ASSERT_NE(fwd, nullptr);
+  auto id_of = [&](const Tensor& t) { return f.rt->object(t.address()).value().id; };
+  const auto params = f.net->params();
+  EXPECT_EQ(fwd->reads.size(), 3u);  // input, weight, bias
+  EXPECT_EQ(fwd->reads[0], id_of(f.batch.images));
+  EXPECT_EQ(fwd->reads[1], id_of(params[0].second->value));
+  ASSERT_GE(fwd->writes.size(), 1u);  // its output, and its scratchpad where it has one
+  // The output was a fresh activation: born after the parameters, freed by the end of the step.
+  EXPECT_GT(fwd->writes[0], id_of(params.back().second->momentum));
+  const LayerRecord* bwd = find("conv1.bwd_weights");
+  ASSERT_NE(bwd, nullptr);
+  EXPECT_NE(std::find(bwd->writes.begin(), bwd->writes.end(), id_of(params[0].second->grad)),
+            bwd->writes.end());
+  EXPECT_EQ(find("conv1.bwd_data"), nullptr);    // the input batch needs no gradient
+  EXPECT_EQ(find("sgd.conv1.weight"), nullptr);  // compute_gradients does no update
+  EXPECT_NE(find("loss"), nullptr);
+  // Every activation and gradient of the step was freed; parameters and the batch remain.
+  const std::size_t params_objects = 3 * params.size();
+  EXPECT_GE(f.rt->stats().live_objects, params_objects + 2);
+  EXPECT_LE(f.rt->stats().live_objects, params_objects + 2 + 16);  // + scratchpads, running stats
+}
+
+TEST(Training, BadInputIsAClearError) {
+  auto unknown = make_model("resnet19", {});
+  ASSERT_FALSE(unknown);
+  EXPECT_NE(unknown.status().message().find("unknown model 'resnet19' (known: mlp, lenet5"),
+            std::string::npos);
+  EXPECT_FALSE(make_model("mlp", {1, 8}));  // one class
+  Fixture f = make("mlp", "fast=dram:1GiB", {4, 1, 4, 4}, 3, 4);
+  static_cast<std::int32_t*>(f.batch.labels.address())[2] = 7;
+  auto r = gradients(f);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.status().message().find("label 7 of sample 2 is outside 0..2"), std::string::npos);
+  Engine& e = *f.engine;
+  Network other("tiny");
+  other.add(make_conv("c", {4, 5, 1, 0, true}));
+  const Status too_small = other.build(e, {1, 1, 3, 3}, 1);
+  EXPECT_FALSE(too_small.is_ok());
+  EXPECT_NE(too_small.message().find("input too small"), std::string::npos);
+}
+
+TEST(FashionMnist, MissingOrCorruptFilesAreNamed) {
+  testing::TempDir dir;
+  auto missing = load_fashion_mnist(dir.path(), true);
+  ASSERT_FALSE(missing);
+  EXPECT_NE(missing.status().message().find("train-images-idx3-ubyte.gz' does not exist"), std::string::npos);
+  // A valid gzip whose IDX content is truncated.
+  for (const char* name : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"}) {
+    gzFile g = gzopen((dir.path() + "/" + name).c_str(), "wb");
+    const unsigned char header[] = {0, 0, 8, 3, 0, 0, 0, 2, 0, 0, 0, 28, 0, 0, 0, 28, 1, 2, 3};
+    gzwrite(g, header, sizeof header);
+    gzclose(g);
+  }
+  auto corrupt = load_fashion_mnist(dir.path(), true);
+  ASSERT_FALSE(corrupt);
+  EXPECT_NE(corrupt.status().message().find("train-images-idx3-ubyte.gz' is truncated or corrupt"),
+            std::string::npos)
+      << corrupt.status().message();
+  std::ofstream(dir.path() + "/train-images-idx3-ubyte.gz") << "not gzip at all, and not IDX";
+  EXPECT_FALSE(load_fashion_mnist(dir.path(), true));
+}
+
+TEST(FashionMnist, LeNet5ReachesAtLeast88PercentIn2Epochs) {
+  auto train_set = load_fashion_mnist(kFashionMnistDir, true);
+  ASSERT_TRUE(train_set) << train_set.status().to_string() << " (tools/setup.sh test installs it)";
+  auto test_set = load_fashion_mnist(kFashionMnistDir, false);
+  ASSERT_TRUE(test_set);
+  auto rt = Runtime::create({"fast=dram:1GiB"});
+  ASSERT_TRUE(rt);
+  Engine e(*rt.value());
+  auto net = make_model("lenet5", {10, 64}).value();
+  ASSERT_TRUE(net->build(e, {64, 1, 28, 28}, 1).is_ok());
+  BatchIterator it(train_set.value(), 64, 1);
+  const std::size_t total = 2 * it.batches_per_epoch();
+  Batch batch;
+  for (std::size_t step = 0; step < total; ++step) {  // the trainer's defaults: lr 0.05, cosine
+    const float lr =
+        0.05F * 0.5F * (1.0F + std::cos(3.14159265F * static_cast<float>(step) / static_cast<float>(total)));
+    ASSERT_TRUE(it.next(e, batch).is_ok());
+    ASSERT_TRUE(rt.value()->step_begin().is_ok());
+    ASSERT_TRUE(net->train_step(e, batch, {lr, 0.9F, 0.0F}));
+    ASSERT_TRUE(rt.value()->step_end().is_ok());
+  }
+  BatchIterator test_it(test_set.value(), 64, 1, false);
+  std::size_t correct = 0, seen = 0;
+  for (std::size_t b = 0; b < test_it.batches_per_epoch(); ++b) {
+    ASSERT_TRUE(test_it.next(e, batch).is_ok());
+    ASSERT_TRUE(rt.value()->step_begin().is_ok());
+    auto r = net->evaluate(e, batch);
+    ASSERT_TRUE(rt.value()->step_end().is_ok());
+    ASSERT_TRUE(r);
+    correct += r->correct;
+    seen += r->count;
+  }
+  const double accuracy = static_cast<double>(correct) / static_cast<double>(seen);
+  RecordProperty("test_accuracy", std::to_string(accuracy));
+  EXPECT_GE(accuracy, 0.88) << correct << " / " << seen;
+}
+
+}  // namespace
+}  // namespace tensortier::dnn
