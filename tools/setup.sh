@@ -2,7 +2,9 @@
 # Installs the Debian 12 packages tensortier builds and tests with, where any is missing.
 # Idempotent and quiet when nothing is missing; uses sudo when not run as root.
 # The list is the one place our system dependencies are named (cmake/Dependencies.cmake finds
-# them). Usage: tools/setup.sh [vm]   ("vm" adds what tests/numa_vm/run.sh needs to boot its VM)
+# them). Usage: tools/setup.sh [test] [vm]
+#   test: adds what only the tests need (PyTorch for the cross-check)
+#   vm:   adds what tests/numa_vm/run.sh needs to boot its two-node VM
 set -euo pipefail
 
 packages=(
@@ -10,14 +12,19 @@ packages=(
   libmemkind-dev libhwloc-dev libnuma-dev           # tiers and topology
   libpapi-dev libtbb-dev libdnnl-dev                # counters, migration thread, oneDNN 2.6
   ocl-icd-opencl-dev opencl-c-headers               # dnnl-config.cmake requires OpenCL (Debian builds it with the OCL runtime)
-  nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev
+  nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev zlib1g-dev
+  dataset-fashion-mnist                             # the trainer's default data set
   libgtest-dev libbenchmark-dev                     # tests and micro-benchmarks
   clang-format clang-tidy                           # style checks (CI)
   hwloc numactl                                     # lstopo / numactl -H for people
 )
-if [[ "${1:-}" == vm ]]; then
-  packages+=(qemu-system-x86 busybox-static cpio)   # the two-node NUMA VM (tests/numa_vm/)
-fi
+for group in "$@"; do
+  case "$group" in
+    test) packages+=(python3-torch) ;;                    # tests/torch/crosscheck.py (PyTorch 1.13)
+    vm) packages+=(qemu-system-x86 busybox-static cpio) ;;  # the two-node NUMA VM (tests/numa_vm/)
+    *) echo "setup: unknown group '$group' (known: test, vm)" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for p in "${packages[@]}"; do

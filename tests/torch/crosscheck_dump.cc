@@ -1,0 +1,88 @@
+// Writes what the PyTorch cross-check (crosscheck.py) compares against: a model's initial
+// weights, five deterministic batches, the gradients of step 1 and the losses of five SGD steps,
+// as raw float32 files and a JSON manifest.
+// Usage: dnn_crosscheck_dump MODEL OUT_DIR   (MODEL: small_cnn or resblock)
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "tensortier/dnn/data.h"
+#include "tensortier/dnn/models.h"
+
+namespace {
+
+using namespace tensortier;
+using namespace tensortier::dnn;
+
+void write_raw(const std::filesystem::path& path, const void* data, std::size_t bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
+}
+
+int fail(const std::string& message) {
+  std::fprintf(stderr, "dnn_crosscheck_dump: %s\n", message.c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 3) return fail("usage: dnn_crosscheck_dump MODEL OUT_DIR");
+  const std::string model = argv[1];
+  const std::filesystem::path dir = argv[2];
+  std::filesystem::create_directories(dir);
+  const dnnl::memory::dims input =
+      model == "small_cnn" ? dnnl::memory::dims{8, 3, 12, 12} : dnnl::memory::dims{8, 3, 8, 8};
+  constexpr int kClasses = 4;
+  const SgdOptions sgd{0.05F, 0.9F, 1e-3F};
+
+  auto rt = Runtime::create({"fast=dram:256MiB"});
+  if (!rt) return fail(rt.status().to_string());
+  Engine engine(*rt.value());
+  auto net = make_model(model, {kClasses, 8});
+  if (!net) return fail(net.status().to_string());
+  if (Status s = net.value()->build(engine, input, 5); !s.is_ok()) return fail(s.to_string());
+
+  nlohmann::json manifest{
+      {"model", model},
+      {"input", input},
+      {"classes", kClasses},
+      {"sgd", {{"lr", sgd.learning_rate}, {"momentum", sgd.momentum}, {"weight_decay", sgd.weight_decay}}}};
+  auto params = net.value()->params();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const Tensor& value = params[i].second->value;
+    const std::string file = "init_" + std::to_string(i) + ".bin";
+    write_raw(dir / file, value.address(), value.bytes());
+    manifest["params"].push_back({{"name", params[i].first}, {"shape", value.dims()}, {"init", file}});
+  }
+  const Dataset data =
+      synthetic_dataset(5 * static_cast<std::size_t>(input[0]), static_cast<int>(input[1]),
+                        static_cast<int>(input[2]), static_cast<int>(input[3]), kClasses, 11);
+  BatchIterator batches(data, static_cast<std::size_t>(input[0]), 3, /*shuffle=*/false);
+  Batch batch;
+  for (int step = 0; step < 5; ++step) {
+    if (Status s = batches.next(engine, batch); !s.is_ok()) return fail(s.to_string());
+    const std::string x = "batch" + std::to_string(step) + "_images.bin";
+    const std::string y = "batch" + std::to_string(step) + "_labels.bin";
+    write_raw(dir / x, batch.images.address(), batch.images.bytes());
+    write_raw(dir / y, batch.labels.address(), batch.labels.bytes());
+    manifest["batches"].push_back({{"images", x}, {"labels", y}});
+    if (Status s = rt.value()->step_begin(); !s.is_ok()) return fail(s.to_string());
+    auto r = net.value()->train_step(engine, batch, sgd);
+    if (Status s = rt.value()->step_end(); !s.is_ok()) return fail(s.to_string());
+    if (!r) return fail(r.status().to_string());
+    manifest["losses"].push_back(r->loss);
+    if (step == 0) {  // .grad still holds step 1's gradients after its update
+      for (std::size_t i = 0; i < params.size(); ++i) {
+        const std::string file = "grad_" + std::to_string(i) + ".bin";
+        write_raw(dir / file, params[i].second->grad.address(), params[i].second->grad.bytes());
+        manifest["params"][i]["grad"] = file;
+      }
+    }
+  }
+  std::ofstream(dir / "manifest.json") << manifest.dump(2) << '\n';
+  std::printf("wrote %s\n", (dir / "manifest.json").c_str());
+  return 0;
+}
