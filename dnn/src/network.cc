@@ -160,7 +160,9 @@ Status Network::backward(Engine& engine) {
 // SGD with momentum and weight decay as torch.optim.SGD: g = grad + wd * w; v = m * v + g;
 // w -= lr * v. A loop over floats per parameter, one marked layer each.
 Status Network::sgd_update(Engine& engine, const SgdOptions& sgd) {
-  for (auto& [name, p] : params()) {
+  for (auto& named : params()) {
+    Param* p = named.second;  // not a structured binding: lambdas cannot capture those before clang 16
+    const std::string& name = named.first;
     TT_RETURN_IF_ERROR(engine.host_layer("sgd." + name, {&p->grad}, {&p->value, &p->momentum}, [&] {
       float* w = p->value.data();
       float* v = p->momentum.data();
