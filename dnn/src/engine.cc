@@ -1,6 +1,7 @@
 // Engine: tensors as runtime objects, and primitives run as marked layers (see engine.h).
 #include "tensortier/dnn/engine.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <unordered_map>
 
@@ -8,13 +9,24 @@
 
 namespace tensortier::dnn {
 
+namespace {
+void free_tensor_memory(Runtime* runtime, void* address) {
+  if (address == nullptr) return;
+  if (runtime != nullptr) {
+    (void)runtime->free(address);
+  } else {
+    std::free(address);
+  }
+}
+}  // namespace
+
 Tensor::~Tensor() {
-  if (runtime_ != nullptr) (void)runtime_->free(address_);
+  free_tensor_memory(runtime_, address_);
 }
 
 Tensor& Tensor::operator=(Tensor&& other) noexcept {
   if (this != &other) {
-    if (runtime_ != nullptr) (void)runtime_->free(address_);
+    free_tensor_memory(runtime_, address_);
     runtime_ = std::exchange(other.runtime_, nullptr);
     desc_ = other.desc_;
     name_ = std::move(other.name_);
@@ -23,7 +35,9 @@ Tensor& Tensor::operator=(Tensor&& other) noexcept {
   return *this;
 }
 
-Engine::Engine(Runtime& runtime) : runtime_(runtime), engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
+Engine::Engine(Runtime& runtime) : Engine(&runtime) {}
+
+Engine::Engine(Runtime* runtime) : runtime_(runtime), engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
 
 dnnl::primitive_attr Engine::user_scratchpad() {
   dnnl::primitive_attr attr;
@@ -33,14 +47,20 @@ dnnl::primitive_attr Engine::user_scratchpad() {
 
 Result<Tensor> Engine::allocate(std::string_view name, const dnnl::memory::desc& desc, Group group) {
   const std::size_t bytes = desc.get_size();
-  auto object = runtime_.allocate(name, bytes, group);
-  if (!object) return object.status();
-  std::memset(object->address, 0, bytes);
   Tensor tensor;
-  tensor.runtime_ = &runtime_;
+  if (runtime_ != nullptr) {
+    auto object = runtime_->allocate(name, bytes, group);
+    if (!object) return object.status();
+    tensor.address_ = object->address;
+  } else {
+    tensor.address_ = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (tensor.address_ == nullptr)
+      return out_of_memory(fmt::format("'{}': aligned_alloc of {} bytes failed", name, bytes));
+  }
+  std::memset(tensor.address_, 0, bytes);
+  tensor.runtime_ = runtime_;
   tensor.desc_ = desc;
   tensor.name_ = std::string(name);
-  tensor.address_ = object->address;
   return tensor;
 }
 
@@ -62,16 +82,18 @@ Status Engine::run(std::string_view layer, const dnnl::primitive& primitive, con
       (list == &reads ? read_addresses : write_addresses).push_back(tensor->address());
     }
   }
-  if (Status s = runtime_.layer_begin(layer, read_addresses, write_addresses); !s.is_ok()) return s;
+  if (runtime_ != nullptr) {
+    if (Status s = runtime_->layer_begin(layer, read_addresses, write_addresses); !s.is_ok()) return s;
+  }
   try {
     primitive.execute(stream_, args);
     stream_.wait();
   } catch (const dnnl::error& e) {
-    (void)runtime_.layer_end();
+    if (runtime_ != nullptr) (void)runtime_->layer_end();
     return internal_error(
         fmt::format("layer '{}': oneDNN: {} (status {})", layer, e.what(), static_cast<int>(e.status)));
   }
-  return runtime_.layer_end();
+  return runtime_ != nullptr ? runtime_->layer_end() : Status::ok();
 }
 
 Status Engine::host_layer(std::string_view layer, const std::vector<const Tensor*>& reads,
@@ -79,9 +101,13 @@ Status Engine::host_layer(std::string_view layer, const std::vector<const Tensor
   std::vector<const void*> read_addresses, write_addresses;
   for (const Tensor* t : reads) read_addresses.push_back(t->address());
   for (const Tensor* t : writes) write_addresses.push_back(t->address());
-  if (Status s = runtime_.layer_begin(layer, read_addresses, write_addresses); !s.is_ok()) return s;
+  if (runtime_ == nullptr) {
+    body();
+    return Status::ok();
+  }
+  if (Status s = runtime_->layer_begin(layer, read_addresses, write_addresses); !s.is_ok()) return s;
   body();
-  return runtime_.layer_end();
+  return runtime_->layer_end();
 }
 
 }  // namespace tensortier::dnn

@@ -8,8 +8,8 @@
 // and writes, and binds each argument's address at that moment (memory::set_data_handle), so an
 // object may move between layers.
 //
-// Ownership: an Engine borrows the Runtime (which must outlive it). A Tensor owns its object:
-// Engine::release() frees it; a Tensor still holding an object at destruction frees it too.
+// Ownership: an Engine borrows the Runtime (which must outlive it), or has none (the baseline). A Tensor owns
+// its object: Engine::release() frees it; a Tensor still holding an object at destruction frees it too.
 // Thread safety: one Engine per training thread; not safe to share.
 #pragma once
 
@@ -50,7 +50,7 @@ class Tensor {
   Tensor(const Tensor&) = delete;
   Tensor& operator=(const Tensor&) = delete;
 
-  bool empty() const { return runtime_ == nullptr; }
+  bool empty() const { return address_ == nullptr; }
   const dnnl::memory::desc& desc() const { return desc_; }
   const std::string& name() const { return name_; }
   void* address() const { return address_; }
@@ -61,7 +61,7 @@ class Tensor {
 
  private:
   friend class Engine;
-  Runtime* runtime_ = nullptr;
+  Runtime* runtime_ = nullptr;  // the owner of its object; null for plain memory (std::free)
   dnnl::memory::desc desc_;
   std::string name_;
   void* address_ = nullptr;
@@ -73,8 +73,11 @@ using Arg = std::pair<int, const Tensor*>;
 class Engine {
  public:
   explicit Engine(Runtime& runtime);
+  // The baseline that measures the runtime's own cost: tensors from plain aligned allocation
+  // (std::aligned_alloc, 64-byte aligned), no layer marks. Nothing else differs.
+  static Engine without_runtime() { return Engine(nullptr); }
 
-  Runtime& runtime() { return runtime_; }
+  Runtime* runtime() { return runtime_; }
   const dnnl::engine& cpu() const { return engine_; }
   dnnl::stream& stream() { return stream_; }
 
@@ -96,7 +99,9 @@ class Engine {
   static dnnl::primitive_attr user_scratchpad();
 
  private:
-  Runtime& runtime_;
+  explicit Engine(Runtime* runtime);
+
+  Runtime* runtime_;  // null: plain allocation, no marks
   dnnl::engine engine_;
   dnnl::stream stream_;
 };
