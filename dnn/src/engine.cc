@@ -96,6 +96,19 @@ Status Engine::run(std::string_view layer, const dnnl::primitive& primitive, con
   return runtime_ != nullptr ? runtime_->layer_end() : Status::ok();
 }
 
+Status Engine::reorder_now(const dnnl::memory::desc& from, const void* src, const dnnl::memory::desc& to,
+                           void* dst) {
+  try {
+    dnnl::memory in(from, engine_, const_cast<void*>(src));  // NOLINT: oneDNN takes void*, reads only
+    dnnl::memory out(to, engine_, dst);
+    dnnl::reorder(in, out).execute(stream_, in, out);
+    stream_.wait();
+  } catch (const dnnl::error& e) {
+    return internal_error(fmt::format("reorder: oneDNN: {}", e.what()));
+  }
+  return Status::ok();
+}
+
 Status Engine::host_layer(std::string_view layer, const std::vector<const Tensor*>& reads,
                           const std::vector<const Tensor*>& writes, const std::function<void()>& body) {
   std::vector<const void*> read_addresses, write_addresses;

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <functional>
 #include <random>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -22,7 +23,9 @@ memory::desc plain(const memory::dims& dims) {
   return {dims, dt::f32, t};
 }
 
-Status param(Engine& e, const std::string& name, const memory::desc& desc, Param& p, bool decay = true) {
+// `desc`: the layout oneDNN chose; `plain_desc`: PyTorch's layout of the same tensor.
+Status param(Engine& e, const std::string& name, const memory::desc& desc, const memory::desc& plain_desc,
+             Param& p, bool decay = true) {
   auto value = e.allocate(name, desc, kParams);
   if (!value) return value.status();
   auto grad = e.allocate(name + ".grad", desc, kParamGrads);
@@ -32,6 +35,7 @@ Status param(Engine& e, const std::string& name, const memory::desc& desc, Param
   p.value = std::move(value).value();
   p.grad = std::move(grad).value();
   p.momentum = std::move(momentum).value();
+  p.plain = plain_desc;
   p.decay = decay;
   return Status::ok();
 }
@@ -51,12 +55,19 @@ std::vector<Arg> with_scratchpad(std::vector<Arg> writes, const Tensor& pad) {
   return writes;
 }
 
-// PyTorch's default init of conv and linear layers: U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
-void uniform_init(const Tensor& t, std::size_t fan_in, std::uint64_t seed, const std::string& name) {
+// PyTorch's default init of conv and linear layers: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), drawn in
+// the plain layout and reordered into the parameter's own.
+void uniform_init(Engine& e, Param& p, std::size_t fan_in, std::uint64_t seed, const std::string& name) {
   std::mt19937_64 rng(seed ^ std::hash<std::string>{}(name));
   const float bound = 1.0F / std::sqrt(static_cast<float>(fan_in));
   std::uniform_real_distribution<float> dist(-bound, bound);
-  for (std::size_t i = 0; i < t.elements(); ++i) t.data()[i] = dist(rng);
+  std::vector<float> values(p.plain.get_size() / sizeof(float));
+  for (float& v : values) v = dist(rng);
+  (void)e.reorder_now(p.plain, values.data(), p.value.desc(), p.value.address());
+}
+
+memory::desc any(const memory::dims& dims) {
+  return {dims, dt::f32, tag::any};
 }
 
 // Wraps oneDNN's exceptions (from primitive-descriptor creation) as Status.
@@ -94,34 +105,78 @@ class Conv final : public Layer {
       const memory::dim k = o_.kernel, s = o_.stride, p = o_.padding;
       const memory::dim oh = (in[2] + 2 * p - k) / s + 1, ow = (in[3] + 2 * p - k) / s + 1;
       if (oh <= 0 || ow <= 0) return invalid_argument(fmt::format("conv '{}': input too small", name_));
-      src_ = plain(in);
-      dst_ = plain({in[0], o_.out_channels, oh, ow});
-      const memory::desc w({o_.out_channels, in[1], k, k}, dt::f32, tag::oihw);
+      // Layouts: first oneDNN's choice (format_tag::any: blocked on AVX-512, fastest); where it
+      // has no optimized backward for that choice (convolutions of few input channels), plain
+      // nchw/oihw, which its GEMM-based kernels serve. An input in another layout than the
+      // convolution's is reordered first and its gradient reordered back; backward uses the
+      // forward's layouts, so weights, gradients and momentum share one.
+      input_ = inputs[0];
+      const memory::dims wdims{o_.out_channels, in[1], k, k};
+      const memory::dims odims{in[0], o_.out_channels, oh, ow};
       const memory::desc b({o_.out_channels}, dt::f32, tag::x);
       fan_in_ = static_cast<std::size_t>(in[1] * k * k);
       const memory::dims strides{s, s}, pad{p, p};
       const auto attr = Engine::user_scratchpad();
-      auto fd =
-          o_.bias
-              ? dnnl::convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct,
-                                                src_, w, b, dst_, strides, pad, pad)
-              : dnnl::convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct,
-                                                src_, w, dst_, strides, pad, pad);
-      const dnnl::convolution_forward::primitive_desc fpd(fd, attr, e.cpu());
-      const dnnl::convolution_backward_data::primitive_desc bdpd(
-          dnnl::convolution_backward_data::desc(algorithm::convolution_direct, src_, w, dst_, strides, pad,
-                                                pad),
-          attr, e.cpu(), fpd);
-      auto bwd = o_.bias ? dnnl::convolution_backward_weights::desc(algorithm::convolution_direct, src_, w, b,
-                                                                    dst_, strides, pad, pad)
-                         : dnnl::convolution_backward_weights::desc(algorithm::convolution_direct, src_, w,
-                                                                    dst_, strides, pad, pad);
-      const dnnl::convolution_backward_weights::primitive_desc bwpd(bwd, attr, e.cpu(), fpd);
+      struct Pds {
+        dnnl::convolution_forward::primitive_desc fwd;
+        dnnl::convolution_backward_data::primitive_desc data;
+        dnnl::convolution_backward_weights::primitive_desc weights;
+        bool all_optimized() const {
+          auto fast = [](const char* impl) { return std::string_view(impl).substr(0, 3) != "ref"; };
+          return fast(fwd.impl_info_str()) && fast(data.impl_info_str()) && fast(weights.impl_info_str());
+        }
+      };
+      // choose: the descs are format_tag::any, so backward data may pick its own layouts too.
+      auto make = [&](const memory::desc& src, const memory::desc& w, const memory::desc& dst, bool choose) {
+        auto fd =
+            o_.bias
+                ? dnnl::convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct,
+                                                  src, w, b, dst, strides, pad, pad)
+                : dnnl::convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct,
+                                                  src, w, dst, strides, pad, pad);
+        const dnnl::convolution_forward::primitive_desc f(fd, attr, e.cpu());
+        // Backward data may want the weights in another blocking (OIhw16o16i vs 16i16o): they
+        // are then reordered for it each step, as frameworks do.
+        const memory::desc data_w = choose ? any(wdims) : w;
+        const memory::desc data_src = choose ? any(in) : src;
+        const dnnl::convolution_backward_data::primitive_desc d(
+            dnnl::convolution_backward_data::desc(algorithm::convolution_direct, data_src, data_w,
+                                                  f.dst_desc(), strides, pad, pad),
+            attr, e.cpu(), f);
+        auto wd = o_.bias ? dnnl::convolution_backward_weights::desc(algorithm::convolution_direct,
+                                                                     f.src_desc(), f.weights_desc(), b,
+                                                                     f.dst_desc(), strides, pad, pad)
+                          : dnnl::convolution_backward_weights::desc(algorithm::convolution_direct,
+                                                                     f.src_desc(), f.weights_desc(),
+                                                                     f.dst_desc(), strides, pad, pad);
+        return Pds{f, d, dnnl::convolution_backward_weights::primitive_desc(wd, attr, e.cpu(), f)};
+      };
+      Pds pds = make(any(in), any(wdims), any(odims), true);
+      if (!pds.all_optimized()) {
+        pds = make(memory::desc(in, dt::f32, tag::nchw), memory::desc(wdims, dt::f32, tag::oihw),
+                   memory::desc(odims, dt::f32, tag::nchw), false);
+      }
+      const auto& fpd = pds.fwd;
+      const auto& bdpd = pds.data;
+      const auto& bwpd = pds.weights;
+      src_ = fpd.src_desc();
+      if (src_ != input_)
+        to_src_ = dnnl::reorder(dnnl::reorder::primitive_desc(e.cpu(), input_, e.cpu(), src_));
+      diff_src_ = bdpd.diff_src_desc();
+      if (diff_src_ != input_) {
+        from_diff_src_ = dnnl::reorder(dnnl::reorder::primitive_desc(e.cpu(), diff_src_, e.cpu(), input_));
+      }
+      const memory::desc w = fpd.weights_desc();
+      data_weights_ = bdpd.weights_desc();
+      if (data_weights_ != w) {
+        to_data_weights_ = dnnl::reorder(dnnl::reorder::primitive_desc(e.cpu(), w, e.cpu(), data_weights_));
+      }
+      dst_ = fpd.dst_desc();
       fwd_ = dnnl::convolution_forward(fpd);
       bwd_data_ = dnnl::convolution_backward_data(bdpd);
       bwd_weights_ = dnnl::convolution_backward_weights(bwpd);
-      TT_RETURN_IF_ERROR(param(e, name_ + ".weight", w, weight_));
-      if (o_.bias) TT_RETURN_IF_ERROR(param(e, name_ + ".bias", b, bias_));
+      TT_RETURN_IF_ERROR(param(e, name_ + ".weight", w, memory::desc(wdims, dt::f32, tag::oihw), weight_));
+      if (o_.bias) TT_RETURN_IF_ERROR(param(e, name_ + ".bias", b, b, bias_));
       TT_RETURN_IF_ERROR(scratchpad(e, name_ + ".fwd.scratchpad", fpd.scratchpad_desc(), pad_fwd_));
       TT_RETURN_IF_ERROR(
           scratchpad(e, name_ + ".bwd_data.scratchpad", bdpd.scratchpad_desc(), pad_bwd_data_));
@@ -132,36 +187,69 @@ class Conv final : public Layer {
   }
 
   Status forward(Engine& e, const std::vector<const Tensor*>& in, const Tensor& out, bool) override {
-    std::vector<Arg> reads{{DNNL_ARG_SRC, in[0]}, {DNNL_ARG_WEIGHTS, &weight_.value}};
+    const Tensor* src = in[0];
+    if (src_ != input_) {  // kept until backward, which reads the same layout
+      auto copy = e.allocate(name_ + ".src", src_, kWorkspaces);
+      if (!copy) return copy.status();
+      src_copy_ = std::move(copy).value();
+      TT_RETURN_IF_ERROR(
+          e.run(name_ + ".src_reorder", to_src_, {{DNNL_ARG_FROM, in[0]}}, {{DNNL_ARG_TO, &src_copy_}}));
+      src = &src_copy_;
+    }
+    std::vector<Arg> reads{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, &weight_.value}};
     if (o_.bias) reads.emplace_back(DNNL_ARG_BIAS, &bias_.value);
     return e.run(name_ + ".fwd", fwd_, reads, with_scratchpad({{DNNL_ARG_DST, &out}}, pad_fwd_));
   }
 
   Status backward(Engine& e, const std::vector<const Tensor*>& in, const Tensor&, const Tensor& diff_out,
                   const std::vector<Tensor*>& diff_in) override {
+    const Tensor* src = src_copy_.empty() ? in[0] : &src_copy_;
     std::vector<Arg> writes{{DNNL_ARG_DIFF_WEIGHTS, &weight_.grad}};
     if (o_.bias) writes.emplace_back(DNNL_ARG_DIFF_BIAS, &bias_.grad);
     TT_RETURN_IF_ERROR(e.run(name_ + ".bwd_weights", bwd_weights_,
-                             {{DNNL_ARG_SRC, in[0]}, {DNNL_ARG_DIFF_DST, &diff_out}},
+                             {{DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, &diff_out}},
                              with_scratchpad(writes, pad_bwd_weights_)));
+    e.release(src_copy_);
     if (diff_in[0] == nullptr) return Status::ok();  // the batch needs no gradient
-    return e.run(name_ + ".bwd_data", bwd_data_,
-                 {{DNNL_ARG_WEIGHTS, &weight_.value}, {DNNL_ARG_DIFF_DST, &diff_out}},
-                 with_scratchpad({{DNNL_ARG_DIFF_SRC, diff_in[0]}}, pad_bwd_data_));
+    Tensor weights;  // the weights in backward data's layout, when it differs from theirs
+    if (data_weights_ != weight_.value.desc()) {
+      auto t = e.allocate(name_ + ".weight.bwd_data", data_weights_, kGradients);
+      if (!t) return t.status();
+      weights = std::move(t).value();
+      TT_RETURN_IF_ERROR(e.run(name_ + ".weight_reorder", to_data_weights_, {{DNNL_ARG_FROM, &weight_.value}},
+                               {{DNNL_ARG_TO, &weights}}));
+    }
+    Tensor diff_src;  // the input's gradient in backward data's layout, when the input's differs
+    if (diff_src_ != input_) {
+      auto t = e.allocate(name_ + ".diff_src", diff_src_, kGradients);
+      if (!t) return t.status();
+      diff_src = std::move(t).value();
+    }
+    TT_RETURN_IF_ERROR(e.run(
+        name_ + ".bwd_data", bwd_data_,
+        {{DNNL_ARG_WEIGHTS, weights.empty() ? &weight_.value : &weights}, {DNNL_ARG_DIFF_DST, &diff_out}},
+        with_scratchpad({{DNNL_ARG_DIFF_SRC, diff_src.empty() ? diff_in[0] : &diff_src}}, pad_bwd_data_)));
+    e.release(weights);
+    if (diff_src.empty()) return Status::ok();
+    return e.run(name_ + ".diff_src_reorder", from_diff_src_, {{DNNL_ARG_FROM, &diff_src}},
+                 {{DNNL_ARG_TO, diff_in[0]}});
   }
 
   std::vector<Param*> params() override {
     if (o_.bias) return {&weight_, &bias_};
     return {&weight_};
   }
-  void init_params(std::uint64_t seed) override {
-    uniform_init(weight_.value, fan_in_, seed, name_ + ".weight");
-    if (o_.bias) uniform_init(bias_.value, fan_in_, seed, name_ + ".bias");
+  void init_params(Engine& e, std::uint64_t seed) override {
+    uniform_init(e, weight_, fan_in_, seed, name_ + ".weight");
+    if (o_.bias) uniform_init(e, bias_, fan_in_, seed, name_ + ".bias");
   }
 
  private:
   ConvOptions o_;
-  memory::desc src_, dst_;
+  memory::desc input_, src_, dst_;        // the input's layout, the convolution's, the output's
+  memory::desc diff_src_, data_weights_;  // backward data's layouts of the input gradient, weights
+  dnnl::reorder to_src_, from_diff_src_, to_data_weights_;  // where those layouts differ
+  Tensor src_copy_;  // the input in the convolution's layout, forward to backward
   std::size_t fan_in_ = 1;
   Param weight_, bias_;
   dnnl::convolution_forward fwd_;
@@ -179,7 +267,7 @@ class BatchNorm final : public Layer {
   Result<memory::desc> build(Engine& e, const std::vector<memory::desc>& inputs) override {
     if (Status s = need_inputs(name_, inputs, 1); !s.is_ok()) return s;
     return guarded(name_, [&]() -> Result<memory::desc> {
-      data_ = plain(inputs[0].dims());
+      data_ = inputs[0];  // normalizes in its input's layout
       const memory::dims d = data_.dims();
       count_ = static_cast<std::size_t>(d[0] * (d.size() == 4 ? d[2] * d[3] : 1));
       const auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
@@ -199,8 +287,8 @@ class BatchNorm final : public Layer {
       bwd_ = dnnl::batch_normalization_backward(bwd);
       stats_ = train.mean_desc();
       const memory::desc c({d[1]}, dt::f32, tag::x);
-      TT_RETURN_IF_ERROR(param(e, name_ + ".weight", c, scale_));
-      TT_RETURN_IF_ERROR(param(e, name_ + ".bias", c, shift_));
+      TT_RETURN_IF_ERROR(param(e, name_ + ".weight", c, c, scale_));
+      TT_RETURN_IF_ERROR(param(e, name_ + ".bias", c, c, shift_));
       for (auto [t, suffix] :
            {std::pair{&running_mean_, ".running_mean"}, std::pair{&running_var_, ".running_var"}}) {
         auto r = e.allocate(name_ + suffix, stats_, kParams);
@@ -210,7 +298,7 @@ class BatchNorm final : public Layer {
       TT_RETURN_IF_ERROR(scratchpad(e, name_ + ".fwd.scratchpad", train.scratchpad_desc(), pad_train_));
       TT_RETURN_IF_ERROR(scratchpad(e, name_ + ".infer.scratchpad", infer.scratchpad_desc(), pad_infer_));
       TT_RETURN_IF_ERROR(scratchpad(e, name_ + ".bwd.scratchpad", bwd.scratchpad_desc(), pad_bwd_));
-      init_params(0);
+      init_params(e, 0);
       return data_;
     });
   }
@@ -274,7 +362,7 @@ class BatchNorm final : public Layer {
   }
 
   std::vector<Param*> params() override { return {&scale_, &shift_}; }
-  void init_params(std::uint64_t) override {
+  void init_params(Engine&, std::uint64_t) override {
     for (std::size_t c = 0; c < scale_.value.elements(); ++c) {
       scale_.value.data()[c] = 1;
       shift_.value.data()[c] = 0;
@@ -301,7 +389,7 @@ class Relu final : public Layer {
   Result<memory::desc> build(Engine& e, const std::vector<memory::desc>& inputs) override {
     if (Status s = need_inputs(name_, inputs, 1); !s.is_ok()) return s;
     return guarded(name_, [&]() -> Result<memory::desc> {
-      const memory::desc d = plain(inputs[0].dims());
+      const memory::desc d = inputs[0];
       const dnnl::eltwise_forward::primitive_desc f(
           dnnl::eltwise_forward::desc(prop_kind::forward_training, algorithm::eltwise_relu, d, 0.F, 0.F),
           e.cpu());
@@ -349,16 +437,16 @@ class Pool final : public Layer {
       const memory::dim oh = (in[2] + 2 * pad[0] - kernel[0]) / strides[0] + 1;
       const memory::dim ow = (in[3] + 2 * pad[1] - kernel[1]) / strides[1] + 1;
       if (oh <= 0 || ow <= 0) return invalid_argument(fmt::format("pool '{}': input too small", name_));
-      src_ = plain(in);
-      dst_ = plain({in[0], in[1], oh, ow});
+      src_ = inputs[0];
       const algorithm algo =
           kind_ == PoolKind::kMax ? algorithm::pooling_max : algorithm::pooling_avg_include_padding;
       const memory::dims dilation{0, 0};
       const auto attr = Engine::user_scratchpad();
       const dnnl::pooling_v2_forward::primitive_desc train(
-          dnnl::pooling_v2_forward::desc(prop_kind::forward_training, algo, src_, dst_, strides, kernel,
-                                         dilation, pad, pad),
+          dnnl::pooling_v2_forward::desc(prop_kind::forward_training, algo, src_, any({in[0], in[1], oh, ow}),
+                                         strides, kernel, dilation, pad, pad),
           attr, e.cpu());
+      dst_ = train.dst_desc();
       const dnnl::pooling_v2_forward::primitive_desc infer(
           dnnl::pooling_v2_forward::desc(prop_kind::forward_inference, algo, src_, dst_, strides, kernel,
                                          dilation, pad, pad),
@@ -424,18 +512,20 @@ class Linear final : public Layer {
     if (Status s = need_inputs(name_, inputs, 1); !s.is_ok()) return s;
     return guarded(name_, [&]() -> Result<memory::desc> {
       const memory::dims in = inputs[0].dims();
-      src_ = plain(in);
+      src_ = inputs[0];
       memory::dims wd{out_};
       wd.insert(wd.end(), in.begin() + 1, in.end());
-      const memory::desc w(wd, dt::f32, in.size() == 4 ? tag::oihw : tag::oi);
+      const memory::desc w_plain(wd, dt::f32, in.size() == 4 ? tag::oihw : tag::oi);
       const memory::desc b({out_}, dt::f32, tag::x);
       dst_ = plain({in[0], out_});
       fan_in_ = 1;
       for (std::size_t i = 1; i < in.size(); ++i) fan_in_ *= static_cast<std::size_t>(in[i]);
       const auto attr = Engine::user_scratchpad();
-      auto fd = bias_on_ ? dnnl::inner_product_forward::desc(prop_kind::forward_training, src_, w, b, dst_)
-                         : dnnl::inner_product_forward::desc(prop_kind::forward_training, src_, w, dst_);
+      auto fd = bias_on_
+                    ? dnnl::inner_product_forward::desc(prop_kind::forward_training, src_, any(wd), b, dst_)
+                    : dnnl::inner_product_forward::desc(prop_kind::forward_training, src_, any(wd), dst_);
       const dnnl::inner_product_forward::primitive_desc fpd(fd, attr, e.cpu());
+      const memory::desc w = fpd.weights_desc();
       const dnnl::inner_product_backward_data::primitive_desc bdpd(
           dnnl::inner_product_backward_data::desc(src_, w, dst_), attr, e.cpu(), fpd);
       auto bwd = bias_on_ ? dnnl::inner_product_backward_weights::desc(src_, w, b, dst_)
@@ -444,8 +534,8 @@ class Linear final : public Layer {
       fwd_ = dnnl::inner_product_forward(fpd);
       bwd_data_ = dnnl::inner_product_backward_data(bdpd);
       bwd_weights_ = dnnl::inner_product_backward_weights(bwpd);
-      TT_RETURN_IF_ERROR(param(e, name_ + ".weight", w, weight_));
-      if (bias_on_) TT_RETURN_IF_ERROR(param(e, name_ + ".bias", b, bias_));
+      TT_RETURN_IF_ERROR(param(e, name_ + ".weight", w, w_plain, weight_));
+      if (bias_on_) TT_RETURN_IF_ERROR(param(e, name_ + ".bias", b, b, bias_));
       TT_RETURN_IF_ERROR(scratchpad(e, name_ + ".fwd.scratchpad", fpd.scratchpad_desc(), pad_fwd_));
       TT_RETURN_IF_ERROR(
           scratchpad(e, name_ + ".bwd_data.scratchpad", bdpd.scratchpad_desc(), pad_bwd_data_));
@@ -478,9 +568,9 @@ class Linear final : public Layer {
     if (bias_on_) return {&weight_, &bias_};
     return {&weight_};
   }
-  void init_params(std::uint64_t seed) override {
-    uniform_init(weight_.value, fan_in_, seed, name_ + ".weight");
-    if (bias_on_) uniform_init(bias_.value, fan_in_, seed, name_ + ".bias");
+  void init_params(Engine& e, std::uint64_t seed) override {
+    uniform_init(e, weight_, fan_in_, seed, name_ + ".weight");
+    if (bias_on_) uniform_init(e, bias_, fan_in_, seed, name_ + ".bias");
   }
 
  private:
@@ -505,30 +595,53 @@ class Add final : public Layer {
       return invalid_argument(fmt::format("add '{}': the two inputs differ in shape", name_));
     }
     return guarded(name_, [&]() -> Result<memory::desc> {
-      const memory::desc d = plain(inputs[0].dims());
-      fwd_ = dnnl::binary(
-          dnnl::binary::primitive_desc(dnnl::binary::desc(algorithm::binary_add, d, d, d), e.cpu()));
-      return d;
+      // The sum takes the first input's layout; a second input in another layout (its
+      // convolution chose differently) is reordered into it, and its gradient back out of it.
+      first_ = inputs[0];
+      second_ = inputs[1];
+      if (first_ != second_) {
+        to_first_ = dnnl::reorder(dnnl::reorder::primitive_desc(e.cpu(), second_, e.cpu(), first_));
+        to_second_ = dnnl::reorder(dnnl::reorder::primitive_desc(e.cpu(), first_, e.cpu(), second_));
+      }
+      fwd_ = dnnl::binary(dnnl::binary::primitive_desc(
+          dnnl::binary::desc(algorithm::binary_add, first_, first_, first_), e.cpu()));
+      return first_;
     });
   }
   Status forward(Engine& e, const std::vector<const Tensor*>& in, const Tensor& out, bool) override {
-    return e.run(name_ + ".fwd", fwd_, {{DNNL_ARG_SRC_0, in[0]}, {DNNL_ARG_SRC_1, in[1]}},
+    Tensor converted;
+    const Tensor* second = in[1];
+    if (first_ != second_) {
+      auto t = e.allocate(name_ + ".src1", first_, kGradients);
+      if (!t) return t.status();
+      converted = std::move(t).value();
+      TT_RETURN_IF_ERROR(
+          e.run(name_ + ".src1_reorder", to_first_, {{DNNL_ARG_FROM, in[1]}}, {{DNNL_ARG_TO, &converted}}));
+      second = &converted;
+    }
+    return e.run(name_ + ".fwd", fwd_, {{DNNL_ARG_SRC_0, in[0]}, {DNNL_ARG_SRC_1, second}},
                  {{DNNL_ARG_DST, &out}});
   }
-  // d(a+b)/da = d(a+b)/db = 1: both inputs get the output's gradient (a copy; oneDNN's reorder
-  // would do the same copy with more setup).
+  // d(a+b)/da = d(a+b)/db = 1: both inputs get the output's gradient: a copy where the layouts
+  // agree (a memcpy needs no primitive), a reorder where they do not.
   Status backward(Engine& e, const std::vector<const Tensor*>&, const Tensor&, const Tensor& diff_out,
                   const std::vector<Tensor*>& diff_in) override {
-    std::vector<const Tensor*> writes;
-    for (Tensor* d : diff_in) {
-      if (d != nullptr) writes.push_back(d);
+    std::vector<const Tensor*> copies;
+    if (diff_in[0] != nullptr) copies.push_back(diff_in[0]);
+    if (diff_in[1] != nullptr && first_ == second_) copies.push_back(diff_in[1]);
+    if (!copies.empty()) {
+      TT_RETURN_IF_ERROR(e.host_layer(name_ + ".bwd", {&diff_out}, copies, [&] {
+        for (const Tensor* d : copies) std::memcpy(d->address(), diff_out.address(), diff_out.bytes());
+      }));
     }
-    return e.host_layer(name_ + ".bwd", {&diff_out}, writes, [&] {
-      for (const Tensor* d : writes) std::memcpy(d->address(), diff_out.address(), diff_out.bytes());
-    });
+    if (diff_in[1] == nullptr || first_ == second_) return Status::ok();
+    return e.run(name_ + ".bwd_src1_reorder", to_second_, {{DNNL_ARG_FROM, &diff_out}},
+                 {{DNNL_ARG_TO, diff_in[1]}});
   }
 
  private:
+  memory::desc first_, second_;         // the inputs' layouts
+  dnnl::reorder to_first_, to_second_;  // between them, where they differ
   dnnl::binary fwd_;
 };
 

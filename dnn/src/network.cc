@@ -36,7 +36,7 @@ Status Network::build(Engine& engine, const dnnl::memory::dims& input_dims, std:
     auto out = node.layer->build(engine, in);
     if (!out) return out.status();
     node.output_desc = out.value();
-    node.layer->init_params(seed);
+    node.layer->init_params(engine, seed);
   }
   const auto& logits = nodes_.back().output_desc.dims();
   if (logits.size() != 2)

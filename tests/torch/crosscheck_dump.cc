@@ -21,6 +21,14 @@ void write_raw(const std::filesystem::path& path, const void* data, std::size_t 
   out.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
 }
 
+// Writes a parameter's tensor in PyTorch's layout (it may be blocked in ours).
+bool write_plain(Engine& engine, const Param& p, const Tensor& t, const std::filesystem::path& path) {
+  std::vector<float> plain(p.plain.get_size() / sizeof(float));
+  if (!engine.reorder_now(t.desc(), t.address(), p.plain, plain.data()).is_ok()) return false;
+  write_raw(path, plain.data(), plain.size() * sizeof(float));
+  return true;
+}
+
 int fail(const std::string& message) {
   std::fprintf(stderr, "dnn_crosscheck_dump: %s\n", message.c_str());
   return 1;
@@ -52,10 +60,11 @@ int main(int argc, char** argv) {
       {"sgd", {{"lr", sgd.learning_rate}, {"momentum", sgd.momentum}, {"weight_decay", sgd.weight_decay}}}};
   auto params = net.value()->params();
   for (std::size_t i = 0; i < params.size(); ++i) {
-    const Tensor& value = params[i].second->value;
     const std::string file = "init_" + std::to_string(i) + ".bin";
-    write_raw(dir / file, value.address(), value.bytes());
-    manifest["params"].push_back({{"name", params[i].first}, {"shape", value.dims()}, {"init", file}});
+    if (!write_plain(engine, *params[i].second, params[i].second->value, dir / file))
+      return fail("reorder failed");
+    manifest["params"].push_back(
+        {{"name", params[i].first}, {"shape", params[i].second->value.dims()}, {"init", file}});
   }
   const Dataset data =
       synthetic_dataset(5 * static_cast<std::size_t>(input[0]), static_cast<int>(input[1]),
@@ -77,7 +86,8 @@ int main(int argc, char** argv) {
     if (step == 0) {  // .grad still holds step 1's gradients after its update
       for (std::size_t i = 0; i < params.size(); ++i) {
         const std::string file = "grad_" + std::to_string(i) + ".bin";
-        write_raw(dir / file, params[i].second->grad.address(), params[i].second->grad.bytes());
+        if (!write_plain(engine, *params[i].second, params[i].second->grad, dir / file))
+          return fail("reorder failed");
         manifest["params"][i]["grad"] = file;
       }
     }

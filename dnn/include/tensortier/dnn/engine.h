@@ -95,6 +95,11 @@ class Engine {
   Status host_layer(std::string_view layer, const std::vector<const Tensor*>& reads,
                     const std::vector<const Tensor*>& writes, const std::function<void()>& body);
 
+  // Copies `src` (layout `from`) into `dst` (layout `to`) with a oneDNN reorder, now and outside
+  // any layer mark: for build-time initialization and for exporting tensors in PyTorch's layout.
+  Status reorder_now(const dnnl::memory::desc& from, const void* src, const dnnl::memory::desc& to,
+                     void* dst);
+
   // A primitive attribute with user-mode scratchpad (scratchpads become runtime objects).
   static dnnl::primitive_attr user_scratchpad();
 

@@ -6,8 +6,9 @@
 // allocated (a null slot: that gradient is not needed, e.g. for the input batch) and overwrites
 // its parameters' gradients. Tensors a layer keeps from forward for backward (batch-norm mean
 // and variance, max-pooling workspace) are its own, released at the end of backward. Layouts
-// are plain (nchw activations, oihw weights) so that gradients and weights compare directly
-// with PyTorch's.
+// are oneDNN's choice (format_tag::any): convolutions pick blocked activations (nChw16c on
+// AVX-512) and weights, and the layers after them keep their input's layout, so no reorder runs
+// between layers; the network input is nchw and the logits nc.
 //
 // Ownership: a layer owns its parameters (values, gradients, momentum) and scratchpads.
 // Thread safety: none; a layer belongs to one Network on one thread.
@@ -22,10 +23,14 @@
 namespace tensortier::dnn {
 
 // A trainable tensor with its gradient and SGD momentum.
+// value, grad and momentum share one layout: the one oneDNN chose for speed (blocked for conv
+// and linear weights, e.g. OIhw16i16o), so SGD is elementwise; `plain` is PyTorch's layout of
+// the same tensor (oihw, oi, x), for initialization and export (Engine::reorder_now).
 struct Param {
   Tensor value;
   Tensor grad;
   Tensor momentum;
+  dnnl::memory::desc plain;
   bool decay = true;  // weight decay applies (PyTorch applies it to every parameter by default)
 };
 
@@ -45,7 +50,7 @@ class Layer {
                           const Tensor& diff_output, const std::vector<Tensor*>& diff_inputs) = 0;
   virtual std::vector<Param*> params() { return {}; }
   // Initializes parameters from a seeded generator (PyTorch's default schemes).
-  virtual void init_params(std::uint64_t /*seed*/) {}
+  virtual void init_params(Engine& /*engine*/, std::uint64_t /*seed*/) {}
 
  protected:
   std::string name_;
