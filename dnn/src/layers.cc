@@ -49,6 +49,22 @@ Status scratchpad(Engine& e, const std::string& name, const memory::desc& desc, 
   return Status::ok();
 }
 
+// The scratchpads of a layer's forward, backward-data and backward-weights primitives.
+template <typename Fwd, typename Data, typename Weights>
+Status scratchpads(Engine& e, const std::string& layer, const Fwd& fwd, const Data& data,
+                   const Weights& weights, Tensor& fwd_pad, Tensor& data_pad, Tensor& weights_pad) {
+  TENSORTIER_RETURN_IF_ERROR(scratchpad(e, layer + ".fwd.scratchpad", fwd.scratchpad_desc(), fwd_pad));
+  TENSORTIER_RETURN_IF_ERROR(scratchpad(e, layer + ".bwd_data.scratchpad", data.scratchpad_desc(), data_pad));
+  return scratchpad(e, layer + ".bwd_weights.scratchpad", weights.scratchpad_desc(), weights_pad);
+}
+
+// A layer's weight (in oneDNN's layout `w`, PyTorch's `w_plain`) and, where `b` is given, bias.
+Status weight_and_bias(Engine& e, const std::string& layer, const memory::desc& w,
+                       const memory::desc& w_plain, const memory::desc* b, Param& weight, Param& bias) {
+  TENSORTIER_RETURN_IF_ERROR(param(e, layer + ".weight", w, w_plain, weight));
+  return b != nullptr ? param(e, layer + ".bias", *b, *b, bias) : Status::ok();
+}
+
 // Appends the scratchpad argument when the primitive has one.
 std::vector<Arg> with_scratchpad(std::vector<Arg> writes, const Tensor& pad) {
   if (!pad.empty()) writes.emplace_back(DNNL_ARG_SCRATCHPAD, &pad);
@@ -86,11 +102,6 @@ Status need_inputs(const std::string& layer, const std::vector<memory::desc>& in
   }
   return Status::ok();
 }
-
-#define TT_RETURN_IF_ERROR(expr)                    \
-  do {                                              \
-    if (Status s_ = (expr); !s_.is_ok()) return s_; \
-  } while (0)
 
 // ---------------------------------------------------------------------------------------------
 class Conv final : public Layer {
@@ -175,13 +186,10 @@ class Conv final : public Layer {
       fwd_ = dnnl::convolution_forward(fpd);
       bwd_data_ = dnnl::convolution_backward_data(bdpd);
       bwd_weights_ = dnnl::convolution_backward_weights(bwpd);
-      TT_RETURN_IF_ERROR(param(e, name_ + ".weight", w, memory::desc(wdims, dt::f32, tag::oihw), weight_));
-      if (o_.bias) TT_RETURN_IF_ERROR(param(e, name_ + ".bias", b, b, bias_));
-      TT_RETURN_IF_ERROR(scratchpad(e, name_ + ".fwd.scratchpad", fpd.scratchpad_desc(), pad_fwd_));
-      TT_RETURN_IF_ERROR(
-          scratchpad(e, name_ + ".bwd_data.scratchpad", bdpd.scratchpad_desc(), pad_bwd_data_));
-      TT_RETURN_IF_ERROR(
-          scratchpad(e, name_ + ".bwd_weights.scratchpad", bwpd.scratchpad_desc(), pad_bwd_weights_));
+      TENSORTIER_RETURN_IF_ERROR(weight_and_bias(e, name_, w, memory::desc(wdims, dt::f32, tag::oihw),
+                                                 o_.bias ? &b : nullptr, weight_, bias_));
+      TENSORTIER_RETURN_IF_ERROR(
+          scratchpads(e, name_, fpd, bdpd, bwpd, pad_fwd_, pad_bwd_data_, pad_bwd_weights_));
       return dst_;
     });
   }
@@ -192,7 +200,7 @@ class Conv final : public Layer {
       auto copy = e.allocate(name_ + ".src", src_, kWorkspaces);
       if (!copy) return copy.status();
       src_copy_ = std::move(copy).value();
-      TT_RETURN_IF_ERROR(
+      TENSORTIER_RETURN_IF_ERROR(
           e.run(name_ + ".src_reorder", to_src_, {{DNNL_ARG_FROM, in[0]}}, {{DNNL_ARG_TO, &src_copy_}}));
       src = &src_copy_;
     }
@@ -206,9 +214,9 @@ class Conv final : public Layer {
     const Tensor* src = src_copy_.empty() ? in[0] : &src_copy_;
     std::vector<Arg> writes{{DNNL_ARG_DIFF_WEIGHTS, &weight_.grad}};
     if (o_.bias) writes.emplace_back(DNNL_ARG_DIFF_BIAS, &bias_.grad);
-    TT_RETURN_IF_ERROR(e.run(name_ + ".bwd_weights", bwd_weights_,
-                             {{DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, &diff_out}},
-                             with_scratchpad(writes, pad_bwd_weights_)));
+    TENSORTIER_RETURN_IF_ERROR(e.run(name_ + ".bwd_weights", bwd_weights_,
+                                     {{DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, &diff_out}},
+                                     with_scratchpad(writes, pad_bwd_weights_)));
     e.release(src_copy_);
     if (diff_in[0] == nullptr) return Status::ok();  // the batch needs no gradient
     Tensor weights;  // the weights in backward data's layout, when it differs from theirs
@@ -216,8 +224,8 @@ class Conv final : public Layer {
       auto t = e.allocate(name_ + ".weight.bwd_data", data_weights_, kGradients);
       if (!t) return t.status();
       weights = std::move(t).value();
-      TT_RETURN_IF_ERROR(e.run(name_ + ".weight_reorder", to_data_weights_, {{DNNL_ARG_FROM, &weight_.value}},
-                               {{DNNL_ARG_TO, &weights}}));
+      TENSORTIER_RETURN_IF_ERROR(e.run(name_ + ".weight_reorder", to_data_weights_,
+                                       {{DNNL_ARG_FROM, &weight_.value}}, {{DNNL_ARG_TO, &weights}}));
     }
     Tensor diff_src;  // the input's gradient in backward data's layout, when the input's differs
     if (diff_src_ != input_) {
@@ -225,7 +233,7 @@ class Conv final : public Layer {
       if (!t) return t.status();
       diff_src = std::move(t).value();
     }
-    TT_RETURN_IF_ERROR(e.run(
+    TENSORTIER_RETURN_IF_ERROR(e.run(
         name_ + ".bwd_data", bwd_data_,
         {{DNNL_ARG_WEIGHTS, weights.empty() ? &weight_.value : &weights}, {DNNL_ARG_DIFF_DST, &diff_out}},
         with_scratchpad({{DNNL_ARG_DIFF_SRC, diff_src.empty() ? diff_in[0] : &diff_src}}, pad_bwd_data_)));
@@ -287,17 +295,19 @@ class BatchNorm final : public Layer {
       bwd_ = dnnl::batch_normalization_backward(bwd);
       stats_ = train.mean_desc();
       const memory::desc c({d[1]}, dt::f32, tag::x);
-      TT_RETURN_IF_ERROR(param(e, name_ + ".weight", c, c, scale_));
-      TT_RETURN_IF_ERROR(param(e, name_ + ".bias", c, c, shift_));
+      TENSORTIER_RETURN_IF_ERROR(param(e, name_ + ".weight", c, c, scale_));
+      TENSORTIER_RETURN_IF_ERROR(param(e, name_ + ".bias", c, c, shift_));
       for (auto [t, suffix] :
            {std::pair{&running_mean_, ".running_mean"}, std::pair{&running_var_, ".running_var"}}) {
         auto r = e.allocate(name_ + suffix, stats_, kParams);
         if (!r) return r.status();
         *t = std::move(r).value();
       }
-      TT_RETURN_IF_ERROR(scratchpad(e, name_ + ".fwd.scratchpad", train.scratchpad_desc(), pad_train_));
-      TT_RETURN_IF_ERROR(scratchpad(e, name_ + ".infer.scratchpad", infer.scratchpad_desc(), pad_infer_));
-      TT_RETURN_IF_ERROR(scratchpad(e, name_ + ".bwd.scratchpad", bwd.scratchpad_desc(), pad_bwd_));
+      TENSORTIER_RETURN_IF_ERROR(
+          scratchpad(e, name_ + ".fwd.scratchpad", train.scratchpad_desc(), pad_train_));
+      TENSORTIER_RETURN_IF_ERROR(
+          scratchpad(e, name_ + ".infer.scratchpad", infer.scratchpad_desc(), pad_infer_));
+      TENSORTIER_RETURN_IF_ERROR(scratchpad(e, name_ + ".bwd.scratchpad", bwd.scratchpad_desc(), pad_bwd_));
       init_params(e, 0);
       return data_;
     });
@@ -318,7 +328,7 @@ class BatchNorm final : public Layer {
       if (!r) return r.status();
       *t = std::move(r).value();
     }
-    TT_RETURN_IF_ERROR(e.run(
+    TENSORTIER_RETURN_IF_ERROR(e.run(
         name_ + ".fwd", train_,
         {{DNNL_ARG_SRC, in[0]}, {DNNL_ARG_SCALE, &scale_.value}, {DNNL_ARG_SHIFT, &shift_.value}},
         with_scratchpad({{DNNL_ARG_DST, &out}, {DNNL_ARG_MEAN, &mean_}, {DNNL_ARG_VARIANCE, &variance_}},
@@ -345,17 +355,17 @@ class BatchNorm final : public Layer {
       scratch_diff = std::move(t).value();
       diff_src = &scratch_diff;
     }
-    TT_RETURN_IF_ERROR(e.run(name_ + ".bwd", bwd_,
-                             {{DNNL_ARG_SRC, in[0]},
-                              {DNNL_ARG_MEAN, &mean_},
-                              {DNNL_ARG_VARIANCE, &variance_},
-                              {DNNL_ARG_DIFF_DST, &diff_out},
-                              {DNNL_ARG_SCALE, &scale_.value},
-                              {DNNL_ARG_SHIFT, &shift_.value}},  // 2.6 asks for shift too
-                             with_scratchpad({{DNNL_ARG_DIFF_SRC, diff_src},
-                                              {DNNL_ARG_DIFF_SCALE, &scale_.grad},
-                                              {DNNL_ARG_DIFF_SHIFT, &shift_.grad}},
-                                             pad_bwd_)));
+    TENSORTIER_RETURN_IF_ERROR(e.run(name_ + ".bwd", bwd_,
+                                     {{DNNL_ARG_SRC, in[0]},
+                                      {DNNL_ARG_MEAN, &mean_},
+                                      {DNNL_ARG_VARIANCE, &variance_},
+                                      {DNNL_ARG_DIFF_DST, &diff_out},
+                                      {DNNL_ARG_SCALE, &scale_.value},
+                                      {DNNL_ARG_SHIFT, &shift_.value}},  // 2.6 asks for shift too
+                                     with_scratchpad({{DNNL_ARG_DIFF_SRC, diff_src},
+                                                      {DNNL_ARG_DIFF_SCALE, &scale_.grad},
+                                                      {DNNL_ARG_DIFF_SHIFT, &shift_.grad}},
+                                                     pad_bwd_)));
     e.release(mean_);
     e.release(variance_);
     return Status::ok();
@@ -458,9 +468,11 @@ class Pool final : public Layer {
       infer_ = dnnl::pooling_v2_forward(infer);
       bwd_ = dnnl::pooling_v2_backward(bwd);
       workspace_desc_ = train.workspace_desc();
-      TT_RETURN_IF_ERROR(scratchpad(e, name_ + ".fwd.scratchpad", train.scratchpad_desc(), pad_train_));
-      TT_RETURN_IF_ERROR(scratchpad(e, name_ + ".infer.scratchpad", infer.scratchpad_desc(), pad_infer_));
-      TT_RETURN_IF_ERROR(scratchpad(e, name_ + ".bwd.scratchpad", bwd.scratchpad_desc(), pad_bwd_));
+      TENSORTIER_RETURN_IF_ERROR(
+          scratchpad(e, name_ + ".fwd.scratchpad", train.scratchpad_desc(), pad_train_));
+      TENSORTIER_RETURN_IF_ERROR(
+          scratchpad(e, name_ + ".infer.scratchpad", infer.scratchpad_desc(), pad_infer_));
+      TENSORTIER_RETURN_IF_ERROR(scratchpad(e, name_ + ".bwd.scratchpad", bwd.scratchpad_desc(), pad_bwd_));
       return dst_;
     });
   }
@@ -485,7 +497,7 @@ class Pool final : public Layer {
     if (diff_in[0] != nullptr) {
       std::vector<Arg> reads{{DNNL_ARG_DIFF_DST, &diff_out}};
       if (!workspace_.empty()) reads.emplace_back(DNNL_ARG_WORKSPACE, &workspace_);
-      TT_RETURN_IF_ERROR(
+      TENSORTIER_RETURN_IF_ERROR(
           e.run(name_ + ".bwd", bwd_, reads, with_scratchpad({{DNNL_ARG_DIFF_SRC, diff_in[0]}}, pad_bwd_)));
     }
     e.release(workspace_);
@@ -534,13 +546,10 @@ class Linear final : public Layer {
       fwd_ = dnnl::inner_product_forward(fpd);
       bwd_data_ = dnnl::inner_product_backward_data(bdpd);
       bwd_weights_ = dnnl::inner_product_backward_weights(bwpd);
-      TT_RETURN_IF_ERROR(param(e, name_ + ".weight", w, w_plain, weight_));
-      if (bias_on_) TT_RETURN_IF_ERROR(param(e, name_ + ".bias", b, b, bias_));
-      TT_RETURN_IF_ERROR(scratchpad(e, name_ + ".fwd.scratchpad", fpd.scratchpad_desc(), pad_fwd_));
-      TT_RETURN_IF_ERROR(
-          scratchpad(e, name_ + ".bwd_data.scratchpad", bdpd.scratchpad_desc(), pad_bwd_data_));
-      TT_RETURN_IF_ERROR(
-          scratchpad(e, name_ + ".bwd_weights.scratchpad", bwpd.scratchpad_desc(), pad_bwd_weights_));
+      TENSORTIER_RETURN_IF_ERROR(
+          weight_and_bias(e, name_, w, w_plain, bias_on_ ? &b : nullptr, weight_, bias_));
+      TENSORTIER_RETURN_IF_ERROR(
+          scratchpads(e, name_, fpd, bdpd, bwpd, pad_fwd_, pad_bwd_data_, pad_bwd_weights_));
       return dst_;
     });
   }
@@ -555,9 +564,9 @@ class Linear final : public Layer {
                   const std::vector<Tensor*>& diff_in) override {
     std::vector<Arg> writes{{DNNL_ARG_DIFF_WEIGHTS, &weight_.grad}};
     if (bias_on_) writes.emplace_back(DNNL_ARG_DIFF_BIAS, &bias_.grad);
-    TT_RETURN_IF_ERROR(e.run(name_ + ".bwd_weights", bwd_weights_,
-                             {{DNNL_ARG_SRC, in[0]}, {DNNL_ARG_DIFF_DST, &diff_out}},
-                             with_scratchpad(writes, pad_bwd_weights_)));
+    TENSORTIER_RETURN_IF_ERROR(e.run(name_ + ".bwd_weights", bwd_weights_,
+                                     {{DNNL_ARG_SRC, in[0]}, {DNNL_ARG_DIFF_DST, &diff_out}},
+                                     with_scratchpad(writes, pad_bwd_weights_)));
     if (diff_in[0] == nullptr) return Status::ok();
     return e.run(name_ + ".bwd_data", bwd_data_,
                  {{DNNL_ARG_WEIGHTS, &weight_.value}, {DNNL_ARG_DIFF_DST, &diff_out}},
@@ -615,7 +624,7 @@ class Add final : public Layer {
       auto t = e.allocate(name_ + ".src1", first_, kGradients);
       if (!t) return t.status();
       converted = std::move(t).value();
-      TT_RETURN_IF_ERROR(
+      TENSORTIER_RETURN_IF_ERROR(
           e.run(name_ + ".src1_reorder", to_first_, {{DNNL_ARG_FROM, in[1]}}, {{DNNL_ARG_TO, &converted}}));
       second = &converted;
     }
@@ -630,7 +639,7 @@ class Add final : public Layer {
     if (diff_in[0] != nullptr) copies.push_back(diff_in[0]);
     if (diff_in[1] != nullptr && first_ == second_) copies.push_back(diff_in[1]);
     if (!copies.empty()) {
-      TT_RETURN_IF_ERROR(e.host_layer(name_ + ".bwd", {&diff_out}, copies, [&] {
+      TENSORTIER_RETURN_IF_ERROR(e.host_layer(name_ + ".bwd", {&diff_out}, copies, [&] {
         for (const Tensor* d : copies) std::memcpy(d->address(), diff_out.address(), diff_out.bytes());
       }));
     }

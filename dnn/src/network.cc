@@ -8,11 +8,6 @@
 
 namespace tensortier::dnn {
 
-#define TT_RETURN_IF_ERROR(expr)                    \
-  do {                                              \
-    if (Status s_ = (expr); !s_.is_ok()) return s_; \
-  } while (0)
-
 int Network::add(std::unique_ptr<Layer> layer, std::vector<int> inputs) {
   nodes_.push_back(Node{std::move(layer), std::move(inputs), {}, {}, {}});
   return static_cast<int>(nodes_.size()) - 1;
@@ -59,7 +54,7 @@ Status Network::forward(Engine& engine, const Tensor& images, bool training) {
     auto out = engine.allocate(node.layer->name() + ".out", node.output_desc, kActivations);
     if (!out) return out.status();
     node.output = std::move(out).value();
-    TT_RETURN_IF_ERROR(node.layer->forward(engine, in, node.output, training));
+    TENSORTIER_RETURN_IF_ERROR(node.layer->forward(engine, in, node.output, training));
   }
   return Status::ok();
 }
@@ -89,7 +84,7 @@ Result<StepResult> Network::loss(Engine& engine, const Batch& batch, bool with_g
   result.count = n;
   std::vector<const Tensor*> writes;
   if (with_gradient) writes.push_back(&last_node.diff);
-  TT_RETURN_IF_ERROR(engine.host_layer("loss", {&logits, &batch.labels}, writes, [&] {
+  TENSORTIER_RETURN_IF_ERROR(engine.host_layer("loss", {&logits, &batch.labels}, writes, [&] {
     double total = 0;
     for (std::size_t i = 0; i < n; ++i) {
       const float* row = logits.data() + i * classes;
@@ -135,7 +130,7 @@ Status Network::backward(Engine& engine) {
       fresh[k] = std::move(d).value();
       diff_in.push_back(&fresh[k]);
     }
-    TT_RETURN_IF_ERROR(node.layer->backward(engine, in, node.output, node.diff, diff_in));
+    TENSORTIER_RETURN_IF_ERROR(node.layer->backward(engine, in, node.output, node.diff, diff_in));
     for (std::size_t k = 0; k < node.inputs.size(); ++k) {
       const int j = node.inputs[k];
       if (j == kInput) continue;
@@ -147,9 +142,10 @@ Status Network::backward(Engine& engine) {
       // An output read by several nodes: its gradient is the sum of theirs.
       Tensor& sum = source.diff;
       const Tensor& more = fresh[k];
-      TT_RETURN_IF_ERROR(engine.host_layer(source.layer->name() + ".grad_sum", {&sum, &more}, {&sum}, [&] {
-        for (std::size_t e = 0; e < sum.elements(); ++e) sum.data()[e] += more.data()[e];
-      }));
+      TENSORTIER_RETURN_IF_ERROR(
+          engine.host_layer(source.layer->name() + ".grad_sum", {&sum, &more}, {&sum}, [&] {
+            for (std::size_t e = 0; e < sum.elements(); ++e) sum.data()[e] += more.data()[e];
+          }));
     }
     engine.release(node.output);
     engine.release(node.diff);
@@ -163,7 +159,7 @@ Status Network::sgd_update(Engine& engine, const SgdOptions& sgd) {
   for (auto& named : params()) {
     Param* p = named.second;  // not a structured binding: lambdas cannot capture those before clang 16
     const std::string& name = named.first;
-    TT_RETURN_IF_ERROR(engine.host_layer("sgd." + name, {&p->grad}, {&p->value, &p->momentum}, [&] {
+    TENSORTIER_RETURN_IF_ERROR(engine.host_layer("sgd." + name, {&p->grad}, {&p->value, &p->momentum}, [&] {
       float* w = p->value.data();
       float* v = p->momentum.data();
       const float* g = p->grad.data();

@@ -87,3 +87,9 @@ inline Status internal_error(std::string m) {
 }
 
 }  // namespace tensortier
+
+// Returns the Status of `expr` from the calling function when it is not OK.
+#define TENSORTIER_RETURN_IF_ERROR(expr)                                         \
+  do {                                                                           \
+    if (::tensortier::Status status_ = (expr); !status_.is_ok()) return status_; \
+  } while (0)
