@@ -1,6 +1,7 @@
 // The threaded parts, run under ThreadSanitizer in CI: concurrent allocate/free from several
 // threads, lock-free lookups racing writers, and tier budgets under contention.
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -65,9 +66,14 @@ TEST(Threaded, LookupsRacingWritersNeverSeeAWrongSpan) {
   std::atomic<bool> stop{false};
   std::atomic<long> wrong{0};
   std::atomic<long> found{0};
+  std::atomic<long> lookups{0};
   std::thread writer([&] {
     std::vector<ObjectTable::Slot> slots(kSpans);
-    for (int round = 0; round < 200; ++round) {
+    // At least 200 rounds, and on until the readers have raced it 20k times (bounded at 10 s):
+    // on a loaded machine the readers may not be scheduled during the first rounds.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    for (int round = 0;
+         round < 200 || (lookups.load() < 20000 && std::chrono::steady_clock::now() < deadline); ++round) {
       for (int i = 0; i < kSpans; ++i) {
         // Span i always covers pages [i*4, i*4+round%4+1) and has id i.
         slots[i] =
@@ -86,6 +92,7 @@ TEST(Threaded, LookupsRacingWritersNeverSeeAWrongSpan) {
         const std::uintptr_t i = rng() % kSpans;
         const std::uintptr_t address = kBase + i * 4 * 4096 + rng() % (4 * 4096);
         SpanView span;
+        ++lookups;
         if (table.lookup(reinterpret_cast<void*>(address), &span)) {
           ++found;
           if (span.id != i || address < span.base || address >= span.base + span.bytes) ++wrong;
