@@ -215,7 +215,7 @@ std::vector<std::pair<std::string, Param*>> Network::params() {
 
 std::size_t Network::parameter_count() {
   std::size_t n = 0;
-  for (auto& [name, p] : params()) n += p->value.elements();
+  for (auto& [name, p] : params()) n += p->plain.get_size() / sizeof(float);  // blocked layouts pad
   return n;
 }
 
