@@ -193,6 +193,13 @@ Result<ObjectInfo> ObjectAllocator::info(const void* address) const {
   return it->second.info;
 }
 
+Result<ObjectId> ObjectAllocator::id_of(const void* address) const {
+  std::lock_guard lock(mutex_);
+  auto it = live_.find(address);
+  if (it == live_.end()) return not_found(fmt::format("{} is not the start of a live object", address));
+  return it->second.info.id;
+}
+
 std::vector<TierUsage> ObjectAllocator::usage() const {
   std::lock_guard lock(mutex_);
   std::vector<TierUsage> out;

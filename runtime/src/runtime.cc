@@ -116,12 +116,12 @@ Status Runtime::layer_begin(std::string_view name, std::span<const void* const> 
   auto resolve = [&](std::span<const void* const> pointers, std::vector<ObjectId>& ids,
                      const char* role) -> Status {
     for (const void* p : pointers) {
-      Result<ObjectInfo> info = allocator_.info(p);
-      if (!info) {
+      Result<ObjectId> id = allocator_.id_of(p);
+      if (!id) {
         return not_found(
             fmt::format("layer '{}' {} {}, which is not the start of a live object", name, role, p));
       }
-      ids.push_back(info->id);
+      ids.push_back(id.value());
     }
     return Status::ok();
   };

@@ -93,6 +93,8 @@ class ObjectAllocator {
   Status free(const void* address);
   // The live object starting at `address`.
   Result<ObjectInfo> info(const void* address) const;
+  // Its id alone (no copy of the name): what layer marks need, once per argument per layer.
+  Result<ObjectId> id_of(const void* address) const;
   // The span (object, or group chunk) holding any address. Lock-free, async-signal-safe.
   bool lookup(const void* address, SpanView* out) const noexcept { return table_.lookup(address, out); }
 
