@@ -80,23 +80,26 @@ Status bind_to_node(void* address, std::size_t bytes, int node) {
   return Status::ok();
 }
 
-Result<std::vector<int>> page_nodes(const void* address, std::size_t bytes) {
+// The address of each page of [address, address + bytes), as move_pages takes them.
+static std::vector<void*> page_addresses(const void* address, std::size_t bytes) {
   const std::size_t page = page_bytes();
-  const std::size_t count = (bytes + page - 1) / page;
-  std::vector<void*> pages(count);
-  for (std::size_t i = 0; i < count; ++i) pages[i] = as_ptr(as_uint(address) + i * page);
-  std::vector<int> status(count, 0);
-  if (move_pages(0, count, pages.data(), nullptr, status.data(), 0) != 0) {
+  std::vector<void*> pages((bytes + page - 1) / page);
+  for (std::size_t i = 0; i < pages.size(); ++i) pages[i] = as_ptr(as_uint(address) + i * page);
+  return pages;
+}
+
+Result<std::vector<int>> page_nodes(const void* address, std::size_t bytes) {
+  std::vector<void*> pages = page_addresses(address, bytes);
+  std::vector<int> status(pages.size(), 0);
+  if (move_pages(0, pages.size(), pages.data(), nullptr, status.data(), 0) != 0) {
     return internal_error(fmt::format("move_pages query failed: {}", strerrordesc_np(errno)));
   }
   return status;
 }
 
 Status move_to_node(void* address, std::size_t bytes, int node) {
-  const std::size_t page = page_bytes();
-  const std::size_t count = (bytes + page - 1) / page;
-  std::vector<void*> pages(count);
-  for (std::size_t i = 0; i < count; ++i) pages[i] = as_ptr(as_uint(address) + i * page);
+  std::vector<void*> pages = page_addresses(address, bytes);
+  const std::size_t count = pages.size();
   // A transparent huge page moves whole with its first 4 KiB page; move_pages then reports its
   // other pages as busy (-EBUSY), and a page under concurrent use can be busy too. So what
   // counts is where each page is afterwards: query, and try the stragglers once more.
