@@ -29,7 +29,9 @@ struct Objects {
 
 Objects make(int count, std::size_t bytes) {
   Objects o;
-  o.rt = Runtime::create({"fast=dram:256MiB"}).value();
+  RuntimeOptions options("fast=dram:256MiB");
+  options.profile.enabled = false;  // these tests drive a FaultTracker of their own
+  o.rt = Runtime::create(options).value();
   for (int i = 0; i < count; ++i) {
     o.objects.push_back(o.rt->allocate("o" + std::to_string(i), bytes).value());
     SpanView span;
@@ -39,35 +41,122 @@ Objects make(int count, std::size_t bytes) {
   return o;
 }
 
+FaultTracker::Options small_units() {
+  FaultTracker::Options o;
+  o.unit_bytes = kSmallPageBytes;
+  return o;
+}
+
+Status watch_all(FaultTracker& t, const std::vector<SpanView>& spans) {
+  for (const SpanView& s : spans) TENSORTIER_RETURN_IF_ERROR(t.watch(s));
+  return Status::ok();
+}
+
+// The access of span `id` in a collect() result, or null.
+const FaultTracker::SpanAccess* find(const std::vector<FaultTracker::SpanAccess>& accesses, std::uint64_t id) {
+  for (const auto& a : accesses) {
+    if (a.span.id == id) return &a;
+  }
+  return nullptr;
+}
+
 TEST(FaultTracker, RecordsExactlyWhatIsReadAndWritten) {
   Objects o = make(5, 3 * 4096);
-  auto tracker = FaultTracker::install(runtime_lookup, o.rt.get());
+  auto tracker = FaultTracker::install(runtime_lookup, o.rt.get(), small_units());
   ASSERT_TRUE(tracker) << tracker.status().to_string();
   auto bytes = [&](int i) { return static_cast<volatile unsigned char*>(o.objects[i].address); };
-  bytes(0)[5] = 1;  // written before arming: not recorded
-  ASSERT_TRUE(tracker.value()->arm(o.spans).is_ok());
-  const unsigned char read = bytes(0)[4096 + 7];                     // 0: read
-  bytes(1)[100] = 7;                                                 // 1: written
-  bytes(2)[2 * 4096] = static_cast<unsigned char>(bytes(2)[0] + 1);  // 2: read, then written
+  bytes(0)[5] = 1;  // written before watching: not recorded
+  ASSERT_TRUE(watch_all(*tracker.value(), o.spans).is_ok());
+  const unsigned char read = bytes(0)[4096 + 7];                     // 0: read (page 1)
+  bytes(1)[100] = 7;                                                 // 1: written (page 0)
+  bytes(2)[2 * 4096] = static_cast<unsigned char>(bytes(2)[0] + 1);  // 2: page 0 read, page 2 written
   // 3: untouched; 4: written on another thread
   std::thread([&] { bytes(4)[9] = 3; }).join();
-  const auto access = tracker.value()->disarm();
-  ASSERT_EQ(access.size(), 5u);
+  const auto access = tracker.value()->collect();
+  ASSERT_EQ(access.size(), 4u);  // the untouched span is not reported
   EXPECT_EQ(read, 0);
-  EXPECT_TRUE(access[0].read);
-  EXPECT_FALSE(access[0].written);
-  EXPECT_TRUE(access[1].written);
-  EXPECT_FALSE(access[1].read);  // the error code tells a write from a read on x86-64
-  EXPECT_TRUE(access[2].read && access[2].written);
-  EXPECT_FALSE(access[3].read || access[3].written);
-  EXPECT_TRUE(access[4].written);
-  for (std::size_t i = 0; i < access.size(); ++i) EXPECT_EQ(access[i].span.id, o.objects[i].id);
+  const auto* a0 = find(access, o.objects[0].id);
+  const auto* a1 = find(access, o.objects[1].id);
+  const auto* a2 = find(access, o.objects[2].id);
+  const auto* a4 = find(access, o.objects[4].id);
+  ASSERT_TRUE(a0 && a1 && a2 && a4);
+  EXPECT_EQ(find(access, o.objects[3].id), nullptr);
+  EXPECT_EQ(a0->units_read, 1u);
+  EXPECT_EQ(a0->units_written, 0u);
+  EXPECT_EQ(a1->units_written, 1u);
+  EXPECT_EQ(a1->units_read, 0u);  // the error code tells a write from a read on x86-64
+  EXPECT_EQ(a2->units_read, 1u);
+  EXPECT_EQ(a2->units_written, 1u);
+  EXPECT_EQ(a4->units_written, 1u);
+  EXPECT_EQ(a0->unit_bytes, kSmallPageBytes);
+  // collect() re-protected what was touched: the next interval sees it again.
+  bytes(1)[100] = 8;
+  const unsigned char again = bytes(0)[4096 + 7];
+  const auto second = tracker.value()->collect();
+  ASSERT_EQ(second.size(), 2u);
+  EXPECT_EQ(again, 0);
+  EXPECT_EQ(find(second, o.objects[1].id)->units_written, 1u);
+  EXPECT_EQ(find(second, o.objects[0].id)->units_read, 1u);
+  tracker.value()->unwatch_all();
   // Bytes are intact and the memory is writable again.
-  EXPECT_EQ(bytes(1)[100], 7);
+  EXPECT_EQ(bytes(1)[100], 8);
   bytes(3)[0] = 1;
 }
 
-TEST(FaultTracker, OnlyOneAtATimeAndArmRejectsUnalignedSpans) {
+TEST(FaultTracker, CountsPagesInItsUnit) {
+  // A 6 MiB object (2 MiB aligned by the allocator): 3 units of 2 MiB, or 1536 of 4 KiB.
+  Objects o = make(1, 6 << 20);
+  auto* bytes = static_cast<volatile unsigned char*>(o.objects[0].address);
+  for (std::size_t unit : {kHugePageBytes, kSmallPageBytes}) {
+    FaultTracker::Options options;
+    options.unit_bytes = unit;
+    auto tracker = FaultTracker::install(runtime_lookup, o.rt.get(), options);
+    ASSERT_TRUE(tracker);
+    ASSERT_TRUE(tracker.value()->watch(o.spans[0]).is_ok());
+    for (std::size_t at = 0; at < (3u << 20); at += 4096) bytes[at] = 1;  // writes the first 3 MiB
+    const auto access = tracker.value()->collect();
+    ASSERT_EQ(access.size(), 1u);
+    EXPECT_EQ(access[0].unit_bytes, unit);
+    EXPECT_EQ(access[0].units_written, unit == kHugePageBytes ? 2u : 768u);
+    EXPECT_EQ(access[0].faults, access[0].units_written);
+    EXPECT_EQ(access[0].units_read, 0u);
+  }
+}
+
+TEST(FaultTracker, SamplingCountsReTouches) {
+  Objects o = make(2, 4 * 4096);
+  auto tracker = FaultTracker::install(runtime_lookup, o.rt.get(), small_units());
+  ASSERT_TRUE(tracker);
+  ASSERT_TRUE(watch_all(*tracker.value(), o.spans).is_ok());
+  auto* hot = static_cast<volatile unsigned char*>(o.objects[0].address);
+  auto* cold = static_cast<volatile unsigned char*>(o.objects[1].address);
+  cold[0] = 1;  // touched once
+  for (int round = 0; round < 10; ++round) {
+    for (int page = 0; page < 4; ++page) hot[page * 4096] = static_cast<unsigned char>(round);
+    // Every granted page re-protected: the next round's touch of each hot page is a re-touch.
+    EXPECT_EQ(tracker.value()->sample(1.0, 1000), round == 0 ? 5u : 4u);
+  }
+  const auto access = tracker.value()->collect();
+  // 4 first touches + 9 rounds x 4 re-touches, each counted with weight 1 (probability 1).
+  EXPECT_DOUBLE_EQ(find(access, o.objects[0].id)->touches, 40.0);
+  EXPECT_DOUBLE_EQ(find(access, o.objects[1].id)->touches, 1.0);
+  EXPECT_EQ(find(access, o.objects[0].id)->units_written, 4u);
+}
+
+TEST(FaultTracker, UnwatchedSpansAreNotTracked) {
+  Objects o = make(2, 4096);
+  auto tracker = FaultTracker::install(runtime_lookup, o.rt.get(), small_units());
+  ASSERT_TRUE(tracker);
+  ASSERT_TRUE(watch_all(*tracker.value(), o.spans).is_ok());
+  EXPECT_EQ(tracker.value()->watched_spans(), 2u);
+  tracker.value()->unwatch(o.spans[0].base);
+  static_cast<volatile unsigned char*>(o.objects[0].address)[0] = 1;  // writable again: no fault
+  const auto access = tracker.value()->collect();
+  EXPECT_TRUE(access.empty());
+  EXPECT_EQ(tracker.value()->faults(), 0u);
+}
+
+TEST(FaultTracker, OnlyOneAtATimeAndWatchRejectsUnalignedSpans) {
   Objects o = make(1, 4096);
   auto first = FaultTracker::install(runtime_lookup, o.rt.get());
   ASSERT_TRUE(first);
@@ -76,7 +165,11 @@ TEST(FaultTracker, OnlyOneAtATimeAndArmRejectsUnalignedSpans) {
   EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
   SpanView bad = o.spans[0];
   bad.base += 8;
-  EXPECT_EQ(first.value()->arm(std::span<const SpanView>(&bad, 1)).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(first.value()->watch(bad).code(), StatusCode::kInvalidArgument);
+  FaultTracker::Options odd;
+  odd.unit_bytes = 1000;
+  first.value().reset();
+  EXPECT_EQ(FaultTracker::install(runtime_lookup, o.rt.get(), odd).status().code(), StatusCode::kInvalidArgument);
 }
 
 // The child's exit: how it died.
@@ -95,7 +188,7 @@ int run_child(void (*body)()) {
 void crash_with_tracker_installed() {
   static Objects o = make(1, 4096);
   static auto tracker = FaultTracker::install(runtime_lookup, o.rt.get());
-  (void)tracker.value()->arm(o.spans);
+  (void)watch_all(*tracker.value(), o.spans);
   // A real bug: a store to memory no object owns (a page nobody may touch; not a null pointer,
   // which UBSan would catch before the fault).
   void* page = mmap(nullptr, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

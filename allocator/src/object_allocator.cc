@@ -149,6 +149,8 @@ Result<ObjectInfo> ObjectAllocator::allocate(std::string_view name, std::size_t 
     }
     TierUsage& usage = tier_state_[t].usage;
     usage.live_bytes += bytes;
+    live_bytes_ += bytes;
+    peak_live_bytes_ = std::max(peak_live_bytes_, live_bytes_);
     ++usage.live_objects;
     ++usage.allocations;
     if (t != preferred) {
@@ -175,6 +177,7 @@ Status ObjectAllocator::free(const void* address) {
   const TierIndex t = live.info.tier;
   TierUsage& usage = tier_state_[t].usage;
   usage.live_bytes -= live.info.bytes;
+  live_bytes_ -= live.info.bytes;
   --usage.live_objects;
   if (live.info.small) {
     if (--live.chunk->live == 0) live.chunk->used_bytes = 0;  // the whole chunk is free again
@@ -198,6 +201,41 @@ Result<ObjectId> ObjectAllocator::id_of(const void* address) const {
   auto it = live_.find(address);
   if (it == live_.end()) return not_found(fmt::format("{} is not the start of a live object", address));
   return it->second.info.id;
+}
+
+std::size_t ObjectAllocator::ids_of(std::span<const void* const> addresses, std::vector<ObjectId>* ids,
+                                    std::vector<std::size_t>* bytes) const {
+  std::lock_guard lock(mutex_);
+  for (std::size_t i = 0; i < addresses.size(); ++i) {
+    auto it = live_.find(addresses[i]);
+    if (it == live_.end()) return i;
+    ids->push_back(it->second.info.id);
+    bytes->push_back(it->second.info.bytes);
+  }
+  return addresses.size();
+}
+
+std::vector<ObjectInfo> ObjectAllocator::objects() const {
+  std::lock_guard lock(mutex_);
+  std::vector<ObjectInfo> out;
+  out.reserve(live_.size());
+  for (const auto& [address, live] : live_) out.push_back(live.info);
+  return out;
+}
+
+std::uint64_t ObjectAllocator::live_bytes() const {
+  std::lock_guard lock(mutex_);
+  return live_bytes_;
+}
+
+std::uint64_t ObjectAllocator::peak_live_bytes() const {
+  std::lock_guard lock(mutex_);
+  return peak_live_bytes_;
+}
+
+void ObjectAllocator::reset_peak_live_bytes() {
+  std::lock_guard lock(mutex_);
+  peak_live_bytes_ = live_bytes_;
 }
 
 std::vector<TierUsage> ObjectAllocator::usage() const {

@@ -3,9 +3,16 @@
 
 #include <sys/mman.h>
 #include <ucontext.h>
+#include <unistd.h>
+
+#include <sys/syscall.h>
 
 #include <algorithm>
-#include <numeric>
+#include <bit>
+#include <cerrno>
+#include <chrono>
+#include <filesystem>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -15,8 +22,12 @@ namespace {
 std::atomic<FaultTracker*> g_active{nullptr};  // the installed tracker, read by the handler
 struct sigaction g_previous {};                // the handler before ours; written before install
 
-constexpr std::uint8_t kRead = 1;
-constexpr std::uint8_t kWritten = 2;
+// Per-unit flags, set by the handler, cleared by collect().
+constexpr std::uint8_t kRead = 1;     // first access in the interval was a read
+constexpr std::uint8_t kWritten = 2;  // written in the interval
+constexpr std::uint8_t kSampled = 4;  // re-protected by sample(); the next fault is a re-touch
+
+constexpr std::uint64_t kWeightOne = 1024;  // fixed-point 1.0 for re-touch weights
 
 // Passes a fault we do not own to the handler that was there before. For the default action (or
 // SIG_IGN, which cannot ignore a real fault) restore it and return: the instruction faults again
@@ -36,7 +47,125 @@ void chain(int signal, siginfo_t* info, void* ucontext) {
   sigaction(SIGSEGV, &default_action, nullptr);
 }
 
+// Alternate signal stacks. oneDNN's JIT kernels keep data below the stack pointer, beyond the
+// 128-byte red zone the ABI promises signal handlers leave alone; a signal frame pushed on such a
+// thread's stack overwrites it (seen: heap corruption in a training step). So the handler runs on
+// an alternate stack, and install() gives one to every thread alive that has none: to itself
+// directly, to the others through a one-off real-time signal whose handler calls sigaltstack on
+// its thread. Stacks are never freed (a thread keeps its alternate stack for life) and come from
+// a pool mapped before any signal is sent, so the handler allocates nothing.
+constexpr std::size_t kMaxAltStacks = 4096;
+std::atomic<std::size_t> g_alt_next{0};
+std::atomic<std::size_t> g_alt_count{0};
+std::atomic<std::size_t> g_alt_answers{0};
+std::size_t g_alt_bytes = 0;
+void* g_alt_pool[kMaxAltStacks];
+std::mutex g_alt_mutex;  // one install at a time fills the pool
+
+void take_alt_stack(void* context) {
+  stack_t current{};
+  if (sigaltstack(nullptr, &current) == 0 && (current.ss_flags & SS_DISABLE) == 0) return;  // has one
+  const std::size_t i = g_alt_next.fetch_add(1);
+  if (i >= g_alt_count.load()) return;
+  stack_t fresh{};
+  fresh.ss_sp = g_alt_pool[i];
+  fresh.ss_size = g_alt_bytes;
+  sigaltstack(&fresh, nullptr);
+  // Returning from a signal handler restores the alternate stack saved in its frame: record the
+  // new one there too, or the hand-out is undone by sigreturn.
+  if (context != nullptr) static_cast<ucontext_t*>(context)->uc_stack = fresh;
+}
+
+void on_alt_stack_signal(int /*signal*/, siginfo_t* /*info*/, void* context) {
+  const int saved_errno = errno;
+  take_alt_stack(context);
+  g_alt_answers.fetch_add(1);
+  errno = saved_errno;
+}
+
+std::vector<pid_t> thread_ids() {
+  std::vector<pid_t> tids;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+    tids.push_back(static_cast<pid_t>(std::stol(entry.path().filename().string())));
+  }
+  return tids;
+}
+
+// Returns how many threads did not answer (they block real-time signals, or were busy for 1 s).
+std::size_t give_threads_alt_stacks() {
+  std::lock_guard lock(g_alt_mutex);
+  const std::vector<pid_t> tids = thread_ids();
+  if (g_alt_bytes == 0) {
+    g_alt_bytes = std::max<std::size_t>(std::size_t{256} << 10, 4 * static_cast<std::size_t>(sysconf(_SC_SIGSTKSZ)));
+  }
+  // Enough stacks for every thread (some may already have one; the spares stay for later).
+  const std::size_t want = std::min(kMaxAltStacks, g_alt_next.load() + tids.size());
+  for (std::size_t i = g_alt_count.load(); i < want; ++i) {
+    void* stack = mmap(nullptr, g_alt_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (stack == MAP_FAILED) break;
+    g_alt_pool[i] = stack;
+    g_alt_count.store(i + 1);
+  }
+  take_alt_stack(nullptr);
+  // A real-time signal nobody handles, borrowed for the hand-out.
+  int borrowed = 0;
+  struct sigaction before {};
+  for (int sig = SIGRTMAX; sig >= SIGRTMIN && borrowed == 0; --sig) {
+    if (sigaction(sig, nullptr, &before) == 0 && before.sa_handler == SIG_DFL && (before.sa_flags & SA_SIGINFO) == 0) {
+      borrowed = sig;
+    }
+  }
+  if (borrowed == 0) return tids.size() - 1;
+  struct sigaction action {};
+  action.sa_sigaction = &on_alt_stack_signal;
+  action.sa_flags = SA_SIGINFO;
+  sigemptyset(&action.sa_mask);
+  sigaction(borrowed, &action, nullptr);
+  const pid_t self = static_cast<pid_t>(syscall(SYS_gettid));
+  std::size_t sent = 0;
+  g_alt_answers.store(0);
+  for (pid_t tid : tids) {
+    if (tid != self && syscall(SYS_tgkill, getpid(), tid, borrowed) == 0) ++sent;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while (g_alt_answers.load() < sent && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  const std::size_t answered = g_alt_answers.load();
+  sigaction(borrowed, &before, nullptr);
+  return sent - std::min(sent, answered);
+}
+
+std::size_t hash_base(std::uintptr_t base) {
+  return static_cast<std::size_t>((base >> 12) * 0x9E3779B97F4A7C15ull >> 17);
+}
+
 }  // namespace
+
+struct FaultTracker::SpanState {
+  SpanView span;
+  std::uint64_t unit_bytes = 0;
+  std::uint64_t units = 0;
+  std::unique_ptr<std::atomic<std::uint8_t>[]> flags;
+  std::atomic<bool> touched{false};  // some unit has flags this interval
+  std::atomic<bool> coarse{false};   // the whole span was granted read-write (mprotect of a unit failed)
+  std::atomic<std::uint64_t> faults{0};
+  std::atomic<std::uint64_t> retouch_weight{0};  // sum of sampled re-touch weights (kWeightOne = 1)
+
+  void* unit_address(std::uint64_t unit) const { return reinterpret_cast<void*>(span.base + unit * unit_bytes); }
+  std::size_t unit_length(std::uint64_t first, std::uint64_t count) const {
+    const std::uint64_t end = std::min(span.bytes, (first + count) * unit_bytes);
+    return static_cast<std::size_t>(end - first * unit_bytes);
+  }
+};
+
+FaultTracker::FaultTracker(Lookup lookup, const void* context, Options options)
+    : lookup_(lookup), context_(context), options_(options) {
+  const std::size_t capacity = std::bit_ceil(std::max<std::size_t>(options.max_spans * 2, 64));
+  table_ = std::make_unique<Entry[]>(capacity);
+  table_mask_ = capacity - 1;
+}
 
 void FaultTracker::on_signal(int signal, siginfo_t* info, void* ucontext) {
   FaultTracker* tracker = g_active.load(std::memory_order_acquire);
@@ -50,50 +179,74 @@ void FaultTracker::on_signal(int signal, siginfo_t* info, void* ucontext) {
 #endif
     if (tracker->handle_owned(info->si_addr, is_write, write_known)) return;
   }
+
   chain(signal, info, ucontext);
+}
+
+FaultTracker::Entry* FaultTracker::find_entry(std::uintptr_t base) const {
+  for (std::size_t i = hash_base(base) & table_mask_, probes = 0; probes <= table_mask_;
+       i = (i + 1) & table_mask_, ++probes) {
+    const std::uintptr_t b = table_[i].base.load(std::memory_order_acquire);
+    if (b == base) return &table_[i];
+    if (b == 0) return nullptr;
+  }
+  return nullptr;
 }
 
 bool FaultTracker::handle_owned(const void* address, bool is_write, bool write_known) {
   SpanView span;
   if (!lookup_(context_, address, &span)) return false;
-  // Binary search of the armed spans (sorted by base): no lock, no allocation.
-  const std::size_t n = armed_count_.load(std::memory_order_acquire);
-  std::size_t lo = 0, hi = n;
-  while (lo < hi) {
-    const std::size_t mid = (lo + hi) / 2;
-    if (armed_[mid].span.base < span.base) {
-      lo = mid + 1;
-    } else {
-      hi = mid;
-    }
+  Entry* entry = find_entry(span.base);
+  if (entry == nullptr) return false;
+  SpanState* s = entry->state.load(std::memory_order_acquire);
+  if (s == nullptr || s->span.id != span.id || s->span.is_group != span.is_group || s->span.bytes != span.bytes) {
+    return false;  // not watched (any more): not ours
   }
-  if (lo == n || armed_[lo].span.base != span.base) return false;  // not armed: not ours
-  Armed& a = armed_[lo];
-  void* base = reinterpret_cast<void*>(span.base);
+  const std::uint64_t unit = (reinterpret_cast<std::uintptr_t>(address) - span.base) / s->unit_bytes;
+  std::atomic<std::uint8_t>& flag = s->flags[unit];
+  const std::uint8_t before = flag.load(std::memory_order_relaxed);
   if (!write_known) {
-    // Without the error code: a fault on a span already readable must be a write.
-    is_write = (a.state.load(std::memory_order_relaxed) & kRead) != 0;
+    // Without the error code: a fault on a unit already readable (and not re-protected) is a write.
+    is_write = (before & kRead) != 0 && (before & kSampled) == 0;
   }
-  if (is_write) {
-    a.state.fetch_or(kWritten, std::memory_order_relaxed);
-    mprotect(base, span.bytes, PROT_READ | PROT_WRITE);
-  } else {
-    a.state.fetch_or(kRead, std::memory_order_relaxed);
-    if ((a.state.load(std::memory_order_relaxed) & kWritten) == 0) mprotect(base, span.bytes, PROT_READ);
+  if ((before & kSampled) != 0 && (flag.fetch_and(static_cast<std::uint8_t>(~kSampled)) & kSampled) != 0) {
+    s->retouch_weight.fetch_add(retouch_weight_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  }
+  const std::uint8_t now = static_cast<std::uint8_t>(flag.fetch_or(is_write ? kWritten : kRead) |
+                                                     (is_write ? kWritten : kRead));
+  s->touched.store(true, std::memory_order_relaxed);
+  s->faults.fetch_add(1, std::memory_order_relaxed);
+  faults_.fetch_add(1, std::memory_order_relaxed);
+  stack_t stack{};
+  if (sigaltstack(nullptr, &stack) == 0 && (stack.ss_flags & SS_ONSTACK) == 0) {
+    faults_off_alt_stack_.fetch_add(1, std::memory_order_relaxed);
+  }
+  const int prot = (now & kWritten) != 0 ? PROT_READ | PROT_WRITE : PROT_READ;
+  if (mprotect(s->unit_address(unit), s->unit_length(unit, 1), prot) != 0) {
+    // Splitting the mapping failed (vm.max_map_count): grant the whole span, record it as coarse.
+    if (mprotect(reinterpret_cast<void*>(span.base), span.bytes, PROT_READ | PROT_WRITE) != 0) return false;
+    s->coarse.store(true, std::memory_order_relaxed);
   }
   return true;
 }
 
-Result<std::unique_ptr<FaultTracker>> FaultTracker::install(Lookup lookup, const void* context) {
+Result<std::unique_ptr<FaultTracker>> FaultTracker::install(Lookup lookup, const void* context, Options options) {
   if (lookup == nullptr) return invalid_argument("FaultTracker::install: no lookup function");
-  std::unique_ptr<FaultTracker> tracker(new FaultTracker(lookup, context));
+  const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  if (options.unit_bytes == 0 || options.unit_bytes % page != 0) {
+    return invalid_argument(fmt::format("FaultTracker::install: unit of {} bytes is not a multiple of the {}-byte page",
+                                        options.unit_bytes, page));
+  }
+  std::unique_ptr<FaultTracker> tracker(new FaultTracker(lookup, context, options));
   FaultTracker* expected = nullptr;
   if (!g_active.compare_exchange_strong(expected, tracker.get())) {
-    return failed_precondition("a FaultTracker is already installed; destroy it first");
+    return failed_precondition("a FaultTracker is already installed (one profile at a time); destroy it first");
   }
+  tracker->threads_without_alt_stack_ = give_threads_alt_stacks();
   struct sigaction action {};
   action.sa_sigaction = &FaultTracker::on_signal;
   action.sa_flags = SA_SIGINFO | SA_NODEFER;  // a chained handler may fault again
+  action.sa_flags |= SA_ONSTACK;                // see give_threads_alt_stacks()
   sigemptyset(&action.sa_mask);
   if (sigaction(SIGSEGV, &action, &g_previous) != 0) {
     g_active.store(nullptr);
@@ -103,53 +256,154 @@ Result<std::unique_ptr<FaultTracker>> FaultTracker::install(Lookup lookup, const
 }
 
 FaultTracker::~FaultTracker() {
-  (void)disarm();
+  unwatch_all();
   sigaction(SIGSEGV, &g_previous, nullptr);
   g_active.store(nullptr, std::memory_order_release);
 }
 
-Status FaultTracker::arm(std::span<const SpanView> spans) {
-  if (armed_count_.load() != 0) return failed_precondition("FaultTracker::arm: already armed (disarm first)");
-  for (const SpanView& s : spans) {
-    if (s.base % static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE)) != 0 || s.bytes == 0) {
-      return invalid_argument(
-          fmt::format("FaultTracker::arm: span {} at {:#x} is not whole pages", s.id, s.base));
-    }
+Status FaultTracker::watch(const SpanView& span) {
+  const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+  if (span.base % page != 0 || span.bytes == 0 || span.bytes % page != 0) {
+    return invalid_argument(fmt::format("FaultTracker::watch: span {} at {:#x} ({} bytes) is not whole pages", span.id,
+                                        span.base, span.bytes));
   }
-  order_.resize(spans.size());
-  std::iota(order_.begin(), order_.end(), std::size_t{0});
-  std::sort(order_.begin(), order_.end(),
-            [&](std::size_t a, std::size_t b) { return spans[a].base < spans[b].base; });
-  armed_ = std::make_unique<Armed[]>(spans.size());
-  std::vector<std::size_t> position(spans.size());
-  for (std::size_t k = 0; k < order_.size(); ++k) {
-    armed_[k].span = spans[order_[k]];
-    position[order_[k]] = k;
+  std::lock_guard lock(mutex_);
+  if (auto it = watched_.find(span.base); it != watched_.end()) {
+    const SpanView& w = it->second->span;
+    if (w.id == span.id && w.bytes == span.bytes && w.is_group == span.is_group) return Status::ok();
   }
-  order_ = std::move(position);  // order_[i]: where span i of arm()'s order sits in armed_
-  armed_count_.store(spans.size(), std::memory_order_release);
-  for (std::size_t k = 0; k < spans.size(); ++k) {
-    if (mprotect(reinterpret_cast<void*>(armed_[k].span.base), armed_[k].span.bytes, PROT_NONE) != 0) {
-      (void)disarm();
-      return internal_error(fmt::format("mprotect of span {} failed", armed_[k].span.id));
+  Entry* entry = find_entry(span.base);
+  if (entry == nullptr) {
+    if (used_entries_ >= options_.max_spans) {
+      return out_of_memory(fmt::format("FaultTracker: more than {} distinct spans; raise Options::max_spans",
+                                       options_.max_spans));
     }
+    std::size_t i = hash_base(span.base) & table_mask_;
+    while (table_[i].base.load(std::memory_order_relaxed) != 0) i = (i + 1) & table_mask_;
+    entry = &table_[i];
+    entry->base.store(span.base, std::memory_order_release);
+    ++used_entries_;
+  }
+  auto state = std::make_unique<SpanState>();
+  state->span = span;
+  state->unit_bytes = std::min<std::uint64_t>(options_.unit_bytes, span.bytes);
+  state->units = (span.bytes + state->unit_bytes - 1) / state->unit_bytes;
+  state->flags = std::make_unique<std::atomic<std::uint8_t>[]>(state->units);
+  SpanState* raw = state.get();
+  states_.push_back(std::move(state));
+  watched_[span.base] = raw;
+  // Publish before protecting: a fault right after mprotect must find the state.
+  entry->state.store(raw, std::memory_order_release);
+  if (mprotect(reinterpret_cast<void*>(span.base), span.bytes, PROT_NONE) != 0) {
+    entry->state.store(nullptr, std::memory_order_release);
+    watched_.erase(span.base);
+    return internal_error(fmt::format("FaultTracker::watch: mprotect of span {} failed", span.id));
   }
   return Status::ok();
 }
 
-std::vector<FaultTracker::Access> FaultTracker::disarm() {
-  const std::size_t n = armed_count_.load();
-  std::vector<Access> out(n);
-  for (std::size_t k = 0; k < n; ++k) {
-    mprotect(reinterpret_cast<void*>(armed_[k].span.base), armed_[k].span.bytes, PROT_READ | PROT_WRITE);
+void FaultTracker::unwatch(std::uintptr_t base) {
+  std::lock_guard lock(mutex_);
+  auto it = watched_.find(base);
+  if (it == watched_.end()) return;
+  const SpanView& span = it->second->span;
+  mprotect(reinterpret_cast<void*>(span.base), span.bytes, PROT_READ | PROT_WRITE);
+  if (Entry* entry = find_entry(base); entry != nullptr) entry->state.store(nullptr, std::memory_order_release);
+  watched_.erase(it);
+}
+
+void FaultTracker::unwatch_all() {
+  std::lock_guard lock(mutex_);
+  for (const auto& [base, state] : watched_) {
+    mprotect(reinterpret_cast<void*>(base), state->span.bytes, PROT_READ | PROT_WRITE);
+    if (Entry* entry = find_entry(base); entry != nullptr) entry->state.store(nullptr, std::memory_order_release);
   }
-  for (std::size_t i = 0; i < n; ++i) {
-    const Armed& a = armed_[order_[i]];
-    const std::uint8_t state = a.state.load();
-    out[i] = Access{a.span, (state & kRead) != 0, (state & kWritten) != 0};
+  watched_.clear();
+}
+
+std::size_t FaultTracker::watched_spans() const {
+  std::lock_guard lock(mutex_);
+  return watched_.size();
+}
+
+// Counts and clears one span's unit flags and re-protects its touched units, a run of adjacent
+// units in one mprotect call. Caller holds mutex_.
+std::size_t FaultTracker::reprotect_touched(SpanState& s, SpanAccess* out) {
+  std::uint64_t first_touches = 0;
+  std::uint64_t run_start = 0;
+  std::uint64_t run_length = 0;
+  std::size_t calls = 0;
+  auto flush = [&] {
+    if (run_length == 0) return;
+    mprotect(s.unit_address(run_start), s.unit_length(run_start, run_length), PROT_NONE);
+    ++calls;
+    run_length = 0;
+  };
+  const bool coarse = s.coarse.exchange(false, std::memory_order_relaxed);
+  for (std::uint64_t u = 0; u < s.units; ++u) {
+    const std::uint8_t f = s.flags[u].exchange(0, std::memory_order_relaxed);
+    if ((f & (kRead | kWritten)) == 0) {
+      flush();
+      continue;
+    }
+    ++first_touches;
+    if ((f & kRead) != 0) ++out->units_read;
+    if ((f & kWritten) != 0) ++out->units_written;
+    if (run_length == 0) run_start = u;
+    ++run_length;
   }
-  armed_count_.store(0, std::memory_order_release);
+  flush();
+  if (coarse) mprotect(reinterpret_cast<void*>(s.span.base), s.span.bytes, PROT_NONE);
+  out->span = s.span;
+  out->unit_bytes = s.unit_bytes;
+  out->coarse = coarse;
+  out->faults = s.faults.exchange(0, std::memory_order_relaxed);
+  out->touches = static_cast<double>(first_touches) +
+                 static_cast<double>(s.retouch_weight.exchange(0, std::memory_order_relaxed)) / kWeightOne;
+  return calls;
+}
+
+std::vector<FaultTracker::SpanAccess> FaultTracker::collect() {
+  std::lock_guard lock(mutex_);
+  std::vector<SpanAccess> out;
+  for (const auto& [base, state] : watched_) {
+    if (!state->touched.exchange(false, std::memory_order_relaxed)) continue;
+    SpanAccess access;
+    reprotect_touched(*state, &access);
+    if (access.units_read + access.units_written > 0) out.push_back(access);
+  }
+  std::sort(out.begin(), out.end(), [](const SpanAccess& a, const SpanAccess& b) { return a.span.base < b.span.base; });
   return out;
+}
+
+std::size_t FaultTracker::sample(double fraction, std::size_t max_units) {
+  std::lock_guard lock(mutex_);
+  auto granted = [](std::uint8_t f) { return (f & (kRead | kWritten)) != 0 && (f & kSampled) == 0; };
+  std::size_t eligible = 0;
+  for (const auto& [base, s] : watched_) {
+    if (!s->touched.load(std::memory_order_relaxed)) continue;
+    for (std::uint64_t u = 0; u < s->units; ++u) eligible += granted(s->flags[u].load(std::memory_order_relaxed));
+  }
+  if (eligible == 0 || fraction <= 0) return 0;
+  const double p = std::min({1.0, fraction, static_cast<double>(max_units) / static_cast<double>(eligible)});
+  retouch_weight_.store(static_cast<std::uint64_t>(kWeightOne / p), std::memory_order_relaxed);
+  // Keep a unit when a 53-bit uniform draw falls below p (p = 1 keeps every one).
+  const auto threshold = static_cast<std::uint64_t>(p * static_cast<double>(std::uint64_t{1} << 53));
+  std::size_t count = 0;
+  for (const auto& [base, s] : watched_) {
+    if (!s->touched.load(std::memory_order_relaxed)) continue;
+    for (std::uint64_t u = 0; u < s->units && count < max_units; ++u) {
+      if (!granted(s->flags[u].load(std::memory_order_relaxed))) continue;
+      rng_state_ ^= rng_state_ << 13;
+      rng_state_ ^= rng_state_ >> 7;
+      rng_state_ ^= rng_state_ << 17;
+      if ((rng_state_ >> 11) >= threshold) continue;
+      s->flags[u].fetch_or(kSampled, std::memory_order_relaxed);
+      mprotect(s->unit_address(u), s->unit_length(u, 1), PROT_NONE);
+      ++count;
+    }
+  }
+  return count;
 }
 
 }  // namespace tensortier::profiler

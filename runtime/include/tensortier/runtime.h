@@ -11,6 +11,16 @@
 //   3. hwloc discovery: one tier per NUMA node, ranked fast to slow by HMAT figures.
 // The spec grammar is in tensortier/allocator/tier_spec.h and docs/TIERS.md.
 //
+// Profiling: unless turned off, the runtime profiles one step at object level (profiler/): by
+// default the second of a run of steps with the same layers (names and argument sizes), and again
+// whenever a new kind of step has run ProfileOptions::step times. The environment overrides
+// RuntimeOptions::profile, so a linked program's profiling can change without a rebuild:
+//   TENSORTIER_PROFILE=off | <step>      off, or which step of a run to profile (0-based)
+//   TENSORTIER_PROFILE_GRANULARITY=4KiB | 2MiB
+//   TENSORTIER_PROFILE_JSON=<path>       write each profile there as JSON (docs/PROFILE.md)
+// While a step is profiled, object pages are protected between the layers' accesses: a program
+// must not hand object memory to the kernel (read(2) into a tensor) during that step.
+//
 // Thread safety:
 //   - allocate(), free(), object(), stats(), tiers() and describe() may be called from any
 //     thread at any time;
@@ -22,7 +32,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -30,12 +43,19 @@
 
 #include "tensortier/allocator/object_allocator.h"
 #include "tensortier/allocator/tier.h"
+#include "tensortier/profiler/counters.h"
+#include "tensortier/profiler/step_profiler.h"
 #include "tensortier/status.h"
 
 namespace tensortier {
 
 struct RuntimeOptions {
+  RuntimeOptions() = default;
+  // Implicit on purpose: Runtime::create({"fast=dram:1GiB"}) reads as the spec it is.
+  RuntimeOptions(std::string spec) : tier_spec(std::move(spec)) {}  // NOLINT(google-explicit-constructor)
+
   std::string tier_spec;  // empty: TENSORTIER_TIERS, else hwloc discovery
+  profiler::ProfileOptions profile;
 };
 
 // One layer's execution as marked by the program.
@@ -90,10 +110,24 @@ class Runtime {
   // Layers of the last completed step, in order.
   const std::vector<LayerRecord>& last_step_layers() const { return last_step_; }
 
+  // The newest completed step profile (null before the first), and the one of the steps with
+  // this signature (layer names and argument sizes; see StepProfile::signature).
+  std::shared_ptr<const profiler::StepProfile> profile() const { return last_profile_; }
+  std::shared_ptr<const profiler::StepProfile> profile_of(std::uint64_t signature) const;
+  // The signature of the last completed step.
+  std::uint64_t last_step_signature() const { return last_signature_; }
+  // Profiles the next step whatever ProfileOptions::step says (even when profiling is off).
+  void request_profile() { profile_requested_ = true; }
+  const profiler::ProfileOptions& profile_options() const { return profile_options_; }
+
   RuntimeStats stats() const;
 
  private:
-  Runtime(std::vector<std::unique_ptr<Tier>> tiers, std::string spec, std::string source);
+  Runtime(std::vector<std::unique_ptr<Tier>> tiers, std::string spec, std::string source,
+          profiler::ProfileOptions profile_options);
+  bool profile_due() const;
+  void start_profile();
+  void finish_profile(std::uint64_t step_duration_ns);
 
   ObjectAllocator allocator_;
   std::string spec_;
@@ -105,7 +139,25 @@ class Runtime {
   std::uint64_t layer_start_ns_ = 0;
   std::vector<LayerRecord> current_step_;
   std::vector<LayerRecord> last_step_;
+  std::uint64_t step_start_ns_ = 0;
+  std::uint64_t signature_ = 0;       // of the step in progress, built at each layer_begin
+  std::uint64_t last_signature_ = 0;  // of the last completed step
+  std::uint64_t run_length_ = 0;      // completed steps in a row with last_signature_
+
+  // Profiling. profiler_ is used by allocate()/free() from any thread: profiler_mutex_ guards it.
+  profiler::ProfileOptions profile_options_;
+  std::mutex profiler_mutex_;
+  std::unique_ptr<profiler::StepProfiler> profiler_;
+  std::unique_ptr<profiler::Counters> counters_;  // opened at the first profile
+  bool profile_requested_ = false;
+  std::set<std::uint64_t> profile_failed_;  // signatures whose profile could not start
+  std::map<std::uint64_t, std::shared_ptr<const profiler::StepProfile>> profiles_;  // by signature
+  std::shared_ptr<const profiler::StepProfile> last_profile_;
 };
+
+// RuntimeOptions::profile with the TENSORTIER_PROFILE* variables applied. Errors name the
+// variable and its bad value.
+Result<profiler::ProfileOptions> resolve_profile_options(const RuntimeOptions& options);
 
 // Resolves the tier spec the way Runtime::create does, without opening tiers: (configs, source).
 Result<std::pair<std::vector<TierConfig>, std::string>> resolve_tier_spec(const RuntimeOptions& options);

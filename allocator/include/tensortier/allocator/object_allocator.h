@@ -28,6 +28,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -93,8 +94,15 @@ class ObjectAllocator {
   Status free(const void* address);
   // The live object starting at `address`.
   Result<ObjectInfo> info(const void* address) const;
-  // Its id alone (no copy of the name): what layer marks need, once per argument per layer.
+  // Its id alone (no copy of the name).
   Result<ObjectId> id_of(const void* address) const;
+  // Ids and sizes of the live objects starting at `addresses`, under one lock: what a layer mark
+  // needs. Appends to `ids` and `bytes`; returns the index of the first address that is not the
+  // start of a live object (nothing appended for it or after it), or addresses.size().
+  std::size_t ids_of(std::span<const void* const> addresses, std::vector<ObjectId>* ids,
+                     std::vector<std::size_t>* bytes) const;
+  // Every live object, in no particular order.
+  std::vector<ObjectInfo> objects() const;
   // The span (object, or group chunk) holding any address. Lock-free, async-signal-safe.
   bool lookup(const void* address, SpanView* out) const noexcept { return table_.lookup(address, out); }
 
@@ -102,6 +110,11 @@ class ObjectAllocator {
   const Tier& tier(TierIndex index) const { return *tiers_.at(index); }
   std::vector<TierUsage> usage() const;
   std::size_t live_objects() const;
+  // Bytes of live objects (as asked) over all tiers, and their high-water mark since the last
+  // reset_peak_live_bytes() (or construction).
+  std::uint64_t live_bytes() const;
+  std::uint64_t peak_live_bytes() const;
+  void reset_peak_live_bytes();
   // Returns every cached range to its tier (for a caller about to change budgets or shut down).
   void release_cache();
 
@@ -140,6 +153,8 @@ class ObjectAllocator {
   std::unordered_map<const void*, Live> live_;                  // by start address
   std::map<std::pair<GroupId, TierIndex>, GroupState> groups_;  // small-object chunks
   ObjectId next_id_ = 1;
+  std::uint64_t live_bytes_ = 0;
+  std::uint64_t peak_live_bytes_ = 0;
 };
 
 }  // namespace tensortier

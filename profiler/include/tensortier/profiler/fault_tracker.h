@@ -1,20 +1,39 @@
-// FaultTracker: learns which objects a stretch of code reads and which it writes, by page
-// protection: the first slice of the step profiler (issue: profiler/).
+// FaultTracker: learns which objects, and which of their pages, a stretch of code reads and
+// which it writes, by page protection. The step profiler (step_profiler.h) drives it at every
+// layer boundary.
 //
-// arm() protects the pages of the given spans (PROT_NONE). The SIGSEGV handler looks up the span
-// of a faulting address with the allocator's signal-safe lookup, records a read or a write, and
-// grants just enough access for the instruction to go on: PROT_READ for a read, read-write for a
-// write. On x86-64 the fault's error code says which it was; elsewhere a read fault grants
-// PROT_READ and a second fault on the same span is the write. disarm() unprotects everything and
-// returns what each span saw. A fault the tracker does not own (no span, or a span not armed) goes
-// to the handler that was installed before it, so a real crash still crashes with the usual
-// report (the default action, a debugger's or a sanitizer's handler).
+// watch() protects a span (an object, or a group chunk of small objects) with PROT_NONE. The
+// SIGSEGV handler looks up the span of a faulting address with the allocator's signal-safe
+// lookup, finds the protection *unit* it hit (the span cut into units of `unit_bytes`: 4 KiB or
+// 2 MiB; a span smaller than a unit is one unit), records a read or a write, and grants just
+// enough access for the instruction to go on: PROT_READ for a read, read-write for a write (or
+// for a unit already written in this interval). On x86-64 the fault's error code says which it
+// was; elsewhere a fault on a unit already readable is taken as the write.
+// collect() ends an interval (a layer, or the host code between two layers): it returns what
+// each touched span saw and re-protects exactly the units that were touched, so the cost of a
+// boundary is proportional to what the interval touched, not to the footprint.
+// sample() re-protects a random sample of the units granted in the current interval; a later
+// fault on one is a re-touch, which estimates how often the interval uses a span beyond its
+// first touch (re-protection sampling).
+// A fault the tracker does not own (no span, or a span not watched) goes to the handler that was
+// installed before it, so a real crash still crashes with the usual report (the default action, a
+// debugger's or a sanitizer's handler).
+//
+// The handler runs on an alternate signal stack: install() gives one to every thread alive that
+// has none (oneDNN's JIT kernels keep data below the stack pointer, which a signal frame on the
+// thread's own stack would overwrite). A thread started after install() has none.
+//
+// Kernel copies (read(2) into a protected buffer, and the like) do not fault: they fail with
+// EFAULT. Code that hands watched memory to the kernel must not run while a span is protected.
 //
 // Ownership: one FaultTracker may exist at a time (installing a second is an error); it restores
-// the previous handler when destroyed. The spans' memory stays the allocator's.
+// the previous handler and unprotects everything when destroyed. The spans' memory stays the
+// allocator's; the tracker keeps the per-span state of every span it ever watched until it is
+// destroyed, because a handler on another thread may still be reading it.
 // Thread safety: the handler is async-signal-safe (atomics, mprotect, no locks, no allocation)
-// and may run on any thread, oneDNN's OpenMP workers included. arm() and disarm() are called by
-// the training thread while no other thread touches the spans' pages concurrently with them.
+// and may run on any thread, oneDNN's OpenMP workers included. watch, unwatch, collect,
+// unwatch_all and sample are thread-safe with each other (one mutex); collect and unwatch_all
+// should run while no other thread is inside the code being profiled (at a layer boundary).
 #pragma once
 
 #include <signal.h>
@@ -22,7 +41,8 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <span>
+#include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "tensortier/allocator/object_table.h"
@@ -30,46 +50,97 @@
 
 namespace tensortier::profiler {
 
+inline constexpr std::size_t kSmallPageBytes = 4096;
+inline constexpr std::size_t kHugePageBytes = std::size_t{2} << 20;
+
 class FaultTracker {
  public:
   // Finds the span of an address; must be async-signal-safe (ObjectAllocator::lookup and
   // Runtime::lookup are). `context` is passed back unchanged.
   using Lookup = bool (*)(const void* context, const void* address, SpanView* out);
 
-  // What one armed span saw between arm() and disarm().
-  struct Access {
-    SpanView span;
-    bool read = false;
-    bool written = false;
+  struct Options {
+    std::size_t unit_bytes = kHugePageBytes;  // protection unit: kSmallPageBytes or kHugePageBytes
+    std::size_t max_spans = std::size_t{1} << 15;  // distinct span addresses it can ever watch
   };
 
-  // Installs the SIGSEGV handler. Fails (kFailedPrecondition) if another tracker is installed.
-  static Result<std::unique_ptr<FaultTracker>> install(Lookup lookup, const void* context);
+  // What one watched span saw in one interval (only spans touched in it are reported).
+  struct SpanAccess {
+    SpanView span;
+    std::uint64_t unit_bytes = 0;     // its protection unit
+    std::uint64_t units_read = 0;     // units whose first access in the interval was a read
+    std::uint64_t units_written = 0;  // units written in the interval
+    std::uint64_t faults = 0;         // protection faults taken on it
+    double touches = 0;               // estimated unit-touches: first touches + sampled re-touches
+    bool coarse = false;              // a unit could not be granted alone; the whole span was
+    bool read() const { return units_read > 0; }
+    bool written() const { return units_written > 0; }
+  };
+
+  // Installs the SIGSEGV handler. Fails (kFailedPrecondition) if another tracker is installed,
+  // (kInvalidArgument) for a unit size that is not a multiple of the page size.
+  static Result<std::unique_ptr<FaultTracker>> install(Lookup lookup, const void* context, Options options);
+  static Result<std::unique_ptr<FaultTracker>> install(Lookup lookup, const void* context) {
+    return install(lookup, context, Options{});
+  }
   ~FaultTracker();
   FaultTracker(const FaultTracker&) = delete;
   FaultTracker& operator=(const FaultTracker&) = delete;
 
-  // Protects these spans and starts recording. Fails if already armed or a span is not
-  // page-aligned; on failure nothing stays protected.
-  Status arm(std::span<const SpanView> spans);
-  // Unprotects every armed span and returns their accesses, in the order given to arm().
-  std::vector<Access> disarm();
+  // Protects a span and records faults on it from now on. Watching a span already watched (same
+  // base, id and size) does nothing. Errors: a span not whole pages (kInvalidArgument), more
+  // distinct spans than Options::max_spans (kOutOfMemory), mprotect failing (kInternal); on
+  // error the span is left unprotected.
+  Status watch(const SpanView& span);
+  // Unprotects a span and forgets it; call before its memory is freed. Unknown bases are ignored.
+  void unwatch(std::uintptr_t base);
+  // Ends the interval: what each span touched since the last collect saw, and re-protects the
+  // touched units.
+  std::vector<SpanAccess> collect();
+  // Re-protects each unit granted in the current interval with probability `fraction`, at most
+  // `max_units` of them (the probability is lowered to keep to that); returns how many. A later
+  // fault on one counts 1/probability re-touches.
+  std::size_t sample(double fraction, std::size_t max_units);
+  // Unprotects and forgets every span.
+  void unwatch_all();
+
+  std::size_t unit_bytes() const { return options_.unit_bytes; }
+  std::size_t watched_spans() const;
+  std::uint64_t faults() const { return faults_.load(std::memory_order_relaxed); }
+  // Threads alive at install() that could not be given an alternate signal stack (they block
+  // real-time signals). A fault on one runs the handler on its own stack, which oneDNN's JIT
+  // kernels do not tolerate; threads started after install() are in the same case.
+  std::size_t threads_without_alt_stack() const { return threads_without_alt_stack_; }
+  // Owned faults whose handler ran on the thread's own stack (a thread without an alternate one).
+  std::uint64_t faults_off_alt_stack() const { return faults_off_alt_stack_.load(std::memory_order_relaxed); }
 
  private:
-  struct Armed {
-    SpanView span;
-    std::atomic<std::uint8_t> state{0};  // bit 0: read, bit 1: written
+  struct SpanState;
+  struct Entry {  // open-addressing table by span base, read by the handler
+    std::atomic<std::uintptr_t> base{0};
+    std::atomic<SpanState*> state{nullptr};
   };
-  FaultTracker(Lookup lookup, const void* context) : lookup_(lookup), context_(context) {}
-  // The SIGSEGV handler; handle_owned() records a fault on an armed span and grants access.
+  FaultTracker(Lookup lookup, const void* context, Options options);
   static void on_signal(int signal, siginfo_t* info, void* ucontext);
   bool handle_owned(const void* address, bool is_write, bool write_known);
+  Entry* find_entry(std::uintptr_t base) const;  // signal-safe; null when absent
+  std::size_t reprotect_touched(SpanState& state, SpanAccess* out);
 
   Lookup lookup_;
   const void* context_;
-  std::unique_ptr<Armed[]> armed_;  // sorted by base while armed
-  std::atomic<std::size_t> armed_count_{0};
-  std::vector<std::size_t> order_;  // armed_ index of each span in arm() order
+  Options options_;
+  std::unique_ptr<Entry[]> table_;
+  std::size_t table_mask_ = 0;
+  std::atomic<std::uint64_t> faults_{0};
+  std::atomic<std::uint64_t> faults_off_alt_stack_{0};
+  std::size_t threads_without_alt_stack_ = 0;
+  std::atomic<std::uint64_t> retouch_weight_{1024};  // 1024 / current sampling probability
+
+  mutable std::mutex mutex_;  // guards the members below (not the handler's path)
+  std::vector<std::unique_ptr<SpanState>> states_;                // every state ever made
+  std::unordered_map<std::uintptr_t, SpanState*> watched_;        // by base
+  std::uint64_t rng_state_ = 0x9E3779B97F4A7C15ull;               // xorshift for sample()
+  std::size_t used_entries_ = 0;
 };
 
 }  // namespace tensortier::profiler

@@ -1,0 +1,99 @@
+// StepProfiler: records one training step into a StepProfile. The runtime creates one for the
+// step it chose to profile and forwards its events: allocations and frees, layer begin and end.
+//
+// At every layer boundary the profiler ends the tracker's interval (FaultTracker::collect: what
+// the host code since the last boundary, or the layer just ended, touched) and so re-protects
+// what was touched; objects allocated since the last boundary are protected when the next layer
+// begins (their zero-fill by the program is not a layer's access). While a layer runs, a sampler
+// thread re-protects a sample of the pages the layer was granted every sample_interval_us: the
+// faults that follow estimate how often the layer touches each object beyond its first touch.
+// Counters (counters.h) are read at layer begin and end.
+//
+// Ownership: the profiler owns its FaultTracker (so at most one StepProfiler exists at a time,
+// process-wide) and its sampler thread; it borrows the Counters, which must outlive it.
+// Destroying it (or finish()) unprotects everything.
+// Thread safety: on_allocate and on_free may be called from any thread; the layer events and
+// finish() from the one thread that drives training.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "tensortier/profiler/counters.h"
+#include "tensortier/profiler/fault_tracker.h"
+#include "tensortier/profiler/step_profile.h"
+
+namespace tensortier::profiler {
+
+struct ProfileOptions {
+  bool enabled = true;
+  // Which step of a run of like steps to profile, from 0: the default 1 is the second, after a
+  // warm-up step. A step whose layers differ from the profiled one's is profiled anew.
+  std::uint64_t step = 1;
+  // Protection unit for objects this large or larger (smaller ones are one unit):
+  // kHugePageBytes (default, cheap with transparent huge pages) or kSmallPageBytes (exact pages).
+  std::size_t granularity_bytes = kHugePageBytes;
+  std::uint32_t sample_interval_us = 1000;  // re-protection sampling period in a layer; 0: off
+  double sample_fraction = 0.25;            // share of granted pages re-protected per period
+  std::size_t sample_max_units = 256;       // at most this many per period
+  bool counters = true;                     // read Counters at every layer boundary
+  std::string json_path;  // when not empty, the runtime writes the first profile there (later: <name>.step<N>.<ext>)
+};
+
+class StepProfiler {
+ public:
+  // Installs the fault tracker and protects every span of the live objects (object, span of it).
+  // Errors: another profile is in progress (kFailedPrecondition), a bad option (kInvalidArgument).
+  static Result<std::unique_ptr<StepProfiler>> start(const ProfileOptions& options, FaultTracker::Lookup lookup,
+                                                     const void* context, std::uint64_t step,
+                                                     const std::vector<std::pair<ObjectInfo, SpanView>>& live,
+                                                     Counters* counters);
+  ~StepProfiler();
+  StepProfiler(const StepProfiler&) = delete;
+  StepProfiler& operator=(const StepProfiler&) = delete;
+
+  // `span`: the object's own span, or its group chunk for a small object.
+  void on_allocate(const ObjectInfo& object, const SpanView& span);
+  // Call before the object's memory is freed: its own span is unprotected first.
+  void on_free(ObjectId id, const SpanView& span);
+  void on_layer_begin(std::string_view name, std::span<const ObjectId> reads, std::span<const ObjectId> writes,
+                      std::uint64_t allocator_live_bytes, std::uint64_t unprofiled_duration_ns);
+  void on_layer_end(std::uint64_t duration_ns);
+  // Ends the profile: unprotects everything and returns it.
+  StepProfile finish(std::uint64_t signature, std::uint64_t duration_ns, std::uint64_t allocator_peak_live_bytes);
+
+ private:
+  StepProfiler(const ProfileOptions& options, std::unique_ptr<FaultTracker> tracker, Counters* counters);
+  void sampler_loop();
+  std::vector<SpanAccessProfile> collect();
+
+  ProfileOptions options_;
+  std::unique_ptr<FaultTracker> tracker_;
+  Counters* counters_;
+  StepProfile profile_;
+  std::vector<double> counters_at_begin_;
+  std::vector<std::string> watch_errors_;
+
+  std::mutex mutex_;  // guards the members below (allocations and frees come from any thread)
+  std::unordered_map<ObjectId, ObjectProfile> objects_;
+  std::vector<SpanView> pending_;  // spans to protect when the next layer begins
+  std::uint32_t layers_begun_ = 0;
+  std::uint64_t live_bytes_ = 0;
+
+  std::mutex sampler_mutex_;  // held while sampling; guards in_layer_ and stop_
+  std::condition_variable sampler_wake_;
+  bool in_layer_ = false;
+  bool stop_ = false;
+  std::thread sampler_;
+};
+
+}  // namespace tensortier::profiler

@@ -1,0 +1,217 @@
+// StepProfiler: one step's lifetimes, accesses and counters (see step_profiler.h).
+#include "tensortier/profiler/step_profiler.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include <fmt/format.h>
+
+namespace tensortier::profiler {
+namespace {
+
+SpanAccessProfile to_profile(const FaultTracker::SpanAccess& a) {
+  SpanAccessProfile p;
+  p.id = a.span.id;
+  p.is_group = a.span.is_group;
+  p.page_bytes = a.unit_bytes;
+  p.pages_read = a.units_read;
+  p.pages_written = a.units_written;
+  p.faults = a.faults;
+  p.touches = a.touches;
+  p.coarse = a.coarse;
+  return p;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<StepProfiler>> StepProfiler::start(const ProfileOptions& options, FaultTracker::Lookup lookup,
+                                                          const void* context, std::uint64_t step,
+                                                          const std::vector<std::pair<ObjectInfo, SpanView>>& live,
+                                                          Counters* counters) {
+  if (options.granularity_bytes != kSmallPageBytes && options.granularity_bytes != kHugePageBytes) {
+    return invalid_argument(fmt::format("profile granularity of {} bytes: use 4KiB or 2MiB", options.granularity_bytes));
+  }
+  if (options.sample_fraction < 0 || options.sample_fraction > 1) {
+    return invalid_argument(fmt::format("profile sample fraction {} is not in [0, 1]", options.sample_fraction));
+  }
+  FaultTracker::Options tracker_options;
+  tracker_options.unit_bytes = options.granularity_bytes;
+  auto tracker = FaultTracker::install(lookup, context, tracker_options);
+  if (!tracker) return tracker.status();
+  std::unique_ptr<StepProfiler> p(new StepProfiler(options, std::move(tracker).value(), counters));
+  p->profile_.step = step;
+  for (const auto& [object, span] : live) p->on_allocate(object, span);
+  for (auto& [id, o] : p->objects_) o.born_at_layer.reset();  // alive before the step began
+  // Protect now: the host code before the first layer is profiled too.
+  std::vector<SpanView> pending;
+  pending.swap(p->pending_);
+  for (const SpanView& s : pending) {
+    if (Status st = p->tracker_->watch(s); !st.is_ok()) p->watch_errors_.push_back(st.message());
+  }
+  if (p->options_.sample_interval_us > 0) p->sampler_ = std::thread([raw = p.get()] { raw->sampler_loop(); });
+  return p;
+}
+
+StepProfiler::StepProfiler(const ProfileOptions& options, std::unique_ptr<FaultTracker> tracker, Counters* counters)
+    : options_(options), tracker_(std::move(tracker)), counters_(options.counters ? counters : nullptr) {
+  profile_.granularity_bytes = options.granularity_bytes;
+  profile_.sample_interval_us = options.sample_interval_us;
+  profile_.sample_fraction = options.sample_interval_us > 0 ? options.sample_fraction : 0.0;
+  if (counters_ != nullptr) profile_.counter_source = counters_->source();
+}
+
+StepProfiler::~StepProfiler() {
+  {
+    std::lock_guard lock(sampler_mutex_);
+    stop_ = true;
+  }
+  sampler_wake_.notify_all();
+  if (sampler_.joinable()) sampler_.join();
+  tracker_->unwatch_all();
+}
+
+void StepProfiler::sampler_loop() {
+  std::unique_lock lock(sampler_mutex_);
+  const auto period = std::chrono::microseconds(options_.sample_interval_us);
+  while (!stop_) {
+    sampler_wake_.wait_for(lock, period);
+    if (stop_) break;
+    // Sampling holds sampler_mutex_, so a layer cannot end (and be collected) mid-sample.
+    if (in_layer_) tracker_->sample(options_.sample_fraction, options_.sample_max_units);
+  }
+}
+
+void StepProfiler::on_allocate(const ObjectInfo& object, const SpanView& span) {
+  std::lock_guard lock(mutex_);
+  ObjectProfile o;
+  o.id = object.id;
+  o.name = object.name;
+  o.bytes = object.bytes;
+  o.reserved_bytes = object.reserved_bytes;
+  o.group = object.group;
+  o.tier = object.tier;
+  o.small = object.small;
+  o.born_at_layer = layers_begun_;
+  objects_.insert_or_assign(object.id, std::move(o));
+  pending_.push_back(span);
+  live_bytes_ += object.bytes;
+  if (live_bytes_ > profile_.peak_live_bytes) {
+    profile_.peak_live_bytes = live_bytes_;
+    profile_.peak_at_layer = layers_begun_;
+  }
+}
+
+void StepProfiler::on_free(ObjectId id, const SpanView& span) {
+  std::lock_guard lock(mutex_);
+  auto it = objects_.find(id);
+  if (it == objects_.end()) return;
+  it->second.freed_at_layer = layers_begun_;
+  live_bytes_ -= it->second.bytes;
+  if (!span.is_group) {
+    std::erase_if(pending_, [&](const SpanView& s) { return s.base == span.base; });
+    tracker_->unwatch(span.base);
+  }
+}
+
+std::vector<SpanAccessProfile> StepProfiler::collect() {
+  std::vector<SpanAccessProfile> out;
+  for (const FaultTracker::SpanAccess& a : tracker_->collect()) out.push_back(to_profile(a));
+  return out;
+}
+
+void StepProfiler::on_layer_begin(std::string_view name, std::span<const ObjectId> reads,
+                                  std::span<const ObjectId> writes, std::uint64_t allocator_live_bytes,
+                                  std::uint64_t unprofiled_duration_ns) {
+  LayerProfile layer;
+  layer.name = std::string(name);
+  layer.declared_reads.assign(reads.begin(), reads.end());
+  layer.declared_writes.assign(writes.begin(), writes.end());
+  layer.allocator_live_bytes = allocator_live_bytes;
+  layer.unprofiled_duration_ns = unprofiled_duration_ns;
+  layer.accesses_before = collect();
+  std::vector<SpanView> pending;
+  {
+    std::lock_guard lock(mutex_);
+    layer.index = layers_begun_++;
+    pending.swap(pending_);
+  }
+  for (const SpanView& s : pending) {
+    if (Status st = tracker_->watch(s); !st.is_ok()) watch_errors_.push_back(st.message());
+  }
+  profile_.layers.push_back(std::move(layer));
+  if (counters_ != nullptr) counters_at_begin_ = counters_->read();
+  std::lock_guard lock(sampler_mutex_);
+  in_layer_ = true;
+}
+
+void StepProfiler::on_layer_end(std::uint64_t duration_ns) {
+  {
+    std::lock_guard lock(sampler_mutex_);
+    in_layer_ = false;
+  }
+  if (profile_.layers.empty()) return;
+  LayerProfile& layer = profile_.layers.back();
+  if (counters_ != nullptr) {
+    const std::vector<double> now = counters_->read();
+    for (std::size_t i = 0; i < now.size() && i < counters_at_begin_.size(); ++i) {
+      layer.counters.push_back(Counter{counters_->names()[i], counters_->source(), now[i] - counters_at_begin_[i]});
+    }
+  }
+  layer.accesses = collect();
+  layer.duration_ns = duration_ns;
+}
+
+StepProfile StepProfiler::finish(std::uint64_t signature, std::uint64_t duration_ns,
+                                 std::uint64_t allocator_peak_live_bytes) {
+  {
+    std::lock_guard lock(sampler_mutex_);
+    stop_ = true;
+    in_layer_ = false;
+  }
+  sampler_wake_.notify_all();
+  if (sampler_.joinable()) sampler_.join();
+  profile_.accesses_after = collect();
+  profile_.faults = tracker_->faults();
+  tracker_->unwatch_all();
+
+  std::lock_guard lock(mutex_);
+  profile_.signature = signature;
+  profile_.duration_ns = duration_ns;
+  profile_.allocator_peak_live_bytes = allocator_peak_live_bytes;
+  const auto layer_count = static_cast<std::uint32_t>(profile_.layers.size());
+  for (auto& [id, o] : objects_) {
+    o.lifetime = classify(o.born_at_layer, o.freed_at_layer, layer_count);
+    const std::uint32_t from = o.born_at_layer.value_or(0);
+    const std::uint32_t to = std::min(o.freed_at_layer.value_or(layer_count), layer_count);
+    for (std::uint32_t i = from; i < to; ++i) profile_.layers[i].live_bytes += o.bytes;
+    profile_.objects.push_back(o);
+  }
+  std::sort(profile_.objects.begin(), profile_.objects.end(),
+            [](const ObjectProfile& a, const ObjectProfile& b) { return a.id < b.id; });
+  if (counters_ != nullptr) {
+    for (const std::string& note : counters_->notes()) profile_.notes.push_back(note);
+  } else {
+    profile_.notes.emplace_back("counters off (ProfileOptions::counters)");
+  }
+  if (options_.sample_interval_us == 0) profile_.notes.emplace_back("re-protection sampling off: touches = pages touched");
+  for (const std::string& e : watch_errors_) profile_.notes.push_back("not watched: " + e);
+  if (tracker_->threads_without_alt_stack() > 0 || tracker_->faults_off_alt_stack() > 0) {
+    profile_.notes.push_back(fmt::format(
+        "{} threads had no alternate signal stack and {} faults were handled on a thread's own stack (threads that "
+        "block real-time signals, or started after the profile began); oneDNN's JIT kernels may not survive that",
+        tracker_->threads_without_alt_stack(), tracker_->faults_off_alt_stack()));
+  }
+  std::uint64_t coarse = 0;
+  for (const LayerProfile& l : profile_.layers) {
+    for (const SpanAccessProfile& a : l.accesses) coarse += a.coarse ? 1 : 0;
+  }
+  if (coarse > 0) {
+    profile_.notes.push_back(fmt::format(
+        "{} layer accesses are coarse: mprotect could not split a mapping (vm.max_map_count), so the whole span "
+        "was granted and its page counts are low",
+        coarse));
+  }
+  return std::move(profile_);
+}
+
+}  // namespace tensortier::profiler
