@@ -159,7 +159,9 @@ Status Network::sgd_update(Engine& engine, const SgdOptions& sgd) {
   for (auto& named : params()) {
     Param* p = named.second;  // not a structured binding: lambdas cannot capture those before clang 16
     const std::string& name = named.first;
-    TENSORTIER_RETURN_IF_ERROR(engine.host_layer("sgd." + name, {&p->grad}, {&p->value, &p->momentum}, [&] {
+    // Weights and momentum are read, then written: declared in both.
+    TENSORTIER_RETURN_IF_ERROR(engine.host_layer("sgd." + name, {&p->grad, &p->value, &p->momentum},
+                                                 {&p->value, &p->momentum}, [&] {
       float* w = p->value.data();
       float* v = p->momentum.data();
       const float* g = p->grad.data();

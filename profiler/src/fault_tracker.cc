@@ -212,8 +212,11 @@ bool FaultTracker::handle_owned(const void* address, bool is_write, bool write_k
   if ((before & kSampled) != 0 && (flag.fetch_and(static_cast<std::uint8_t>(~kSampled)) & kSampled) != 0) {
     s->retouch_weight.fetch_add(retouch_weight_.load(std::memory_order_relaxed), std::memory_order_relaxed);
   }
-  const std::uint8_t now = static_cast<std::uint8_t>(flag.fetch_or(is_write ? kWritten : kRead) |
-                                                     (is_write ? kWritten : kRead));
+  // A read of a unit already written in this interval reads the interval's own data (it faults
+  // again only because sample() re-protected it, or a concurrent write's grant is under way): it
+  // is not a read of what the unit held before, so it does not count as one.
+  const std::uint8_t bit = is_write ? kWritten : ((before & kWritten) != 0 ? std::uint8_t{0} : kRead);
+  const std::uint8_t now = static_cast<std::uint8_t>(flag.fetch_or(bit) | bit);
   s->touched.store(true, std::memory_order_relaxed);
   s->faults.fetch_add(1, std::memory_order_relaxed);
   faults_.fetch_add(1, std::memory_order_relaxed);
