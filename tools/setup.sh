@@ -17,6 +17,7 @@ packages=(
   libgtest-dev libbenchmark-dev                     # tests and micro-benchmarks
   clang-format clang-tidy                           # style checks (CI)
   hwloc numactl                                     # lstopo / numactl -H for people
+  python3-matplotlib                                # tools/tensortier-profile draws its PNGs with it
 )
 for group in "$@"; do
   case "$group" in

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include <CLI/CLI.hpp>
 
 #include "tensortier/dnn/data.h"
+#include "tensortier/allocator/tier_spec.h"
 #include "tensortier/dnn/models.h"
 
 namespace {
@@ -36,7 +38,46 @@ struct Options {
   std::uint64_t seed = 1;
   std::size_t log_every = 100;
   std::string schedule = "cosine";
+  std::string profile;              // empty: the runtime's default (TENSORTIER_PROFILE, else step 1)
+  std::string profile_granularity;  // empty: the runtime's default (2MiB)
+  std::string profile_json;
 };
+
+// Applies the --profile* flags over the runtime's settings (flags win over the environment).
+Status apply_profile_flags(const Options& o, Runtime& rt) {
+  profiler::ProfileOptions p = rt.profile_options();
+  if (o.profile == "off") {
+    p.enabled = false;
+  } else if (!o.profile.empty()) {
+    p.enabled = true;
+    p.step = std::stoull(o.profile);
+  }
+  if (!o.profile_granularity.empty()) {
+    auto bytes = parse_size_bytes(o.profile_granularity);
+    if (!bytes) return invalid_argument(fmt::format("--profile-granularity '{}': use 4KiB or 2MiB", o.profile_granularity));
+    p.granularity_bytes = bytes.value();
+  }
+  if (!o.profile_json.empty()) p.json_path = o.profile_json;
+  return rt.set_profile_options(p);
+}
+
+// One paragraph on the step profile, for people.
+void print_profile(const profiler::StepProfile& p) {
+  std::array<std::size_t, 4> counts{};  // by LifetimeClass
+  for (const auto& o : p.objects) ++counts.at(static_cast<std::size_t>(o.lifetime));
+  std::uint64_t unprofiled_ns = 0;
+  for (const auto& l : p.layers) unprofiled_ns += l.unprofiled_duration_ns;
+  const std::string peak_layer =
+      p.peak_at_layer < p.layers.size() ? p.layers[p.peak_at_layer].name : std::string("after the last layer");
+  fmt::print("profile of step {}: {} layers, {} objects ({} persistent, {} long-lived, {} short-lived), "
+             "peak {} before layer '{}'\n",
+             p.step, p.layers.size(), p.objects.size(), counts[0], counts[1], counts[2],
+             format_bytes(p.peak_live_bytes), peak_layer);
+  fmt::print("  {} protection faults at {} granularity; the step took {:.1f} ms profiled, {:.1f} ms before; counters: {}\n",
+             p.faults, format_bytes(p.granularity_bytes), static_cast<double>(p.duration_ns) / 1e6,
+             static_cast<double>(unprofiled_ns) / 1e6, p.counter_source);
+  for (const std::string& note : p.notes) fmt::print("  note: {}\n", note);
+}
 
 int fail(const Status& s) {
   fmt::print(stderr, "tensortier-train: {}\n", s.to_string());
@@ -96,12 +137,24 @@ int main(int argc, char** argv) {
   app.add_option("--seed", o.seed, "Seed of weights and shuffling")->capture_default_str();
   app.add_option("--log-every", o.log_every, "Without a terminal: print a line every N steps")
       ->capture_default_str();
+  app.add_option("--profile", o.profile,
+                 "Which step to profile (0-based; 'off': none); default: TENSORTIER_PROFILE, else 1")
+      ->check([](const std::string& v) {
+        return v == "off" || (!v.empty() && v.find_first_not_of("0123456789") == std::string::npos)
+                   ? std::string()
+                   : "use 'off' or a step number";
+      });
+  app.add_option("--profile-granularity", o.profile_granularity, "Protection unit of the profiled step: 4KiB or 2MiB")
+      ->check(CLI::IsMember({"4KiB", "2MiB"}));
+  app.add_option("--profile-json", o.profile_json,
+                 "Write the first step profile there as JSON (docs/PROFILE.md; tools/tensortier-profile reads it)");
   CLI11_PARSE(app, argc, argv);
 
   spdlog::set_level(spdlog::level::warn);
   auto created = Runtime::create({o.tiers});
   if (!created) return fail(created.status());
   Runtime& rt = *created.value();
+  if (Status s = apply_profile_flags(o, rt); !s.is_ok()) return fail(s);
   Engine engine(rt);
 
   Dataset train, test;
@@ -178,6 +231,11 @@ int main(int argc, char** argv) {
   }
   if (tty) fmt::print("\n");
   fmt::print("trained in {:.1f} s\n", ms_since(start) / 1000.0);
+  // The training step's profile (before the test steps, which are another kind of step).
+  if (auto profile = rt.profile()) {
+    print_profile(*profile);
+    if (!o.profile_json.empty()) fmt::print("  written to {}\n", o.profile_json);
+  }
 
   BatchIterator test_batches(test, o.batch, o.seed, /*shuffle=*/false);
   std::size_t test_correct = 0, test_seen = 0;

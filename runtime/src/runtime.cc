@@ -139,6 +139,15 @@ Status Runtime::free(const void* address) {
   return allocator_.free(address);
 }
 
+Status Runtime::set_profile_options(const profiler::ProfileOptions& options) {
+  if (options.granularity_bytes != profiler::kSmallPageBytes && options.granularity_bytes != profiler::kHugePageBytes) {
+    return invalid_argument(fmt::format("profile granularity of {} bytes: use 4KiB or 2MiB", options.granularity_bytes));
+  }
+  if (in_step_) return failed_precondition("set_profile_options inside a step (call it between steps)");
+  profile_options_ = options;
+  return Status::ok();
+}
+
 std::shared_ptr<const profiler::StepProfile> Runtime::profile_of(std::uint64_t signature) const {
   auto it = profiles_.find(signature);
   return it != profiles_.end() ? it->second : nullptr;

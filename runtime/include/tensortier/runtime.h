@@ -119,6 +119,9 @@ class Runtime {
   // Profiles the next step whatever ProfileOptions::step says (even when profiling is off).
   void request_profile() { profile_requested_ = true; }
   const profiler::ProfileOptions& profile_options() const { return profile_options_; }
+  // Changes how later steps are profiled (training thread, between steps). Errors: a
+  // granularity other than 4 KiB or 2 MiB.
+  Status set_profile_options(const profiler::ProfileOptions& options);
 
   RuntimeStats stats() const;
 
