@@ -155,11 +155,22 @@ TEST(CApi, AllocatesMarksAndReportsErrors) {
   EXPECT_STREQ(stats.name, "slow");
   EXPECT_EQ(stats.live_bytes, 2u << 20);
   EXPECT_EQ(stats.fallbacks_in, 1u);
-  EXPECT_EQ(tt_step_begin(rt), TT_OK);
-  const void* reads[] = {a};
-  EXPECT_EQ(tt_layer_begin(rt, "l", reads, 1, nullptr, 0), TT_OK);
-  EXPECT_EQ(tt_layer_end(rt), TT_OK);
-  EXPECT_EQ(tt_step_end(rt), TT_OK);
+  std::size_t needed = 0;
+  EXPECT_EQ(tt_profile_json(rt, nullptr, 0, &needed), TT_NOT_FOUND);
+  for (int step = 0; step < 2; ++step) {  // the second step is profiled
+    EXPECT_EQ(tt_step_begin(rt), TT_OK);
+    const void* reads[] = {a};
+    EXPECT_EQ(tt_layer_begin(rt, "l", reads, 1, nullptr, 0), TT_OK);
+    volatile char sink = static_cast<const volatile char*>(a)[100];
+    (void)sink;
+    EXPECT_EQ(tt_layer_end(rt), TT_OK);
+    EXPECT_EQ(tt_step_end(rt), TT_OK);
+  }
+  EXPECT_EQ(tt_profile_json(rt, nullptr, 0, &needed), TT_OUT_OF_MEMORY);
+  std::string json(needed, '\0');
+  ASSERT_EQ(tt_profile_json(rt, json.data(), json.size(), nullptr), TT_OK) << tt_last_error();
+  EXPECT_NE(json.find("\"schema\": \"tensortier.step_profile/1\""), std::string::npos);
+  EXPECT_NE(json.find("\"pages_read\": 1"), std::string::npos);  // the layer's one read
   EXPECT_EQ(tt_free(rt, a), TT_OK);
   EXPECT_EQ(tt_free(rt, a), TT_NOT_FOUND);
   EXPECT_NE(std::strstr(tt_last_error(), "already freed"), nullptr);

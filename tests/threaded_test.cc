@@ -1,5 +1,6 @@
 // The threaded parts, run under ThreadSanitizer in CI: concurrent allocate/free from several
-// threads, lock-free lookups racing writers, and tier budgets under contention.
+// threads, lock-free lookups racing writers, tier budgets under contention, and the profiler's
+// fault tracking with faults on several threads while a sampler re-protects pages.
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -10,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "tensortier/allocator/object_allocator.h"
+#include "tensortier/profiler/fault_tracker.h"
 #include "tensortier/runtime.h"
 
 namespace tensortier {
@@ -130,6 +132,81 @@ TEST(Threaded, TierBudgetHoldsUnderContention) {
   for (auto& th : threads) th.join();
   EXPECT_EQ(t.used_bytes(), 0u);
   EXPECT_LE(t.peak_bytes(), 16u << 20);
+}
+
+TEST(Threaded, FaultTrackingIsExactWithFaultsOnManyThreadsAndASampler) {
+  RuntimeOptions options("fast=dram:256MiB");
+  options.profile.enabled = false;  // this test drives its own tracker
+  auto rt = Runtime::create(options);
+  ASSERT_TRUE(rt);
+  Runtime& runtime = *rt.value();
+  constexpr int kWorkers = 4;
+  constexpr std::size_t kBytes = 64 * 4096;
+  auto input = runtime.allocate("input", kBytes).value();
+  std::memset(input.address, 7, kBytes);
+  std::vector<ObjectInfo> outputs;
+  for (int w = 0; w < kWorkers; ++w) outputs.push_back(runtime.allocate("output", kBytes).value());
+  auto lookup = [](const void* context, const void* address, SpanView* out) {
+    return static_cast<const Runtime*>(context)->lookup(address, out);
+  };
+  profiler::FaultTracker::Options tracker_options;
+  tracker_options.unit_bytes = profiler::kSmallPageBytes;
+  auto tracker = profiler::FaultTracker::install(lookup, &runtime, tracker_options);
+  ASSERT_TRUE(tracker);
+  for (const ObjectInfo* o : {&input}) {
+    SpanView span;
+    ASSERT_TRUE(runtime.lookup(o->address, &span));
+    ASSERT_TRUE(tracker.value()->watch(span).is_ok());
+  }
+  for (const ObjectInfo& o : outputs) {
+    SpanView span;
+    ASSERT_TRUE(runtime.lookup(o.address, &span));
+    ASSERT_TRUE(tracker.value()->watch(span).is_ok());
+  }
+  for (int round = 0; round < 5; ++round) {
+    std::atomic<bool> done{false};
+    std::thread sampler([&] {
+      while (!done.load()) {
+        tracker.value()->sample(0.5, 64);
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+    });
+    std::vector<std::thread> workers;
+    std::atomic<long> sums{0};
+    for (int w = 0; w < kWorkers; ++w) {
+      workers.emplace_back([&, w] {
+        // Each worker reads all of the input and writes, then re-reads, its own output.
+        const auto* in = static_cast<const volatile unsigned char*>(input.address);
+        auto* out = static_cast<volatile unsigned char*>(outputs[static_cast<std::size_t>(w)].address);
+        long sum = 0;
+        for (int pass = 0; pass < 20; ++pass) {
+          for (std::size_t at = 0; at < kBytes; at += 512) {
+            out[at] = static_cast<unsigned char>(in[at] + w);
+            sum += out[at];
+          }
+        }
+        sums += sum;
+      });
+    }
+    for (auto& t : workers) t.join();
+    done = true;
+    sampler.join();
+    const auto accesses = tracker.value()->collect();
+    ASSERT_EQ(accesses.size(), 1u + kWorkers) << "round " << round;
+    for (const auto& a : accesses) {
+      if (a.span.id == input.id) {
+        EXPECT_EQ(a.units_read, 64u) << "round " << round;
+        EXPECT_EQ(a.units_written, 0u) << "round " << round;
+      } else {
+        // Written first; the re-reads of its own writes, re-protected or not, are not reads.
+        EXPECT_EQ(a.units_written, 64u) << "round " << round;
+        EXPECT_EQ(a.units_read, 0u) << "round " << round;
+      }
+      EXPECT_GE(a.touches, 64.0);
+    }
+    EXPECT_EQ(sums.load(), static_cast<long>(kWorkers) * 20 * (kBytes / 512) * 7 +
+                               20L * (kBytes / 512) * (0 + 1 + 2 + 3));
+  }
 }
 
 }  // namespace

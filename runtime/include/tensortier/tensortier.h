@@ -61,6 +61,12 @@ tt_status tt_layer_end(tt_runtime* runtime);
 size_t tt_tier_count(const tt_runtime* runtime);
 tt_status tt_tier_stats_get(const tt_runtime* runtime, size_t tier, tt_tier_stats* out);
 
+/* The newest step profile as JSON (docs/PROFILE.md), NUL-terminated, into `buffer` of
+ * `capacity` bytes; *needed (may be NULL) receives the bytes it takes, NUL included. Errors:
+ * TT_NOT_FOUND before any step was profiled, TT_OUT_OF_MEMORY when `capacity` is too small
+ * (call with capacity 0 to learn *needed). */
+tt_status tt_profile_json(const tt_runtime* runtime, char* buffer, size_t capacity, size_t* needed);
+
 /* The message of this thread's last failed call, or "" if none. */
 const char* tt_last_error(void);
 
