@@ -42,7 +42,8 @@ int main(int argc, char** argv) {
   app.add_option("--image-size", size, "Input height and width (3 channels)")->capture_default_str();
   app.add_option("--width", width, "Channels of the first stage")->capture_default_str();
   app.add_option("--reps", reps, "Normal and 2 MiB-profiled steps measured")->capture_default_str();
-  app.add_option("--reps-4k", reps_4k, "4 KiB-profiled steps measured (they are slow)")->capture_default_str();
+  app.add_option("--reps-4k", reps_4k, "4 KiB-profiled steps measured (they are slow)")
+      ->capture_default_str();
   app.add_option("--warmup", warmup, "Unmeasured steps first")->capture_default_str();
   app.add_option("--tiers", tiers, "Tier spec")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -56,7 +57,8 @@ int main(int argc, char** argv) {
   auto net = make_model(model, {10, width});
   if (!net) return fmt::print(stderr, "{}\n", net.status().to_string()), 1;
   const dnnl::memory::dims input{batch, 3, size, size};
-  if (Status s = net.value()->build(engine, input, 1); !s.is_ok()) return fmt::print(stderr, "{}\n", s.to_string()), 1;
+  if (Status s = net.value()->build(engine, input, 1); !s.is_ok())
+    return fmt::print(stderr, "{}\n", s.to_string()), 1;
   const Dataset data = synthetic_dataset(static_cast<std::size_t>(batch) * 4, 3, size, size, 10, 1);
   BatchIterator it(data, static_cast<std::size_t>(batch), 1);
   Batch b;
@@ -74,11 +76,13 @@ int main(int argc, char** argv) {
     TENSORTIER_RETURN_IF_ERROR(rt.value()->step_begin());
     auto r = net.value()->train_step(engine, b, sgd);
     TENSORTIER_RETURN_IF_ERROR(rt.value()->step_end());
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (!r) return r.status();
     if (kind != nullptr) {
       kind->step_ms.push_back(ms);
-      kind->faults.push_back(kind->granularity_bytes != 0 ? static_cast<double>(rt.value()->profile()->faults) : 0.0);
+      kind->faults.push_back(kind->granularity_bytes != 0 ? static_cast<double>(rt.value()->profile()->faults)
+                                                          : 0.0);
     }
     return Status::ok();
   };
@@ -100,15 +104,18 @@ int main(int argc, char** argv) {
   const double normal = median(kinds[0].step_ms);
   fmt::print("{} batch {} input {}x{}x3 width {}; medians; counters: {}\n", model, batch, size, size, width,
              rt.value()->profile() ? rt.value()->profile()->counter_source : "-");
-  fmt::print("{:<14} {:>6} {:>12} {:>18} {:>16}\n", "step", "steps", "ms/step", "vs normal step", "faults/step");
+  fmt::print("{:<14} {:>6} {:>12} {:>18} {:>16}\n", "step", "steps", "ms/step", "vs normal step",
+             "faults/step");
   for (const Kind& k : kinds) {
     fmt::print("{:<14} {:>6} {:>12.1f} {:>18.2f} {:>16.0f}\n", k.name, k.step_ms.size(), median(k.step_ms),
                median(k.step_ms) / normal, median(k.faults));
   }
   for (const Kind& k : kinds) {
-    fmt::print("JSON {{\"model\": \"{}\", \"batch\": {}, \"step\": \"{}\", \"median_ms\": {:.3f}, \"ratio\": {:.3f}, "
-               "\"median_faults\": {:.0f}}}\n",
-               model, batch, k.name, median(k.step_ms), median(k.step_ms) / normal, median(k.faults));
+    fmt::print(
+        "JSON {{\"model\": \"{}\", \"batch\": {}, \"step\": \"{}\", \"median_ms\": {:.3f}, \"ratio\": "
+        "{:.3f}, "
+        "\"median_faults\": {:.0f}}}\n",
+        model, batch, k.name, median(k.step_ms), median(k.step_ms) / normal, median(k.faults));
   }
   return 0;
 }

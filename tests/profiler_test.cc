@@ -53,7 +53,8 @@ Status watch_all(FaultTracker& t, const std::vector<SpanView>& spans) {
 }
 
 // The access of span `id` in a collect() result, or null.
-const FaultTracker::SpanAccess* find(const std::vector<FaultTracker::SpanAccess>& accesses, std::uint64_t id) {
+const FaultTracker::SpanAccess* find(const std::vector<FaultTracker::SpanAccess>& accesses,
+                                     std::uint64_t id) {
   for (const auto& a : accesses) {
     if (a.span.id == id) return &a;
   }
@@ -169,7 +170,8 @@ TEST(FaultTracker, OnlyOneAtATimeAndWatchRejectsUnalignedSpans) {
   FaultTracker::Options odd;
   odd.unit_bytes = 1000;
   first.value().reset();
-  EXPECT_EQ(FaultTracker::install(runtime_lookup, o.rt.get(), odd).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(FaultTracker::install(runtime_lookup, o.rt.get(), odd).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 // The child's exit: how it died.

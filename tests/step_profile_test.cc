@@ -62,7 +62,8 @@ Training train(const std::string& model, int width, const RuntimeOptions& rt_opt
 
 std::string describe(const StepProfile& p, ObjectId id) {
   const auto* o = p.object(id);
-  return o != nullptr ? fmt::format("'{}' (id {}, {} bytes)", o->name, id, o->bytes) : fmt::format("id {}", id);
+  return o != nullptr ? fmt::format("'{}' (id {}, {} bytes)", o->name, id, o->bytes)
+                      : fmt::format("id {}", id);
 }
 
 // Precision and recall 1.0, per layer, for objects of a page or more: the objects the profile saw
@@ -84,8 +85,9 @@ void expect_exact(const StepProfile& p) {
       if (a.written()) seen_writes.insert(a.id);
     }
     for (ObjectId id : declared_reads) {
-      EXPECT_TRUE(seen_reads.contains(id)) << "layer " << layer.index << " '" << layer.name << "' declares it reads "
-                                           << describe(p, id) << "; the profile saw no read";
+      EXPECT_TRUE(seen_reads.contains(id))
+          << "layer " << layer.index << " '" << layer.name << "' declares it reads " << describe(p, id)
+          << "; the profile saw no read";
     }
     for (ObjectId id : seen_reads) {
       // A oneDNN scratchpad's contents are undefined when a primitive starts; some primitives read
@@ -97,9 +99,9 @@ void expect_exact(const StepProfile& p) {
                                                << describe(p, id) << " without declaring it";
     }
     for (ObjectId id : declared_writes) {
-      EXPECT_TRUE(seen_writes.contains(id)) << "layer " << layer.index << " '" << layer.name
-                                            << "' declares it writes " << describe(p, id)
-                                            << "; the profile saw no write";
+      EXPECT_TRUE(seen_writes.contains(id))
+          << "layer " << layer.index << " '" << layer.name << "' declares it writes " << describe(p, id)
+          << "; the profile saw no write";
     }
     for (ObjectId id : seen_writes) {
       EXPECT_TRUE(declared_writes.contains(id)) << "layer " << layer.index << " '" << layer.name << "' wrote "
@@ -300,7 +302,8 @@ TEST(StepProfile, BadSettingsAreNamed) {
   auto rt = Runtime::create(RuntimeOptions("fast=dram:64MiB"));
   ::unsetenv("TENSORTIER_PROFILE");
   ASSERT_FALSE(rt);
-  EXPECT_NE(rt.status().message().find("TENSORTIER_PROFILE='sometimes'"), std::string::npos) << rt.status().message();
+  EXPECT_NE(rt.status().message().find("TENSORTIER_PROFILE='sometimes'"), std::string::npos)
+      << rt.status().message();
   ::setenv("TENSORTIER_PROFILE_GRANULARITY", "64KiB", 1);
   rt = Runtime::create(RuntimeOptions("fast=dram:64MiB"));
   ::unsetenv("TENSORTIER_PROFILE_GRANULARITY");

@@ -204,8 +204,8 @@ TEST(Threaded, FaultTrackingIsExactWithFaultsOnManyThreadsAndASampler) {
       }
       EXPECT_GE(a.touches, 64.0);
     }
-    EXPECT_EQ(sums.load(), static_cast<long>(kWorkers) * 20 * (kBytes / 512) * 7 +
-                               20L * (kBytes / 512) * (0 + 1 + 2 + 3));
+    EXPECT_EQ(sums.load(),
+              static_cast<long>(kWorkers) * 20 * (kBytes / 512) * 7 + 20L * (kBytes / 512) * (0 + 1 + 2 + 3));
   }
 }
 

@@ -160,17 +160,17 @@ Status Network::sgd_update(Engine& engine, const SgdOptions& sgd) {
     Param* p = named.second;  // not a structured binding: lambdas cannot capture those before clang 16
     const std::string& name = named.first;
     // Weights and momentum are read, then written: declared in both.
-    TENSORTIER_RETURN_IF_ERROR(engine.host_layer("sgd." + name, {&p->grad, &p->value, &p->momentum},
-                                                 {&p->value, &p->momentum}, [&] {
-      float* w = p->value.data();
-      float* v = p->momentum.data();
-      const float* g = p->grad.data();
-      const float wd = p->decay ? sgd.weight_decay : 0.0F;
-      for (std::size_t e = 0, n = p->value.elements(); e < n; ++e) {
-        v[e] = sgd.momentum * v[e] + (g[e] + wd * w[e]);
-        w[e] -= sgd.learning_rate * v[e];
-      }
-    }));
+    TENSORTIER_RETURN_IF_ERROR(
+        engine.host_layer("sgd." + name, {&p->grad, &p->value, &p->momentum}, {&p->value, &p->momentum}, [&] {
+          float* w = p->value.data();
+          float* v = p->momentum.data();
+          const float* g = p->grad.data();
+          const float wd = p->decay ? sgd.weight_decay : 0.0F;
+          for (std::size_t e = 0, n = p->value.elements(); e < n; ++e) {
+            v[e] = sgd.momentum * v[e] + (g[e] + wd * w[e]);
+            w[e] -= sgd.learning_rate * v[e];
+          }
+        }));
   }
   return Status::ok();
 }

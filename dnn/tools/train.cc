@@ -14,8 +14,8 @@
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
-#include "tensortier/dnn/data.h"
 #include "tensortier/allocator/tier_spec.h"
+#include "tensortier/dnn/data.h"
 #include "tensortier/dnn/models.h"
 
 namespace {
@@ -54,7 +54,9 @@ Status apply_profile_flags(const Options& o, Runtime& rt) {
   }
   if (!o.profile_granularity.empty()) {
     auto bytes = parse_size_bytes(o.profile_granularity);
-    if (!bytes) return invalid_argument(fmt::format("--profile-granularity '{}': use 4KiB or 2MiB", o.profile_granularity));
+    if (!bytes)
+      return invalid_argument(
+          fmt::format("--profile-granularity '{}': use 4KiB or 2MiB", o.profile_granularity));
     p.granularity_bytes = bytes.value();
   }
   if (!o.profile_json.empty()) p.json_path = o.profile_json;
@@ -67,15 +69,18 @@ void print_profile(const profiler::StepProfile& p) {
   for (const auto& o : p.objects) ++counts.at(static_cast<std::size_t>(o.lifetime));
   std::uint64_t unprofiled_ns = 0;
   for (const auto& l : p.layers) unprofiled_ns += l.unprofiled_duration_ns;
-  const std::string peak_layer =
-      p.peak_at_layer < p.layers.size() ? p.layers[p.peak_at_layer].name : std::string("after the last layer");
-  fmt::print("profile of step {}: {} layers, {} objects ({} persistent, {} long-lived, {} short-lived), "
-             "peak {} before layer '{}'\n",
-             p.step, p.layers.size(), p.objects.size(), counts[0], counts[1], counts[2],
-             format_bytes(p.peak_live_bytes), peak_layer);
-  fmt::print("  {} protection faults at {} granularity; the step took {:.1f} ms profiled, {:.1f} ms before; counters: {}\n",
-             p.faults, format_bytes(p.granularity_bytes), static_cast<double>(p.duration_ns) / 1e6,
-             static_cast<double>(unprofiled_ns) / 1e6, p.counter_source);
+  const std::string peak_layer = p.peak_at_layer < p.layers.size() ? p.layers[p.peak_at_layer].name
+                                                                   : std::string("after the last layer");
+  fmt::print(
+      "profile of step {}: {} layers, {} objects ({} persistent, {} long-lived, {} short-lived), "
+      "peak {} before layer '{}'\n",
+      p.step, p.layers.size(), p.objects.size(), counts[0], counts[1], counts[2],
+      format_bytes(p.peak_live_bytes), peak_layer);
+  fmt::print(
+      "  {} protection faults at {} granularity; the step took {:.1f} ms profiled, {:.1f} ms before; "
+      "counters: {}\n",
+      p.faults, format_bytes(p.granularity_bytes), static_cast<double>(p.duration_ns) / 1e6,
+      static_cast<double>(unprofiled_ns) / 1e6, p.counter_source);
   for (const std::string& note : p.notes) fmt::print("  note: {}\n", note);
 }
 
@@ -144,10 +149,12 @@ int main(int argc, char** argv) {
                    ? std::string()
                    : "use 'off' or a step number";
       });
-  app.add_option("--profile-granularity", o.profile_granularity, "Protection unit of the profiled step: 4KiB or 2MiB")
+  app.add_option("--profile-granularity", o.profile_granularity,
+                 "Protection unit of the profiled step: 4KiB or 2MiB")
       ->check(CLI::IsMember({"4KiB", "2MiB"}));
-  app.add_option("--profile-json", o.profile_json,
-                 "Write the first step profile there as JSON (docs/PROFILE.md; tools/tensortier-profile reads it)");
+  app.add_option(
+      "--profile-json", o.profile_json,
+      "Write the first step profile there as JSON (docs/PROFILE.md; tools/tensortier-profile reads it)");
   CLI11_PARSE(app, argc, argv);
 
   spdlog::set_level(spdlog::level::warn);

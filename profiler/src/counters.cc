@@ -38,14 +38,15 @@ class PapiCounters final : public Counters {
     if (PAPI_is_initialized() == PAPI_NOT_INITED) {
       const int version = PAPI_library_init(PAPI_VER_CURRENT);
       if (version != PAPI_VER_CURRENT) {
-        *why = fmt::format("PAPI: library_init failed ({})", version < 0 ? PAPI_strerror(version) : "version mismatch");
+        *why = fmt::format("PAPI: library_init failed ({})",
+                           version < 0 ? PAPI_strerror(version) : "version mismatch");
         return nullptr;
       }
     }
     constexpr std::array<std::pair<int, const char*>, 4> kWanted{{{PAPI_TOT_CYC, "cycles"},
-                                                                   {PAPI_TOT_INS, "instructions"},
-                                                                   {PAPI_L3_TCM, "llc_misses"},
-                                                                   {PAPI_MEM_SCY, "memory_stall_cycles"}}};
+                                                                  {PAPI_TOT_INS, "instructions"},
+                                                                  {PAPI_L3_TCM, "llc_misses"},
+                                                                  {PAPI_MEM_SCY, "memory_stall_cycles"}}};
     auto out = std::unique_ptr<PapiCounters>(new PapiCounters());
     for (const auto& [code, name] : kWanted) {
       if (PAPI_query_event(code) == PAPI_OK) {
@@ -136,7 +137,8 @@ class PerfSoftwareCounters final : public Counters {
       out->fds_.push_back(std::move(fds));
     }
     if (out->fds_.empty()) {
-      *why = fmt::format("perf_event_open: {} (see /proc/sys/kernel/perf_event_paranoid)", std::strerror(last_errno));
+      *why = fmt::format("perf_event_open: {} (see /proc/sys/kernel/perf_event_paranoid)",
+                         strerrordesc_np(last_errno));
       return nullptr;
     }
     out->source_ = fmt::format("perf_event software ({} threads)", out->fds_.size());
@@ -175,7 +177,9 @@ class RusageCounters final : public Counters {
   std::vector<double> read() override {
     rusage usage{};
     getrusage(RUSAGE_SELF, &usage);
-    auto ns = [](const timeval& t) { return static_cast<double>(t.tv_sec) * 1e9 + static_cast<double>(t.tv_usec) * 1e3; };
+    auto ns = [](const timeval& t) {
+      return static_cast<double>(t.tv_sec) * 1e9 + static_cast<double>(t.tv_usec) * 1e3;
+    };
     return {static_cast<double>(usage.ru_minflt + usage.ru_majflt), ns(usage.ru_utime) + ns(usage.ru_stime)};
   }
 };

@@ -97,7 +97,8 @@ std::size_t give_threads_alt_stacks() {
   std::lock_guard lock(g_alt_mutex);
   const std::vector<pid_t> tids = thread_ids();
   if (g_alt_bytes == 0) {
-    g_alt_bytes = std::max<std::size_t>(std::size_t{256} << 10, 4 * static_cast<std::size_t>(sysconf(_SC_SIGSTKSZ)));
+    g_alt_bytes =
+        std::max<std::size_t>(std::size_t{256} << 10, 4 * static_cast<std::size_t>(sysconf(_SC_SIGSTKSZ)));
   }
   // Enough stacks for every thread (some may already have one; the spares stay for later).
   const std::size_t want = std::min(kMaxAltStacks, g_alt_next.load() + tids.size());
@@ -112,7 +113,8 @@ std::size_t give_threads_alt_stacks() {
   int borrowed = 0;
   struct sigaction before {};
   for (int sig = SIGRTMAX; sig >= SIGRTMIN && borrowed == 0; --sig) {
-    if (sigaction(sig, nullptr, &before) == 0 && before.sa_handler == SIG_DFL && (before.sa_flags & SA_SIGINFO) == 0) {
+    if (sigaction(sig, nullptr, &before) == 0 && before.sa_handler == SIG_DFL &&
+        (before.sa_flags & SA_SIGINFO) == 0) {
       borrowed = sig;
     }
   }
@@ -153,7 +155,9 @@ struct FaultTracker::SpanState {
   std::atomic<std::uint64_t> faults{0};
   std::atomic<std::uint64_t> retouch_weight{0};  // sum of sampled re-touch weights (kWeightOne = 1)
 
-  void* unit_address(std::uint64_t unit) const { return reinterpret_cast<void*>(span.base + unit * unit_bytes); }
+  void* unit_address(std::uint64_t unit) const {
+    return reinterpret_cast<void*>(span.base + unit * unit_bytes);
+  }
   std::size_t unit_length(std::uint64_t first, std::uint64_t count) const {
     const std::uint64_t end = std::min(span.bytes, (first + count) * unit_bytes);
     return static_cast<std::size_t>(end - first * unit_bytes);
@@ -199,7 +203,8 @@ bool FaultTracker::handle_owned(const void* address, bool is_write, bool write_k
   Entry* entry = find_entry(span.base);
   if (entry == nullptr) return false;
   SpanState* s = entry->state.load(std::memory_order_acquire);
-  if (s == nullptr || s->span.id != span.id || s->span.is_group != span.is_group || s->span.bytes != span.bytes) {
+  if (s == nullptr || s->span.id != span.id || s->span.is_group != span.is_group ||
+      s->span.bytes != span.bytes) {
     return false;  // not watched (any more): not ours
   }
   const std::uint64_t unit = (reinterpret_cast<std::uintptr_t>(address) - span.base) / s->unit_bytes;
@@ -233,23 +238,26 @@ bool FaultTracker::handle_owned(const void* address, bool is_write, bool write_k
   return true;
 }
 
-Result<std::unique_ptr<FaultTracker>> FaultTracker::install(Lookup lookup, const void* context, Options options) {
+Result<std::unique_ptr<FaultTracker>> FaultTracker::install(Lookup lookup, const void* context,
+                                                            Options options) {
   if (lookup == nullptr) return invalid_argument("FaultTracker::install: no lookup function");
   const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
   if (options.unit_bytes == 0 || options.unit_bytes % page != 0) {
-    return invalid_argument(fmt::format("FaultTracker::install: unit of {} bytes is not a multiple of the {}-byte page",
-                                        options.unit_bytes, page));
+    return invalid_argument(
+        fmt::format("FaultTracker::install: unit of {} bytes is not a multiple of the {}-byte page",
+                    options.unit_bytes, page));
   }
   std::unique_ptr<FaultTracker> tracker(new FaultTracker(lookup, context, options));
   FaultTracker* expected = nullptr;
   if (!g_active.compare_exchange_strong(expected, tracker.get())) {
-    return failed_precondition("a FaultTracker is already installed (one profile at a time); destroy it first");
+    return failed_precondition(
+        "a FaultTracker is already installed (one profile at a time); destroy it first");
   }
   tracker->threads_without_alt_stack_ = give_threads_alt_stacks();
   struct sigaction action {};
   action.sa_sigaction = &FaultTracker::on_signal;
   action.sa_flags = SA_SIGINFO | SA_NODEFER;  // a chained handler may fault again
-  action.sa_flags |= SA_ONSTACK;                // see give_threads_alt_stacks()
+  action.sa_flags |= SA_ONSTACK;              // see give_threads_alt_stacks()
   sigemptyset(&action.sa_mask);
   if (sigaction(SIGSEGV, &action, &g_previous) != 0) {
     g_active.store(nullptr);
@@ -267,8 +275,8 @@ FaultTracker::~FaultTracker() {
 Status FaultTracker::watch(const SpanView& span) {
   const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
   if (span.base % page != 0 || span.bytes == 0 || span.bytes % page != 0) {
-    return invalid_argument(fmt::format("FaultTracker::watch: span {} at {:#x} ({} bytes) is not whole pages", span.id,
-                                        span.base, span.bytes));
+    return invalid_argument(fmt::format("FaultTracker::watch: span {} at {:#x} ({} bytes) is not whole pages",
+                                        span.id, span.base, span.bytes));
   }
   std::lock_guard lock(mutex_);
   if (auto it = watched_.find(span.base); it != watched_.end()) {
@@ -311,7 +319,8 @@ void FaultTracker::unwatch(std::uintptr_t base) {
   if (it == watched_.end()) return;
   const SpanView& span = it->second->span;
   mprotect(reinterpret_cast<void*>(span.base), span.bytes, PROT_READ | PROT_WRITE);
-  if (Entry* entry = find_entry(base); entry != nullptr) entry->state.store(nullptr, std::memory_order_release);
+  if (Entry* entry = find_entry(base); entry != nullptr)
+    entry->state.store(nullptr, std::memory_order_release);
   watched_.erase(it);
 }
 
@@ -319,7 +328,8 @@ void FaultTracker::unwatch_all() {
   std::lock_guard lock(mutex_);
   for (const auto& [base, state] : watched_) {
     mprotect(reinterpret_cast<void*>(base), state->span.bytes, PROT_READ | PROT_WRITE);
-    if (Entry* entry = find_entry(base); entry != nullptr) entry->state.store(nullptr, std::memory_order_release);
+    if (Entry* entry = find_entry(base); entry != nullptr)
+      entry->state.store(nullptr, std::memory_order_release);
   }
   watched_.clear();
 }
@@ -375,7 +385,8 @@ std::vector<FaultTracker::SpanAccess> FaultTracker::collect() {
     reprotect_touched(*state, &access);
     if (access.units_read + access.units_written > 0) out.push_back(access);
   }
-  std::sort(out.begin(), out.end(), [](const SpanAccess& a, const SpanAccess& b) { return a.span.base < b.span.base; });
+  std::sort(out.begin(), out.end(),
+            [](const SpanAccess& a, const SpanAccess& b) { return a.span.base < b.span.base; });
   return out;
 }
 
@@ -385,7 +396,8 @@ std::size_t FaultTracker::sample(double fraction, std::size_t max_units) {
   std::size_t eligible = 0;
   for (const auto& [base, s] : watched_) {
     if (!s->touched.load(std::memory_order_relaxed)) continue;
-    for (std::uint64_t u = 0; u < s->units; ++u) eligible += granted(s->flags[u].load(std::memory_order_relaxed));
+    for (std::uint64_t u = 0; u < s->units; ++u)
+      eligible += granted(s->flags[u].load(std::memory_order_relaxed));
   }
   if (eligible == 0 || fraction <= 0) return 0;
   const double p = std::min({1.0, fraction, static_cast<double>(max_units) / static_cast<double>(eligible)});

@@ -35,10 +35,14 @@ json accesses_json(const std::vector<SpanAccessProfile>& accesses) {
 
 std::string_view to_string(LifetimeClass c) {
   switch (c) {
-    case LifetimeClass::kPersistent: return "persistent";
-    case LifetimeClass::kLong: return "long";
-    case LifetimeClass::kShort: return "short";
-    case LifetimeClass::kCrossing: return "crossing";
+    case LifetimeClass::kPersistent:
+      return "persistent";
+    case LifetimeClass::kLong:
+      return "long";
+    case LifetimeClass::kShort:
+      return "short";
+    case LifetimeClass::kCrossing:
+      return "crossing";
   }
   return "unknown";
 }
@@ -74,7 +78,8 @@ std::string to_json(const StepProfile& p, int indent) {
   json layers = json::array();
   for (const LayerProfile& l : p.layers) {
     json counters = json::array();
-    for (const Counter& c : l.counters) counters.push_back({{"name", c.name}, {"source", c.source}, {"value", c.value}});
+    for (const Counter& c : l.counters)
+      counters.push_back({{"name", c.name}, {"source", c.source}, {"value", c.value}});
     layers.push_back({{"index", l.index},
                       {"name", l.name},
                       {"duration_ns", l.duration_ns},
@@ -108,7 +113,9 @@ std::string to_json(const StepProfile& p, int indent) {
 
 Status write_json(const StepProfile& profile, const std::string& path) {
   std::ofstream out(path);
-  if (!out) return unavailable(fmt::format("cannot write the profile to '{}': check the directory exists and is writable", path));
+  if (!out)
+    return unavailable(
+        fmt::format("cannot write the profile to '{}': check the directory exists and is writable", path));
   out << to_json(profile) << '\n';
   if (!out) return unavailable(fmt::format("writing the profile to '{}' failed (disk full?)", path));
   return Status::ok();

@@ -24,15 +24,16 @@ SpanAccessProfile to_profile(const FaultTracker::SpanAccess& a) {
 
 }  // namespace
 
-Result<std::unique_ptr<StepProfiler>> StepProfiler::start(const ProfileOptions& options, FaultTracker::Lookup lookup,
-                                                          const void* context, std::uint64_t step,
-                                                          const std::vector<std::pair<ObjectInfo, SpanView>>& live,
-                                                          Counters* counters) {
+Result<std::unique_ptr<StepProfiler>> StepProfiler::start(
+    const ProfileOptions& options, FaultTracker::Lookup lookup, const void* context, std::uint64_t step,
+    const std::vector<std::pair<ObjectInfo, SpanView>>& live, Counters* counters) {
   if (options.granularity_bytes != kSmallPageBytes && options.granularity_bytes != kHugePageBytes) {
-    return invalid_argument(fmt::format("profile granularity of {} bytes: use 4KiB or 2MiB", options.granularity_bytes));
+    return invalid_argument(
+        fmt::format("profile granularity of {} bytes: use 4KiB or 2MiB", options.granularity_bytes));
   }
   if (options.sample_fraction < 0 || options.sample_fraction > 1) {
-    return invalid_argument(fmt::format("profile sample fraction {} is not in [0, 1]", options.sample_fraction));
+    return invalid_argument(
+        fmt::format("profile sample fraction {} is not in [0, 1]", options.sample_fraction));
   }
   FaultTracker::Options tracker_options;
   tracker_options.unit_bytes = options.granularity_bytes;
@@ -52,7 +53,8 @@ Result<std::unique_ptr<StepProfiler>> StepProfiler::start(const ProfileOptions& 
   return p;
 }
 
-StepProfiler::StepProfiler(const ProfileOptions& options, std::unique_ptr<FaultTracker> tracker, Counters* counters)
+StepProfiler::StepProfiler(const ProfileOptions& options, std::unique_ptr<FaultTracker> tracker,
+                           Counters* counters)
     : options_(options), tracker_(std::move(tracker)), counters_(options.counters ? counters : nullptr) {
   profile_.granularity_bytes = options.granularity_bytes;
   profile_.sample_interval_us = options.sample_interval_us;
@@ -154,7 +156,8 @@ void StepProfiler::on_layer_end(std::uint64_t duration_ns) {
   if (counters_ != nullptr) {
     const std::vector<double> now = counters_->read();
     for (std::size_t i = 0; i < now.size() && i < counters_at_begin_.size(); ++i) {
-      layer.counters.push_back(Counter{counters_->names()[i], counters_->source(), now[i] - counters_at_begin_[i]});
+      layer.counters.push_back(
+          Counter{counters_->names()[i], counters_->source(), now[i] - counters_at_begin_[i]});
     }
   }
   layer.accesses = collect();
@@ -193,23 +196,27 @@ StepProfile StepProfiler::finish(std::uint64_t signature, std::uint64_t duration
   } else {
     profile_.notes.emplace_back("counters off (ProfileOptions::counters)");
   }
-  if (options_.sample_interval_us == 0) profile_.notes.emplace_back("re-protection sampling off: touches = pages touched");
+  if (options_.sample_interval_us == 0)
+    profile_.notes.emplace_back("re-protection sampling off: touches = pages touched");
   for (const std::string& e : watch_errors_) profile_.notes.push_back("not watched: " + e);
   if (tracker_->threads_without_alt_stack() > 0 || tracker_->faults_off_alt_stack() > 0) {
-    profile_.notes.push_back(fmt::format(
-        "{} threads had no alternate signal stack and {} faults were handled on a thread's own stack (threads that "
-        "block real-time signals, or started after the profile began); oneDNN's JIT kernels may not survive that",
-        tracker_->threads_without_alt_stack(), tracker_->faults_off_alt_stack()));
+    profile_.notes.push_back(
+        fmt::format("{} threads had no alternate signal stack and {} faults were handled on a thread's own "
+                    "stack (threads that "
+                    "block real-time signals, or started after the profile began); oneDNN's JIT kernels may "
+                    "not survive that",
+                    tracker_->threads_without_alt_stack(), tracker_->faults_off_alt_stack()));
   }
   std::uint64_t coarse = 0;
   for (const LayerProfile& l : profile_.layers) {
     for (const SpanAccessProfile& a : l.accesses) coarse += a.coarse ? 1 : 0;
   }
   if (coarse > 0) {
-    profile_.notes.push_back(fmt::format(
-        "{} layer accesses are coarse: mprotect could not split a mapping (vm.max_map_count), so the whole span "
-        "was granted and its page counts are low",
-        coarse));
+    profile_.notes.push_back(
+        fmt::format("{} layer accesses are coarse: mprotect could not split a mapping (vm.max_map_count), so "
+                    "the whole span "
+                    "was granted and its page counts are low",
+                    coarse));
   }
   return std::move(profile_);
 }

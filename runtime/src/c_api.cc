@@ -111,13 +111,15 @@ tt_status tt_profile_json(const tt_runtime* runtime, char* buffer, size_t capaci
   if (runtime == nullptr || (buffer == nullptr && capacity > 0)) return null_argument("tt_profile_json");
   const auto profile = runtime->runtime->profile();
   if (profile == nullptr) {
-    return report(tensortier::not_found("tt_profile_json: no step has been profiled yet (the second step is, by default)"));
+    return report(tensortier::not_found(
+        "tt_profile_json: no step has been profiled yet (the second step is, by default)"));
   }
   const std::string json = tensortier::profiler::to_json(*profile);
   if (needed != nullptr) *needed = json.size() + 1;
   if (capacity < json.size() + 1) {
-    return report(tensortier::out_of_memory("tt_profile_json: the profile takes " + std::to_string(json.size() + 1) +
-                                            " bytes; the buffer has " + std::to_string(capacity)));
+    return report(tensortier::out_of_memory("tt_profile_json: the profile takes " +
+                                            std::to_string(json.size() + 1) + " bytes; the buffer has " +
+                                            std::to_string(capacity)));
   }
   std::memcpy(buffer, json.c_str(), json.size() + 1);
   return report(tensortier::Status::ok());

@@ -3,9 +3,9 @@
 
 #include <charconv>
 #include <chrono>
+#include <cstdlib>
 #include <functional>
 #include <tuple>
-#include <cstdlib>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -66,7 +66,8 @@ Result<profiler::ProfileOptions> resolve_profile_options(const RuntimeOptions& o
       p.step = step;
     } else {
       return invalid_argument(fmt::format(
-          "TENSORTIER_PROFILE='{}': use 'off' or the step to profile (0-based, e.g. 1 for the second)", value));
+          "TENSORTIER_PROFILE='{}': use 'off' or the step to profile (0-based, e.g. 1 for the second)",
+          value));
     }
   }
   if (const char* env = std::getenv("TENSORTIER_PROFILE_GRANULARITY"); env != nullptr && *env != '\0') {
@@ -76,9 +77,11 @@ Result<profiler::ProfileOptions> resolve_profile_options(const RuntimeOptions& o
     }
     p.granularity_bytes = *bytes;
   }
-  if (const char* env = std::getenv("TENSORTIER_PROFILE_JSON"); env != nullptr && *env != '\0') p.json_path = env;
+  if (const char* env = std::getenv("TENSORTIER_PROFILE_JSON"); env != nullptr && *env != '\0')
+    p.json_path = env;
   if (p.granularity_bytes != profiler::kSmallPageBytes && p.granularity_bytes != profiler::kHugePageBytes) {
-    return invalid_argument(fmt::format("profile granularity of {} bytes: use 4KiB or 2MiB", p.granularity_bytes));
+    return invalid_argument(
+        fmt::format("profile granularity of {} bytes: use 4KiB or 2MiB", p.granularity_bytes));
   }
   return p;
 }
@@ -140,8 +143,10 @@ Status Runtime::free(const void* address) {
 }
 
 Status Runtime::set_profile_options(const profiler::ProfileOptions& options) {
-  if (options.granularity_bytes != profiler::kSmallPageBytes && options.granularity_bytes != profiler::kHugePageBytes) {
-    return invalid_argument(fmt::format("profile granularity of {} bytes: use 4KiB or 2MiB", options.granularity_bytes));
+  if (options.granularity_bytes != profiler::kSmallPageBytes &&
+      options.granularity_bytes != profiler::kHugePageBytes) {
+    return invalid_argument(
+        fmt::format("profile granularity of {} bytes: use 4KiB or 2MiB", options.granularity_bytes));
   }
   if (in_step_) return failed_precondition("set_profile_options inside a step (call it between steps)");
   profile_options_ = options;
@@ -194,10 +199,12 @@ void Runtime::finish_profile(std::uint64_t step_duration_ns) {
   done.reset();
   std::uint64_t unprofiled_ns = 0;
   for (const profiler::LayerProfile& l : profile->layers) unprofiled_ns += l.unprofiled_duration_ns;
-  spdlog::info("profiled step {}: {} layers, {} objects, {} faults, peak {} at layer {}; {:.1f} ms (unprofiled {:.1f} ms)",
-               profile->step, profile->layers.size(), profile->objects.size(), profile->faults,
-               format_bytes(profile->peak_live_bytes), profile->peak_at_layer,
-               static_cast<double>(step_duration_ns) / 1e6, static_cast<double>(unprofiled_ns) / 1e6);
+  spdlog::info(
+      "profiled step {}: {} layers, {} objects, {} faults, peak {} at layer {}; {:.1f} ms (unprofiled {:.1f} "
+      "ms)",
+      profile->step, profile->layers.size(), profile->objects.size(), profile->faults,
+      format_bytes(profile->peak_live_bytes), profile->peak_at_layer,
+      static_cast<double>(step_duration_ns) / 1e6, static_cast<double>(unprofiled_ns) / 1e6);
   if (!profile_options_.json_path.empty()) {
     // The first profile goes to the path as given; a later one (a new kind of step) beside it.
     std::string path = profile_options_.json_path;
@@ -259,12 +266,12 @@ Status Runtime::layer_begin(std::string_view name, std::span<const void* const> 
   record.name = std::string(name);
   record.index = static_cast<std::uint32_t>(current_step_.size());
   std::vector<std::size_t> sizes;
-  for (const auto& [pointers, ids, role] : {std::tuple{reads, &record.reads, "reads"},
-                                            std::tuple{writes, &record.writes, "writes"}}) {
+  for (const auto& [pointers, ids, role] :
+       {std::tuple{reads, &record.reads, "reads"}, std::tuple{writes, &record.writes, "writes"}}) {
     const std::size_t bad = allocator_.ids_of(pointers, ids, &sizes);
     if (bad != pointers.size()) {
-      return not_found(
-          fmt::format("layer '{}' {} {}, which is not the start of a live object", name, role, pointers[bad]));
+      return not_found(fmt::format("layer '{}' {} {}, which is not the start of a live object", name, role,
+                                   pointers[bad]));
     }
   }
   // The step's signature: layer names and argument sizes, FNV-1a.

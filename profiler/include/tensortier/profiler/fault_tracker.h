@@ -60,7 +60,7 @@ class FaultTracker {
   using Lookup = bool (*)(const void* context, const void* address, SpanView* out);
 
   struct Options {
-    std::size_t unit_bytes = kHugePageBytes;  // protection unit: kSmallPageBytes or kHugePageBytes
+    std::size_t unit_bytes = kHugePageBytes;       // protection unit: kSmallPageBytes or kHugePageBytes
     std::size_t max_spans = std::size_t{1} << 15;  // distinct span addresses it can ever watch
   };
 
@@ -136,10 +136,10 @@ class FaultTracker {
   std::size_t threads_without_alt_stack_ = 0;
   std::atomic<std::uint64_t> retouch_weight_{1024};  // 1024 / current sampling probability
 
-  mutable std::mutex mutex_;  // guards the members below (not the handler's path)
-  std::vector<std::unique_ptr<SpanState>> states_;                // every state ever made
-  std::unordered_map<std::uintptr_t, SpanState*> watched_;        // by base
-  std::uint64_t rng_state_ = 0x9E3779B97F4A7C15ull;               // xorshift for sample()
+  mutable std::mutex mutex_;                        // guards the members below (not the handler's path)
+  std::vector<std::unique_ptr<SpanState>> states_;  // every state ever made
+  std::unordered_map<std::uintptr_t, SpanState*> watched_;  // by base
+  std::uint64_t rng_state_ = 0x9E3779B97F4A7C15ull;         // xorshift for sample()
   std::size_t used_entries_ = 0;
 };
 

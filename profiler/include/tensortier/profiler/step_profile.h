@@ -81,13 +81,13 @@ struct LayerProfile {
 };
 
 struct StepProfile {
-  std::uint64_t step = 0;              // index of the profiled step (0-based) in the run
-  std::uint64_t signature = 0;         // hash of its layer names and argument sizes
+  std::uint64_t step = 0;               // index of the profiled step (0-based) in the run
+  std::uint64_t signature = 0;          // hash of its layer names and argument sizes
   std::uint64_t granularity_bytes = 0;  // protection unit for spans that large or larger
   std::uint32_t sample_interval_us = 0;
   double sample_fraction = 0;
-  std::uint64_t duration_ns = 0;  // the profiled step's wall time
-  std::uint64_t faults = 0;       // protection faults taken
+  std::uint64_t duration_ns = 0;       // the profiled step's wall time
+  std::uint64_t faults = 0;            // protection faults taken
   std::vector<ObjectProfile> objects;  // every object alive at some point of the step
   std::vector<LayerProfile> layers;
   std::vector<SpanAccessProfile> accesses_after;  // host code after the last layer

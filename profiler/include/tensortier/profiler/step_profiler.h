@@ -46,15 +46,17 @@ struct ProfileOptions {
   double sample_fraction = 0.25;            // share of granted pages re-protected per period
   std::size_t sample_max_units = 256;       // at most this many per period
   bool counters = true;                     // read Counters at every layer boundary
-  std::string json_path;  // when not empty, the runtime writes the first profile there (later: <name>.step<N>.<ext>)
+  std::string
+      json_path;  // when not empty, the runtime writes the first profile there (later: <name>.step<N>.<ext>)
 };
 
 class StepProfiler {
  public:
   // Installs the fault tracker and protects every span of the live objects (object, span of it).
   // Errors: another profile is in progress (kFailedPrecondition), a bad option (kInvalidArgument).
-  static Result<std::unique_ptr<StepProfiler>> start(const ProfileOptions& options, FaultTracker::Lookup lookup,
-                                                     const void* context, std::uint64_t step,
+  static Result<std::unique_ptr<StepProfiler>> start(const ProfileOptions& options,
+                                                     FaultTracker::Lookup lookup, const void* context,
+                                                     std::uint64_t step,
                                                      const std::vector<std::pair<ObjectInfo, SpanView>>& live,
                                                      Counters* counters);
   ~StepProfiler();
@@ -65,11 +67,13 @@ class StepProfiler {
   void on_allocate(const ObjectInfo& object, const SpanView& span);
   // Call before the object's memory is freed: its own span is unprotected first.
   void on_free(ObjectId id, const SpanView& span);
-  void on_layer_begin(std::string_view name, std::span<const ObjectId> reads, std::span<const ObjectId> writes,
-                      std::uint64_t allocator_live_bytes, std::uint64_t unprofiled_duration_ns);
+  void on_layer_begin(std::string_view name, std::span<const ObjectId> reads,
+                      std::span<const ObjectId> writes, std::uint64_t allocator_live_bytes,
+                      std::uint64_t unprofiled_duration_ns);
   void on_layer_end(std::uint64_t duration_ns);
   // Ends the profile: unprotects everything and returns it.
-  StepProfile finish(std::uint64_t signature, std::uint64_t duration_ns, std::uint64_t allocator_peak_live_bytes);
+  StepProfile finish(std::uint64_t signature, std::uint64_t duration_ns,
+                     std::uint64_t allocator_peak_live_bytes);
 
  private:
   StepProfiler(const ProfileOptions& options, std::unique_ptr<FaultTracker> tracker, Counters* counters);
