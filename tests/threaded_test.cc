@@ -68,14 +68,14 @@ TEST(Threaded, LookupsRacingWritersNeverSeeAWrongSpan) {
   std::atomic<bool> stop{false};
   std::atomic<long> wrong{0};
   std::atomic<long> found{0};
-  std::atomic<long> lookups{0};
   std::thread writer([&] {
     std::vector<ObjectTable::Slot> slots(kSpans);
-    // At least 200 rounds, and on until the readers have raced it 20k times (bounded at 10 s):
-    // on a loaded machine the readers may not be scheduled during the first rounds.
+    // At least 200 rounds, and on until the readers have found a span 1000 times (bounded at
+    // 10 s): on a loaded machine the readers may run only while the writer sleeps between rounds,
+    // when every span is erased.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    for (int round = 0;
-         round < 200 || (lookups.load() < 20000 && std::chrono::steady_clock::now() < deadline); ++round) {
+    for (int round = 0; round < 200 || (found.load() < 1000 && std::chrono::steady_clock::now() < deadline);
+         ++round) {
       for (int i = 0; i < kSpans; ++i) {
         // Span i always covers pages [i*4, i*4+round%4+1) and has id i.
         slots[i] =
@@ -94,7 +94,6 @@ TEST(Threaded, LookupsRacingWritersNeverSeeAWrongSpan) {
         const std::uintptr_t i = rng() % kSpans;
         const std::uintptr_t address = kBase + i * 4 * 4096 + rng() % (4 * 4096);
         SpanView span;
-        ++lookups;
         if (table.lookup(reinterpret_cast<void*>(address), &span)) {
           ++found;
           if (span.id != i || address < span.base || address >= span.base + span.bytes) ++wrong;
