@@ -2,11 +2,14 @@
 // threads, and faults it does not own still reaching the handler that was there before.
 #include "tensortier/profiler/fault_tracker.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <thread>
 
@@ -155,6 +158,41 @@ TEST(FaultTracker, UnwatchedSpansAreNotTracked) {
   const auto access = tracker.value()->collect();
   EXPECT_TRUE(access.empty());
   EXPECT_EQ(tracker.value()->faults(), 0u);
+}
+
+TEST(FaultTracker, GivesThreadsAlternateStacksAndSurvivesOneThatBlocksSignals) {
+  Objects o = make(1, 4096);
+  std::atomic<int> phase{0};
+  std::atomic<bool> had_stack_after{false};
+  std::thread blocker([&] {
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, nullptr);
+    phase = 1;
+    while (phase.load() != 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    pthread_sigmask(SIG_UNBLOCK, &all, nullptr);  // the pending hand-out signal arrives now
+    stack_t stack{};
+    sigaltstack(nullptr, &stack);
+    had_stack_after = (stack.ss_flags & SS_DISABLE) == 0;
+  });
+  std::atomic<bool> worker_had_stack{false};
+  std::atomic<bool> release_worker{false};
+  std::thread worker([&] {
+    while (!release_worker.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    stack_t stack{};
+    sigaltstack(nullptr, &stack);
+    worker_had_stack = (stack.ss_flags & SS_DISABLE) == 0;
+  });
+  while (phase.load() != 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  auto tracker = FaultTracker::install(runtime_lookup, o.rt.get());
+  ASSERT_TRUE(tracker);
+  EXPECT_EQ(tracker.value()->threads_without_alt_stack(), 1u);  // the blocker; the worker answered
+  release_worker = true;
+  worker.join();
+  EXPECT_TRUE(worker_had_stack.load());
+  phase = 2;
+  blocker.join();  // the process is still alive: the late signal found a handler
+  EXPECT_TRUE(had_stack_after.load());
 }
 
 TEST(FaultTracker, OnlyOneAtATimeAndWatchRejectsUnalignedSpans) {

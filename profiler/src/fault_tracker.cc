@@ -109,16 +109,21 @@ std::size_t give_threads_alt_stacks() {
     g_alt_count.store(i + 1);
   }
   take_alt_stack(nullptr);
-  // A real-time signal nobody handles, borrowed for the hand-out.
-  int borrowed = 0;
-  struct sigaction before {};
-  for (int sig = SIGRTMAX; sig >= SIGRTMIN && borrowed == 0; --sig) {
-    if (sigaction(sig, nullptr, &before) == 0 && before.sa_handler == SIG_DFL &&
-        (before.sa_flags & SA_SIGINFO) == 0) {
-      borrowed = sig;
+  // A real-time signal nobody handles, taken for the hand-out and kept: a thread that blocks it
+  // and unblocks it later must still find this harmless handler, not the default action (which
+  // would end the process). A program that installs its own handler for it later just replaces
+  // ours. The same signal serves every later install.
+  static int borrowed = 0;
+  if (borrowed == 0) {
+    for (int sig = SIGRTMAX; sig >= SIGRTMIN && borrowed == 0; --sig) {
+      struct sigaction current {};
+      if (sigaction(sig, nullptr, &current) == 0 && current.sa_handler == SIG_DFL &&
+          (current.sa_flags & SA_SIGINFO) == 0) {
+        borrowed = sig;
+      }
     }
+    if (borrowed == 0) return tids.size() - 1;
   }
-  if (borrowed == 0) return tids.size() - 1;
   struct sigaction action {};
   action.sa_sigaction = &on_alt_stack_signal;
   action.sa_flags = SA_SIGINFO;
@@ -135,7 +140,6 @@ std::size_t give_threads_alt_stacks() {
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
   const std::size_t answered = g_alt_answers.load();
-  sigaction(borrowed, &before, nullptr);
   return sent - std::min(sent, answered);
 }
 
