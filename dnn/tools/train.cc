@@ -76,11 +76,13 @@ void print_profile(const profiler::StepProfile& p) {
       "peak {} before layer '{}'\n",
       p.step, p.layers.size(), p.objects.size(), counts[0], counts[1], counts[2],
       format_bytes(p.peak_live_bytes), peak_layer);
-  fmt::print(
-      "  {} protection faults at {} granularity; the step took {:.1f} ms profiled, {:.1f} ms before; "
-      "counters: {}\n",
-      p.faults, format_bytes(p.granularity_bytes), static_cast<double>(p.duration_ns) / 1e6,
-      static_cast<double>(unprofiled_ns) / 1e6, p.counter_source);
+  const std::string before = p.step == 0
+                                 ? std::string()
+                                 : fmt::format(" (its layers took {:.1f} ms in step {}, the one before)",
+                                               static_cast<double>(unprofiled_ns) / 1e6, p.step - 1);
+  fmt::print("  {} protection faults at {} granularity; the step took {:.1f} ms profiled{}; counters: {}\n",
+             p.faults, format_bytes(p.granularity_bytes), static_cast<double>(p.duration_ns) / 1e6, before,
+             p.counter_source);
   for (const std::string& note : p.notes) fmt::print("  note: {}\n", note);
 }
 
