@@ -208,5 +208,58 @@ TEST(Threaded, FaultTrackingIsExactWithFaultsOnManyThreadsAndASampler) {
   }
 }
 
+TEST(Threaded, StepProfilerWithASamplerAndWorkerThreads) {
+  RuntimeOptions options("fast=dram:256MiB");
+  options.profile.step = 0;  // profile the first step
+  options.profile.granularity_bytes = profiler::kSmallPageBytes;
+  options.profile.sample_interval_us = 50;
+  options.profile.sample_fraction = 0.5;
+  auto rt = Runtime::create(options);
+  ASSERT_TRUE(rt);
+  Runtime& runtime = *rt.value();
+  constexpr std::size_t kBytes = 32 * 4096;
+  auto in = runtime.allocate("in", kBytes).value();
+  std::memset(in.address, 1, kBytes);
+  std::vector<ObjectInfo> outs;
+  ASSERT_TRUE(runtime.step_begin().is_ok());
+  for (int layer = 0; layer < 4; ++layer) {
+    outs.push_back(runtime.allocate("out", kBytes).value());  // allocated between layers, like activations
+    const void* reads[] = {layer == 0 ? in.address : outs[outs.size() - 2].address};
+    const void* writes[] = {outs.back().address};
+    ASSERT_TRUE(runtime.layer_begin("layer", reads, writes).is_ok());
+    std::vector<std::thread> workers;
+    for (int w = 0; w < 2; ++w) {
+      workers.emplace_back([&, w] {
+        const auto* src = static_cast<const volatile unsigned char*>(reads[0]);
+        auto* dst = static_cast<volatile unsigned char*>(outs.back().address);
+        const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(3);
+        while (std::chrono::steady_clock::now() < until) {
+          for (std::size_t at = static_cast<std::size_t>(w) * 4096; at < kBytes; at += 2 * 4096) {
+            dst[at] = static_cast<unsigned char>(src[at] + 1);
+          }
+        }
+      });
+    }
+    for (auto& t : workers) t.join();
+    ASSERT_TRUE(runtime.layer_end().is_ok());
+    if (layer >= 2) {
+      ASSERT_TRUE(runtime.free(outs[static_cast<std::size_t>(layer) - 2].address).is_ok());
+    }
+  }
+  ASSERT_TRUE(runtime.step_end().is_ok());
+  auto profile = runtime.profile();
+  ASSERT_NE(profile, nullptr);
+  ASSERT_EQ(profile->layers.size(), 4u);
+  for (const auto& layer : profile->layers) {
+    ASSERT_EQ(layer.accesses.size(), 2u) << layer.index;
+    for (const auto& a : layer.accesses) {
+      const bool is_read = a.id == layer.declared_reads[0];
+      EXPECT_EQ(a.pages_read, is_read ? 32u : 0u) << layer.index;
+      EXPECT_EQ(a.pages_written, is_read ? 0u : 32u) << layer.index;
+      EXPECT_GE(a.touches, 32.0);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tensortier
