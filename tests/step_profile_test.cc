@@ -297,6 +297,39 @@ TEST(StepProfile, ANewKindOfStepIsProfiledAgain) {
   for (const auto& a : second->layers[0].accesses) EXPECT_EQ(a.pages_read + a.pages_written, 32u);
 }
 
+TEST(StepProfile, MemoryTheAllocatorReleasesDuringAProfiledStepIsUnprotected) {
+  // A tight fast tier: an empty group chunk is released to make room mid-step, and the tier may
+  // hand its memory out again at once (memkind reuses it). Protected memory handed out again
+  // would fault where no watched object is (a crash), or fail the tier's pre-fault.
+  RuntimeOptions o("fast=dram:256KiB,slow=dram:64MiB");
+  o.profile.step = 0;
+  auto rt = Runtime::create(o).value();
+  ASSERT_TRUE(rt->step_begin().is_ok());
+  std::vector<void*> small;
+  for (int i = 0; i < 60; ++i) small.push_back(rt->allocate("s", 1000, kGradients).value().address);
+  const void* reads[] = {small[0]};
+  ASSERT_TRUE(rt->layer_begin("use", reads, {}).is_ok());  // protects the chunk
+  volatile char sink = *static_cast<const volatile char*>(small[0]);
+  (void)sink;
+  ASSERT_TRUE(rt->layer_end().is_ok());
+  for (void* p : small) ASSERT_TRUE(rt->free(p).is_ok());  // the chunk is empty now
+  std::vector<void*> large;
+  for (int i = 0; i < 4; ++i) {
+    auto l = rt->allocate("l", 64 << 10, kActivations);  // needs the chunk's room: it is released
+    ASSERT_TRUE(l) << l.status().to_string();
+    std::memset(l->address, 1, 64 << 10);  // outside any layer: must not fault on a stale protection
+    large.push_back(l->address);
+  }
+  const void* writes[] = {large[0]};
+  ASSERT_TRUE(rt->layer_begin("write", {}, writes).is_ok());
+  std::memset(large[0], 2, 64 << 10);
+  ASSERT_TRUE(rt->layer_end().is_ok());
+  ASSERT_TRUE(rt->step_end().is_ok());
+  ASSERT_NE(rt->profile(), nullptr);
+  EXPECT_EQ(rt->profile()->layers[1].accesses.size(), 1u);
+  EXPECT_EQ(rt->tier(0).used_bytes() <= 256u << 10, true);
+}
+
 TEST(StepProfile, BadSettingsAreNamed) {
   ::setenv("TENSORTIER_PROFILE", "sometimes", 1);
   auto rt = Runtime::create(RuntimeOptions("fast=dram:64MiB"));

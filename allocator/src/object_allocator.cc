@@ -50,7 +50,11 @@ void ObjectAllocator::give_back_range(TierIndex t, void* address, std::size_t by
 
 void ObjectAllocator::release_cache_locked(TierIndex t) {
   TierState& state = tier_state_[t];
-  for (auto& [bytes, address] : state.cache) tiers_[t]->deallocate(address, bytes);
+  for (auto& [bytes, address] : state.cache) {
+    if (release_observer_)
+      release_observer_(SpanView{0, reinterpret_cast<std::uintptr_t>(address), bytes, t, false});
+    tiers_[t]->deallocate(address, bytes);
+  }
   state.cache.clear();
   state.usage.cached_bytes = 0;
   // Empty group chunks on this tier are cache too.
@@ -58,11 +62,20 @@ void ObjectAllocator::release_cache_locked(TierIndex t) {
     if (key.second != t) continue;
     std::erase_if(group.chunks, [&](const std::unique_ptr<Chunk>& chunk) {
       if (chunk->live != 0) return false;
+      if (release_observer_) {
+        release_observer_(
+            SpanView{key.first, reinterpret_cast<std::uintptr_t>(chunk->base), kGroupChunkBytes, t, true});
+      }
       table_.erase(chunk->slot);
       tiers_[t]->deallocate(chunk->base, kGroupChunkBytes);
       return true;
     });
   }
+}
+
+void ObjectAllocator::set_release_observer(ReleaseObserver observer) {
+  std::lock_guard lock(mutex_);
+  release_observer_ = std::move(observer);
 }
 
 void ObjectAllocator::release_cache() {

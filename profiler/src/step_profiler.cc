@@ -115,6 +115,12 @@ void StepProfiler::on_free(ObjectId id, const SpanView& span) {
   }
 }
 
+void StepProfiler::on_release(const SpanView& span) {
+  std::lock_guard lock(mutex_);
+  std::erase_if(pending_, [&](const SpanView& s) { return s.base == span.base; });
+  tracker_->unwatch(span.base);
+}
+
 std::vector<SpanAccessProfile> StepProfiler::collect() {
   std::vector<SpanAccessProfile> out;
   for (const FaultTracker::SpanAccess& a : tracker_->collect()) out.push_back(to_profile(a));

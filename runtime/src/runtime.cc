@@ -108,7 +108,13 @@ Runtime::Runtime(std::vector<std::unique_ptr<Tier>> tiers, std::string spec, std
     : allocator_(std::move(tiers)),
       spec_(std::move(spec)),
       spec_source_(std::move(source)),
-      profile_options_(std::move(profile_options)) {}
+      profile_options_(std::move(profile_options)) {
+  // Every allocator call that can release memory comes through allocate()/free(), which hold
+  // profiler_mutex_: the observer may read profiler_.
+  allocator_.set_release_observer([this](const SpanView& span) {
+    if (profiler_ != nullptr) profiler_->on_release(span);
+  });
+}
 
 Runtime::~Runtime() {
   std::lock_guard lock(profiler_mutex_);

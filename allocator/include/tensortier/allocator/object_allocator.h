@@ -25,6 +25,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -117,6 +118,12 @@ class ObjectAllocator {
   void reset_peak_live_bytes();
   // Returns every cached range to its tier (for a caller about to change budgets or shut down).
   void release_cache();
+  // Called, under the allocator's lock, with the span of each range about to go back to its tier
+  // (a released cache entry, a dropped empty group chunk): the profiler unprotects it there, as
+  // the tier may hand the memory out again at once. Must not call the allocator. Set it before
+  // other threads use the allocator; an empty function clears it. Not called on destruction.
+  using ReleaseObserver = std::function<void(const SpanView&)>;
+  void set_release_observer(ReleaseObserver observer);
 
  private:
   struct Chunk {  // shared pages of one group on one tier
@@ -155,6 +162,7 @@ class ObjectAllocator {
   ObjectId next_id_ = 1;
   std::uint64_t live_bytes_ = 0;
   std::uint64_t peak_live_bytes_ = 0;
+  ReleaseObserver release_observer_;
 };
 
 }  // namespace tensortier

@@ -67,6 +67,8 @@ class StepProfiler {
   void on_allocate(const ObjectInfo& object, const SpanView& span);
   // Call before the object's memory is freed: its own span is unprotected first.
   void on_free(ObjectId id, const SpanView& span);
+  // Call before memory goes back to its tier (ObjectAllocator's release observer): unprotects it.
+  void on_release(const SpanView& span);
   void on_layer_begin(std::string_view name, std::span<const ObjectId> reads,
                       std::span<const ObjectId> writes, std::uint64_t allocator_live_bytes,
                       std::uint64_t unprofiled_duration_ns);
