@@ -60,11 +60,12 @@ void ObjectAllocator::release_cache_locked(TierIndex t) {
   // Empty group chunks on this tier are cache too.
   for (auto& [key, group] : groups_) {
     if (key.second != t) continue;
+    const GroupId group_id = key.first;  // lambdas cannot capture structured bindings before clang 16
     std::erase_if(group.chunks, [&](const std::unique_ptr<Chunk>& chunk) {
       if (chunk->live != 0) return false;
       if (release_observer_) {
         release_observer_(
-            SpanView{key.first, reinterpret_cast<std::uintptr_t>(chunk->base), kGroupChunkBytes, t, true});
+            SpanView{group_id, reinterpret_cast<std::uintptr_t>(chunk->base), kGroupChunkBytes, t, true});
       }
       table_.erase(chunk->slot);
       tiers_[t]->deallocate(chunk->base, kGroupChunkBytes);
