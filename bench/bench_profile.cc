@@ -1,6 +1,7 @@
 // bench_profile: what profiling a step costs. One model in one process: normal steps alternate
-// with profiled steps at 2 MiB and at 4 KiB granularity (each profiled step asked for with
-// Runtime::request_profile), so machine noise hits all alike; medians per kind, the profiled /
+// with profiled steps at 2 MiB and at 4 KiB granularity, and at 2 MiB with writes told by
+// userfaultfd WP_ASYNC (each profiled step asked for with Runtime::request_profile), so machine
+// noise hits all alike; medians per kind, the profiled /
 // normal ratio, and the faults a profiled step takes. Prints a table, then one JSON line per kind.
 #include <algorithm>
 #include <chrono>
@@ -26,6 +27,7 @@ double median(std::vector<double> v) {
 struct Kind {
   std::string name;
   std::size_t granularity_bytes = 0;  // 0: not profiled
+  bool async_writes = false;          // writes told by userfaultfd WP_ASYNC
   int repetitions = 0;
   std::vector<double> step_ms;
   std::vector<double> faults;
@@ -69,6 +71,7 @@ int main(int argc, char** argv) {
     if (kind != nullptr && kind->granularity_bytes != 0) {
       profiler::ProfileOptions p = rt.value()->profile_options();
       p.granularity_bytes = kind->granularity_bytes;
+      p.async_writes = kind->async_writes;
       TENSORTIER_RETURN_IF_ERROR(rt.value()->set_profile_options(p));
       rt.value()->request_profile();
     }
@@ -87,9 +90,10 @@ int main(int argc, char** argv) {
     return Status::ok();
   };
 
-  std::vector<Kind> kinds{{"normal", 0, reps, {}, {}},
-                          {"profiled 2MiB", profiler::kHugePageBytes, reps, {}, {}},
-                          {"profiled 4KiB", profiler::kSmallPageBytes, reps_4k, {}, {}}};
+  std::vector<Kind> kinds{{"normal", 0, false, reps, {}, {}},
+                          {"profiled 2MiB", profiler::kHugePageBytes, false, reps, {}, {}},
+                          {"profiled 4KiB", profiler::kSmallPageBytes, false, reps_4k, {}, {}},
+                          {"2MiB uffd", profiler::kHugePageBytes, true, reps, {}, {}}};
   for (int i = 0; i < warmup; ++i) {
     if (Status s = step(nullptr); !s.is_ok()) return fmt::print(stderr, "{}\n", s.to_string()), 1;
   }
@@ -102,8 +106,9 @@ int main(int argc, char** argv) {
     }
   }
   const double normal = median(kinds[0].step_ms);
-  fmt::print("{} batch {} input {}x{}x3 width {}; medians; counters: {}\n", model, batch, size, size, width,
-             rt.value()->profile() ? rt.value()->profile()->counter_source : "-");
+  fmt::print("{} batch {} input {}x{}x3 width {}; medians; counters: {}; last profile's writes: {}\n", model,
+             batch, size, size, width, rt.value()->profile() ? rt.value()->profile()->counter_source : "-",
+             rt.value()->profile() ? rt.value()->profile()->write_tracking : "-");
   fmt::print("{:<14} {:>6} {:>12} {:>18} {:>16}\n", "step", "steps", "ms/step", "vs normal step",
              "faults/step");
   for (const Kind& k : kinds) {

@@ -29,10 +29,11 @@ struct Training {
   std::vector<double> losses;
 };
 
-RuntimeOptions options(std::size_t granularity_bytes, bool profile = true) {
+RuntimeOptions options(std::size_t granularity_bytes, bool profile = true, bool async_writes = false) {
   RuntimeOptions o("fast=dram:2GiB");
   o.profile.enabled = profile;
   o.profile.granularity_bytes = granularity_bytes;
+  o.profile.async_writes = async_writes;
   return o;
 }
 
@@ -128,6 +129,19 @@ TEST(StepProfile, ExactReadAndWriteSetsVgg11AtBothGranularities) {
     auto p = t.rt->profile();
     ASSERT_NE(p, nullptr);
     EXPECT_EQ(p->granularity_bytes, unit);
+    expect_exact(*p);
+  }
+}
+
+TEST(StepProfile, ExactWithWritesToldByUserfaultfd) {
+  for (std::size_t unit : {profiler::kHugePageBytes, profiler::kSmallPageBytes}) {
+    SCOPED_TRACE(fmt::format("granularity {} bytes", unit));
+    Training t = train("vgg11", 8, options(unit, true, /*async_writes=*/true), 2);
+    auto p = t.rt->profile();
+    ASSERT_NE(p, nullptr);
+    if (p->write_tracking.rfind("userfaultfd", 0) != 0) {
+      GTEST_SKIP() << "this kernel has no userfaultfd WP_ASYNC: " << p->write_tracking;
+    }
     expect_exact(*p);
   }
 }

@@ -41,6 +41,7 @@ struct Options {
   std::string profile;              // empty: the runtime's default (TENSORTIER_PROFILE, else step 1)
   std::string profile_granularity;  // empty: the runtime's default (2MiB)
   std::string profile_json;
+  std::string profile_writes;  // empty: the runtime's default (page protection)
 };
 
 // Applies the --profile* flags over the runtime's settings (flags win over the environment).
@@ -60,6 +61,7 @@ Status apply_profile_flags(const Options& o, Runtime& rt) {
     p.granularity_bytes = bytes.value();
   }
   if (!o.profile_json.empty()) p.json_path = o.profile_json;
+  if (!o.profile_writes.empty()) p.async_writes = o.profile_writes == "uffd";
   return rt.set_profile_options(p);
 }
 
@@ -80,9 +82,11 @@ void print_profile(const profiler::StepProfile& p) {
                                  ? std::string()
                                  : fmt::format(" (its layers took {:.1f} ms in step {}, the one before)",
                                                static_cast<double>(unprofiled_ns) / 1e6, p.step - 1);
-  fmt::print("  {} protection faults at {} granularity; the step took {:.1f} ms profiled{}; counters: {}\n",
-             p.faults, format_bytes(p.granularity_bytes), static_cast<double>(p.duration_ns) / 1e6, before,
-             p.counter_source);
+  fmt::print(
+      "  {} protection faults at {} granularity; the step took {:.1f} ms profiled{}; writes: {}; counters: "
+      "{}\n",
+      p.faults, format_bytes(p.granularity_bytes), static_cast<double>(p.duration_ns) / 1e6, before,
+      p.write_tracking, p.counter_source);
   for (const std::string& note : p.notes) fmt::print("  note: {}\n", note);
 }
 
@@ -154,6 +158,10 @@ int main(int argc, char** argv) {
   app.add_option("--profile-granularity", o.profile_granularity,
                  "Protection unit of the profiled step: 4KiB or 2MiB")
       ->check(CLI::IsMember({"4KiB", "2MiB"}));
+  app.add_option("--profile-writes", o.profile_writes,
+                 "How the profiled step tells writes: protection (default) or uffd (userfaultfd WP_ASYNC, "
+                 "Linux 6.7+)")
+      ->check(CLI::IsMember({"protection", "uffd"}));
   app.add_option(
       "--profile-json", o.profile_json,
       "Write the first step profile there as JSON (docs/PROFILE.md; tools/tensortier-profile reads it)");

@@ -1,6 +1,8 @@
 // Page-protection fault tracking (see fault_tracker.h).
 #include "tensortier/profiler/fault_tracker.h"
 
+#include "async_writes.h"
+
 #include <sys/mman.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -156,6 +158,7 @@ struct FaultTracker::SpanState {
   std::unique_ptr<std::atomic<std::uint8_t>[]> flags;
   std::atomic<bool> touched{false};  // some unit has flags this interval
   std::atomic<bool> coarse{false};   // the whole span was granted read-write (mprotect of a unit failed)
+  bool async = false;                // registered with AsyncWrites: writes told by the kernel
   std::atomic<std::uint64_t> faults{0};
   std::atomic<std::uint64_t> retouch_weight{0};  // sum of sampled re-touch weights (kWeightOne = 1)
 
@@ -233,7 +236,7 @@ bool FaultTracker::handle_owned(const void* address, bool is_write, bool write_k
   if (sigaltstack(nullptr, &stack) == 0 && (stack.ss_flags & SS_ONSTACK) == 0) {
     faults_off_alt_stack_.fetch_add(1, std::memory_order_relaxed);
   }
-  const int prot = (now & kWritten) != 0 ? PROT_READ | PROT_WRITE : PROT_READ;
+  const int prot = (now & kWritten) != 0 || s->async ? PROT_READ | PROT_WRITE : PROT_READ;
   if (mprotect(s->unit_address(unit), s->unit_length(unit, 1), prot) != 0) {
     // Splitting the mapping failed (vm.max_map_count): grant the whole span, record it as coarse.
     if (mprotect(reinterpret_cast<void*>(span.base), span.bytes, PROT_READ | PROT_WRITE) != 0) return false;
@@ -258,6 +261,13 @@ Result<std::unique_ptr<FaultTracker>> FaultTracker::install(Lookup lookup, const
         "a FaultTracker is already installed (one profile at a time); destroy it first");
   }
   tracker->threads_without_alt_stack_ = give_threads_alt_stacks();
+  if (options.async_writes) {
+    std::string why;
+    tracker->async_ = AsyncWrites::open(&why);
+    tracker->write_tracking_ = tracker->async_ ? "userfaultfd WP_ASYNC" : "page protection (" + why + ")";
+  } else {
+    tracker->write_tracking_ = "page protection";
+  }
   struct sigaction action {};
   action.sa_sigaction = &FaultTracker::on_signal;
   action.sa_flags = SA_SIGINFO | SA_NODEFER;  // a chained handler may fault again
@@ -272,6 +282,7 @@ Result<std::unique_ptr<FaultTracker>> FaultTracker::install(Lookup lookup, const
 
 FaultTracker::~FaultTracker() {
   unwatch_all();
+  async_.reset();
   sigaction(SIGSEGV, &g_previous, nullptr);
   g_active.store(nullptr, std::memory_order_release);
 }
@@ -307,11 +318,13 @@ Status FaultTracker::watch(const SpanView& span) {
   SpanState* raw = state.get();
   states_.push_back(std::move(state));
   watched_[span.base] = raw;
+  if (async_ != nullptr) raw->async = async_->add(span.base, span.bytes);
   // Publish before protecting: a fault right after mprotect must find the state.
   entry->state.store(raw, std::memory_order_release);
   if (mprotect(reinterpret_cast<void*>(span.base), span.bytes, PROT_NONE) != 0) {
     entry->state.store(nullptr, std::memory_order_release);
     watched_.erase(span.base);
+    if (raw->async) async_->remove(span.base, span.bytes);
     return internal_error(fmt::format("FaultTracker::watch: mprotect of span {} failed", span.id));
   }
   return Status::ok();
@@ -322,6 +335,7 @@ void FaultTracker::unwatch(std::uintptr_t base) {
   auto it = watched_.find(base);
   if (it == watched_.end()) return;
   const SpanView& span = it->second->span;
+  if (it->second->async) async_->remove(span.base, span.bytes);
   mprotect(reinterpret_cast<void*>(span.base), span.bytes, PROT_READ | PROT_WRITE);
   if (Entry* entry = find_entry(base); entry != nullptr)
     entry->state.store(nullptr, std::memory_order_release);
@@ -331,6 +345,7 @@ void FaultTracker::unwatch(std::uintptr_t base) {
 void FaultTracker::unwatch_all() {
   std::lock_guard lock(mutex_);
   for (const auto& [base, state] : watched_) {
+    if (state->async) async_->remove(base, state->span.bytes);
     mprotect(reinterpret_cast<void*>(base), state->span.bytes, PROT_READ | PROT_WRITE);
     if (Entry* entry = find_entry(base); entry != nullptr)
       entry->state.store(nullptr, std::memory_order_release);
@@ -345,6 +360,18 @@ std::size_t FaultTracker::watched_spans() const {
 
 // Counts and clears one span's unit flags and re-protects its touched units, a run of adjacent
 // units in one mprotect call. Caller holds mutex_.
+// Asks the kernel which pages of units [first_unit, first_unit + units) were written and marks
+// those units written. Caller holds mutex_.
+void FaultTracker::mark_async_writes(SpanState& s, std::uint64_t first_unit, std::uint64_t units) {
+  const std::uintptr_t from = s.span.base + first_unit * s.unit_bytes;
+  async_->scan(from, s.unit_length(first_unit, units), [&](std::uintptr_t first, std::uintptr_t end) {
+    for (std::uint64_t u = (first - s.span.base) / s.unit_bytes; u <= (end - 1 - s.span.base) / s.unit_bytes;
+         ++u) {
+      s.flags[u].fetch_or(kWritten, std::memory_order_relaxed);
+    }
+  });
+}
+
 std::size_t FaultTracker::reprotect_touched(SpanState& s, SpanAccess* out) {
   std::uint64_t first_touches = 0;
   std::uint64_t run_start = 0;
@@ -357,6 +384,25 @@ std::size_t FaultTracker::reprotect_touched(SpanState& s, SpanAccess* out) {
     run_length = 0;
   };
   const bool coarse = s.coarse.exchange(false, std::memory_order_relaxed);
+  if (s.async) {
+    // Writes after a unit's first fault were told to the kernel, not to us: ask it (and let it
+    // write-protect them again), for each run of touched units, or the whole span if coarse.
+    if (coarse) {
+      mark_async_writes(s, 0, s.units);
+    } else {
+      for (std::uint64_t u = 0; u < s.units;) {
+        if ((s.flags[u].load(std::memory_order_relaxed) & (kRead | kWritten)) == 0) {
+          ++u;
+          continue;
+        }
+        std::uint64_t end = u + 1;
+        while (end < s.units && (s.flags[end].load(std::memory_order_relaxed) & (kRead | kWritten)) != 0)
+          ++end;
+        mark_async_writes(s, u, end - u);
+        u = end;
+      }
+    }
+  }
   for (std::uint64_t u = 0; u < s.units; ++u) {
     const std::uint8_t f = s.flags[u].exchange(0, std::memory_order_relaxed);
     if ((f & (kRead | kWritten)) == 0) {
@@ -417,6 +463,9 @@ std::size_t FaultTracker::sample(double fraction, std::size_t max_units) {
       rng_state_ ^= rng_state_ >> 7;
       rng_state_ ^= rng_state_ << 17;
       if ((rng_state_ >> 11) >= threshold) continue;
+      // Record the unit's kernel-told writes first: a read fault after re-protection must know
+      // the unit was written in this interval (then it is not a read).
+      if (s->async) mark_async_writes(*s, u, 1);
       s->flags[u].fetch_or(kSampled, std::memory_order_relaxed);
       mprotect(s->unit_address(u), s->unit_length(u, 1), PROT_NONE);
       ++count;

@@ -104,6 +104,7 @@ std::string to_json(const StepProfile& p, int indent) {
                     {"peak_at_layer", p.peak_at_layer},
                     {"allocator_peak_live_bytes", p.allocator_peak_live_bytes},
                     {"counter_source", p.counter_source},
+                    {"write_tracking", p.write_tracking},
                     {"notes", p.notes},
                     {"objects", objects},
                     {"layers", layers},

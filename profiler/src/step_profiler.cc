@@ -37,6 +37,7 @@ Result<std::unique_ptr<StepProfiler>> StepProfiler::start(
   }
   FaultTracker::Options tracker_options;
   tracker_options.unit_bytes = options.granularity_bytes;
+  tracker_options.async_writes = options.async_writes;
   auto tracker = FaultTracker::install(lookup, context, tracker_options);
   if (!tracker) return tracker.status();
   std::unique_ptr<StepProfiler> p(new StepProfiler(options, std::move(tracker).value(), counters));
@@ -60,6 +61,7 @@ StepProfiler::StepProfiler(const ProfileOptions& options, std::unique_ptr<FaultT
   profile_.sample_interval_us = options.sample_interval_us;
   profile_.sample_fraction = options.sample_interval_us > 0 ? options.sample_fraction : 0.0;
   if (counters_ != nullptr) profile_.counter_source = counters_->source();
+  profile_.write_tracking = tracker_->write_tracking();
 }
 
 StepProfiler::~StepProfiler() {

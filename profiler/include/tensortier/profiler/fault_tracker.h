@@ -23,6 +23,10 @@
 // has none (oneDNN's JIT kernels keep data below the stack pointer, which a signal frame on the
 // thread's own stack would overwrite). A thread started after install() has none.
 //
+// Where the kernel has userfaultfd asynchronous write-protection and Options::async_writes asks
+// for it, writes after a unit's first fault are told by the kernel instead: fewer faults, same
+// results (slower on training steps, as measured; so not the default).
+//
 // Kernel copies (read(2) into a protected buffer, and the like) do not fault: they fail with
 // EFAULT. Code that hands watched memory to the kernel must not run while a span is protected.
 //
@@ -42,6 +46,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -49,6 +54,8 @@
 #include "tensortier/status.h"
 
 namespace tensortier::profiler {
+
+class AsyncWrites;
 
 inline constexpr std::size_t kSmallPageBytes = 4096;
 inline constexpr std::size_t kHugePageBytes = std::size_t{2} << 20;
@@ -62,6 +69,12 @@ class FaultTracker {
   struct Options {
     std::size_t unit_bytes = kHugePageBytes;       // protection unit: kSmallPageBytes or kHugePageBytes
     std::size_t max_spans = std::size_t{1} << 15;  // distinct span addresses it can ever watch
+    // Track writes through userfaultfd asynchronous write-protection where the kernel has it
+    // (Linux >= 6.7): a read fault then grants read-write at once and later writes cost no
+    // fault; collect() asks the kernel which pages were written. Elsewhere, page protection.
+    // Off by default: it saves few faults on training steps and its ioctls cost more than they
+    // save (docs/RESULTS.md).
+    bool async_writes = false;
   };
 
   // What one watched span saw in one interval (only spans touched in it are reported).
@@ -105,6 +118,8 @@ class FaultTracker {
   void unwatch_all();
 
   std::size_t unit_bytes() const { return options_.unit_bytes; }
+  // How writes are told: "userfaultfd WP_ASYNC" or "page protection (<why not the other>)".
+  const std::string& write_tracking() const { return write_tracking_; }
   std::size_t watched_spans() const;
   std::uint64_t faults() const { return faults_.load(std::memory_order_relaxed); }
   // Threads alive at install() that could not be given an alternate signal stack (they block
@@ -125,6 +140,7 @@ class FaultTracker {
   bool handle_owned(const void* address, bool is_write, bool write_known);
   Entry* find_entry(std::uintptr_t base) const;  // signal-safe; null when absent
   std::size_t reprotect_touched(SpanState& state, SpanAccess* out);
+  void mark_async_writes(SpanState& state, std::uint64_t first_unit, std::uint64_t units);
 
   Lookup lookup_;
   const void* context_;
@@ -133,6 +149,8 @@ class FaultTracker {
   std::size_t table_mask_ = 0;
   std::atomic<std::uint64_t> faults_{0};
   std::atomic<std::uint64_t> faults_off_alt_stack_{0};
+  std::unique_ptr<AsyncWrites> async_;  // null: writes told by page protection
+  std::string write_tracking_;
   std::size_t threads_without_alt_stack_ = 0;
   std::atomic<std::uint64_t> retouch_weight_{1024};  // 1024 / current sampling probability
 

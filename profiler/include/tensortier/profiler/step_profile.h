@@ -95,6 +95,7 @@ struct StepProfile {
   std::uint32_t peak_at_layer = 0;                // layers begun when the peak was reached
   std::uint64_t allocator_peak_live_bytes = 0;    // the allocator's own peak over the step
   std::string counter_source;                     // where the per-layer counters came from
+  std::string write_tracking;                     // how writes were told (FaultTracker::write_tracking)
   std::vector<std::string> notes;                 // what the profile could not do, and why
 
   const ObjectProfile* object(ObjectId id) const;

@@ -46,6 +46,9 @@ struct ProfileOptions {
   double sample_fraction = 0.25;            // share of granted pages re-protected per period
   std::size_t sample_max_units = 256;       // at most this many per period
   bool counters = true;                     // read Counters at every layer boundary
+  // Writes told by userfaultfd WP_ASYNC where the kernel has it (fewer faults, but slower on
+  // training steps: docs/RESULTS.md); false: page protection only. FaultTracker::Options.
+  bool async_writes = false;
   std::string
       json_path;  // when not empty, the runtime writes the first profile there (later: <name>.step<N>.<ext>)
 };
