@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
+#include "stats.h"
 #include "tensortier/dnn/data.h"
 #include "tensortier/dnn/models.h"
 
@@ -17,12 +18,7 @@ namespace {
 
 using namespace tensortier;
 using namespace tensortier::dnn;
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 == 1 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-}
+using tensortier::bench::median;
 
 struct Kind {
   std::string name;

@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
+#include "stats.h"
 #include "tensortier/dnn/data.h"
 #include "tensortier/dnn/models.h"
 
@@ -19,16 +20,12 @@ namespace {
 
 using namespace tensortier;
 using namespace tensortier::dnn;
+using tensortier::bench::median;
 
 long page_faults() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   return usage.ru_minflt + usage.ru_majflt;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 == 1 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
 }
 
 struct Run {

@@ -1,6 +1,8 @@
 // Per-layer counters from PAPI, perf_event_open or getrusage (see counters.h).
 #include "tensortier/profiler/counters.h"
 
+#include "threads.h"
+
 #include <linux/perf_event.h>
 #include <papi.h>
 #include <sys/resource.h>
@@ -10,7 +12,6 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <mutex>
 
 #include <fmt/format.h>
@@ -18,17 +19,6 @@
 
 namespace tensortier::profiler {
 namespace {
-
-// The threads of this process now (tids from /proc/self/task).
-std::vector<pid_t> threads() {
-  std::vector<pid_t> tids;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task", ec)) {
-    tids.push_back(static_cast<pid_t>(std::stol(entry.path().filename().string())));
-  }
-  if (tids.empty()) tids.push_back(static_cast<pid_t>(syscall(SYS_gettid)));
-  return tids;
-}
 
 // 1. PAPI hardware events, one event set attached to each thread.
 class PapiCounters final : public Counters {
@@ -60,7 +50,7 @@ class PapiCounters final : public Counters {
                          PAPI_VERSION_REVISION(PAPI_VERSION), PAPI_strerror(PAPI_query_event(PAPI_TOT_CYC)));
       return nullptr;
     }
-    for (pid_t tid : threads()) {
+    for (pid_t tid : process_threads()) {
       int set = PAPI_NULL;
       if (PAPI_create_eventset(&set) != PAPI_OK) continue;
       bool ok = PAPI_assign_eventset_component(set, 0) == PAPI_OK &&
@@ -114,7 +104,7 @@ class PerfSoftwareCounters final : public Counters {
     auto out = std::unique_ptr<PerfSoftwareCounters>(new PerfSoftwareCounters());
     for (const auto& [config, name] : kEvents) out->names_.emplace_back(name);
     int last_errno = 0;
-    for (pid_t tid : threads()) {
+    for (pid_t tid : process_threads()) {
       std::vector<int> fds;
       for (const auto& [config, name] : kEvents) {
         perf_event_attr attr{};

@@ -2,6 +2,7 @@
 #include "tensortier/profiler/fault_tracker.h"
 
 #include "async_writes.h"
+#include "threads.h"
 
 #include <sys/mman.h>
 #include <ucontext.h>
@@ -13,7 +14,6 @@
 #include <bit>
 #include <cerrno>
 #include <chrono>
-#include <filesystem>
 #include <thread>
 
 #include <fmt/format.h>
@@ -85,19 +85,10 @@ void on_alt_stack_signal(int /*signal*/, siginfo_t* /*info*/, void* context) {
   errno = saved_errno;
 }
 
-std::vector<pid_t> thread_ids() {
-  std::vector<pid_t> tids;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task", ec)) {
-    tids.push_back(static_cast<pid_t>(std::stol(entry.path().filename().string())));
-  }
-  return tids;
-}
-
 // Returns how many threads did not answer (they block real-time signals, or were busy for 1 s).
 std::size_t give_threads_alt_stacks() {
   std::lock_guard lock(g_alt_mutex);
-  const std::vector<pid_t> tids = thread_ids();
+  const std::vector<pid_t> tids = process_threads();
   if (g_alt_bytes == 0) {
     g_alt_bytes =
         std::max<std::size_t>(std::size_t{256} << 10, 4 * static_cast<std::size_t>(sysconf(_SC_SIGSTKSZ)));
@@ -372,15 +363,13 @@ void FaultTracker::mark_async_writes(SpanState& s, std::uint64_t first_unit, std
   });
 }
 
-std::size_t FaultTracker::reprotect_touched(SpanState& s, SpanAccess* out) {
+void FaultTracker::reprotect_touched(SpanState& s, SpanAccess* out) {
   std::uint64_t first_touches = 0;
   std::uint64_t run_start = 0;
   std::uint64_t run_length = 0;
-  std::size_t calls = 0;
   auto flush = [&] {
     if (run_length == 0) return;
     mprotect(s.unit_address(run_start), s.unit_length(run_start, run_length), PROT_NONE);
-    ++calls;
     run_length = 0;
   };
   const bool coarse = s.coarse.exchange(false, std::memory_order_relaxed);
@@ -423,7 +412,6 @@ std::size_t FaultTracker::reprotect_touched(SpanState& s, SpanAccess* out) {
   out->faults = s.faults.exchange(0, std::memory_order_relaxed);
   out->touches = static_cast<double>(first_touches) +
                  static_cast<double>(s.retouch_weight.exchange(0, std::memory_order_relaxed)) / kWeightOne;
-  return calls;
 }
 
 std::vector<FaultTracker::SpanAccess> FaultTracker::collect() {

@@ -24,9 +24,7 @@ SpanAccessProfile to_profile(const FaultTracker::SpanAccess& a) {
 
 }  // namespace
 
-Result<std::unique_ptr<StepProfiler>> StepProfiler::start(
-    const ProfileOptions& options, FaultTracker::Lookup lookup, const void* context, std::uint64_t step,
-    const std::vector<std::pair<ObjectInfo, SpanView>>& live, Counters* counters) {
+Status validate(const ProfileOptions& options) {
   if (options.granularity_bytes != kSmallPageBytes && options.granularity_bytes != kHugePageBytes) {
     return invalid_argument(
         fmt::format("profile granularity of {} bytes: use 4KiB or 2MiB", options.granularity_bytes));
@@ -35,6 +33,13 @@ Result<std::unique_ptr<StepProfiler>> StepProfiler::start(
     return invalid_argument(
         fmt::format("profile sample fraction {} is not in [0, 1]", options.sample_fraction));
   }
+  return Status::ok();
+}
+
+Result<std::unique_ptr<StepProfiler>> StepProfiler::start(
+    const ProfileOptions& options, FaultTracker::Lookup lookup, const void* context, std::uint64_t step,
+    const std::vector<std::pair<ObjectInfo, SpanView>>& live, Counters* counters) {
+  TENSORTIER_RETURN_IF_ERROR(validate(options));
   FaultTracker::Options tracker_options;
   tracker_options.unit_bytes = options.granularity_bytes;
   tracker_options.async_writes = options.async_writes;
@@ -65,13 +70,18 @@ StepProfiler::StepProfiler(const ProfileOptions& options, std::unique_ptr<FaultT
 }
 
 StepProfiler::~StepProfiler() {
+  stop_sampler();
+  tracker_->unwatch_all();
+}
+
+void StepProfiler::stop_sampler() {
   {
     std::lock_guard lock(sampler_mutex_);
     stop_ = true;
+    in_layer_ = false;
   }
   sampler_wake_.notify_all();
   if (sampler_.joinable()) sampler_.join();
-  tracker_->unwatch_all();
 }
 
 void StepProfiler::sampler_loop() {
@@ -174,13 +184,7 @@ void StepProfiler::on_layer_end(std::uint64_t duration_ns) {
 
 StepProfile StepProfiler::finish(std::uint64_t signature, std::uint64_t duration_ns,
                                  std::uint64_t allocator_peak_live_bytes) {
-  {
-    std::lock_guard lock(sampler_mutex_);
-    stop_ = true;
-    in_layer_ = false;
-  }
-  sampler_wake_.notify_all();
-  if (sampler_.joinable()) sampler_.join();
+  stop_sampler();
   profile_.accesses_after = collect();
   profile_.faults = tracker_->faults();
   tracker_->unwatch_all();

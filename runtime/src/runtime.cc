@@ -79,10 +79,7 @@ Result<profiler::ProfileOptions> resolve_profile_options(const RuntimeOptions& o
   }
   if (const char* env = std::getenv("TENSORTIER_PROFILE_JSON"); env != nullptr && *env != '\0')
     p.json_path = env;
-  if (p.granularity_bytes != profiler::kSmallPageBytes && p.granularity_bytes != profiler::kHugePageBytes) {
-    return invalid_argument(
-        fmt::format("profile granularity of {} bytes: use 4KiB or 2MiB", p.granularity_bytes));
-  }
+  TENSORTIER_RETURN_IF_ERROR(profiler::validate(p));
   return p;
 }
 
@@ -149,11 +146,7 @@ Status Runtime::free(const void* address) {
 }
 
 Status Runtime::set_profile_options(const profiler::ProfileOptions& options) {
-  if (options.granularity_bytes != profiler::kSmallPageBytes &&
-      options.granularity_bytes != profiler::kHugePageBytes) {
-    return invalid_argument(
-        fmt::format("profile granularity of {} bytes: use 4KiB or 2MiB", options.granularity_bytes));
-  }
+  TENSORTIER_RETURN_IF_ERROR(profiler::validate(options));
   if (in_step_) return failed_precondition("set_profile_options inside a step (call it between steps)");
   profile_options_ = options;
   return Status::ok();

@@ -139,7 +139,7 @@ class FaultTracker {
   static void on_signal(int signal, siginfo_t* info, void* ucontext);
   bool handle_owned(const void* address, bool is_write, bool write_known);
   Entry* find_entry(std::uintptr_t base) const;  // signal-safe; null when absent
-  std::size_t reprotect_touched(SpanState& state, SpanAccess* out);
+  void reprotect_touched(SpanState& state, SpanAccess* out);
   void mark_async_writes(SpanState& state, std::uint64_t first_unit, std::uint64_t units);
 
   Lookup lookup_;

@@ -53,6 +53,10 @@ struct ProfileOptions {
       json_path;  // when not empty, the runtime writes the first profile there (later: <name>.step<N>.<ext>)
 };
 
+// Checks the options a profile can run with: granularity 4 KiB or 2 MiB, sample fraction in
+// [0, 1]. Errors (kInvalidArgument) name the bad value.
+Status validate(const ProfileOptions& options);
+
 class StepProfiler {
  public:
   // Installs the fault tracker and protects every span of the live objects (object, span of it).
@@ -83,6 +87,7 @@ class StepProfiler {
  private:
   StepProfiler(const ProfileOptions& options, std::unique_ptr<FaultTracker> tracker, Counters* counters);
   void sampler_loop();
+  void stop_sampler();  // ends and joins the sampler thread; idempotent
   std::vector<SpanAccessProfile> collect();
 
   ProfileOptions options_;
