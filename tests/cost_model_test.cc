@@ -11,26 +11,32 @@ namespace {
 TEST(CostModel, PresetsHaveDocumentedRatios) {
   auto optane = find_preset("optane");
   ASSERT_TRUE(optane);
-  EXPECT_NEAR(optane->read_bandwidth_fraction, 1.0 / 3.0, 1e-9);
-  EXPECT_NEAR(optane->write_bandwidth_fraction, 1.0 / 6.0, 1e-9);
+  EXPECT_EQ(optane->form, PresetForm::kRatio);
+  EXPECT_NEAR(optane->read, 1.0 / 3.0, 1e-9);
+  EXPECT_NEAR(optane->write, 1.0 / 6.0, 1e-9);
   EXPECT_DOUBLE_EQ(optane->latency_factor, 3.0);
   auto cxl = find_preset("cxl");
   ASSERT_TRUE(cxl);
-  EXPECT_DOUBLE_EQ(cxl->read_bandwidth_fraction, 0.5);
+  EXPECT_DOUBLE_EQ(cxl->read, 0.5);
   EXPECT_DOUBLE_EQ(cxl->latency_factor, 2.0);
   EXPECT_TRUE(find_preset("remote-numa"));
+  auto server = find_preset("optane-server");
+  ASSERT_TRUE(server);
+  EXPECT_EQ(server->form, PresetForm::kPerCore);
+  EXPECT_DOUBLE_EQ(server->read, 1.6);
+  EXPECT_DOUBLE_EQ(server->write, 0.6);
   for (const auto& p : slow_memory_presets()) EXPECT_FALSE(p.source.empty()) << p.name;
 }
 
 TEST(CostModel, UnknownPresetListsKnownOnes) {
   auto p = find_preset("dram2");
   ASSERT_FALSE(p);
-  EXPECT_NE(p.status().message().find("optane, cxl, remote-numa"), std::string::npos);
+  EXPECT_NE(p.status().message().find("optane, cxl, remote-numa, optane-server"), std::string::npos);
 }
 
 TEST(CostModel, LayerChargeFollowsTheFormula) {
   // DRAM 12 GB/s; optane read 4 GB/s, write 2 GB/s.
-  const CostModel model(find_preset("optane").value(), 12.0);
+  const CostModel model(find_preset("optane").value(), FastBandwidth{12.0, 12.0, 2, "test"});
   EXPECT_DOUBLE_EQ(model.slow_read_gbps(), 4.0);
   EXPECT_DOUBLE_EQ(model.slow_write_gbps(), 2.0);
   // read 1.2e9 B: 1.2e9 * (1/4 - 1/12) ns = 2e8 ns; write 1.2e9 B: 1.2e9 * (1/2 - 1/12) = 5e8 ns.
@@ -40,8 +46,33 @@ TEST(CostModel, LayerChargeFollowsTheFormula) {
   EXPECT_EQ(model.layer_charge_ns(0, 0), 0u);
 }
 
+TEST(CostModel, ReadAndWriteUseTheirOwnFastBandwidth) {
+  // DRAM read 12, write 6 GB/s; cxl: half of each.
+  const CostModel model(find_preset("cxl").value(), FastBandwidth{12.0, 6.0, 2, "test"});
+  EXPECT_DOUBLE_EQ(model.slow_read_gbps(), 6.0);
+  EXPECT_DOUBLE_EQ(model.slow_write_gbps(), 3.0);
+  // read 1.2e9 B: 1.2e9 * (1/6 - 1/12) = 1e8 ns; write 1.2e9 B: 1.2e9 * (1/3 - 1/6) = 2e8 ns.
+  EXPECT_EQ(model.layer_charge_ns(1'200'000'000, 1'200'000'000), 300'000'000u);
+  EXPECT_EQ(model.slow_traffic_ns(1'200'000'000, 0), 200'000'000u);
+}
+
+TEST(CostModel, PerCorePresetScalesWithThreadsAndNamesItsForm) {
+  const SlowMemoryPreset server = find_preset("optane-server").value();
+  const CostModel two(server, FastBandwidth{18.0, 12.0, 2, "test"});
+  EXPECT_DOUBLE_EQ(two.slow_read_gbps(), 3.2);
+  EXPECT_DOUBLE_EQ(two.slow_write_gbps(), 1.2);
+  const CostModel four(server, FastBandwidth{36.0, 24.0, 4, "test"});
+  EXPECT_DOUBLE_EQ(four.slow_read_gbps(), 6.4);
+  EXPECT_NE(two.describe().find("optane-server (per core"), std::string::npos) << two.describe();
+  // Never faster than the fast tier itself.
+  const CostModel slow_machine(server, FastBandwidth{2.0, 1.0, 2, "test"});
+  EXPECT_DOUBLE_EQ(slow_machine.slow_read_gbps(), 2.0);
+  EXPECT_DOUBLE_EQ(slow_machine.slow_write_gbps(), 1.0);
+  EXPECT_EQ(slow_machine.layer_charge_ns(1000, 1000), 0u);
+}
+
 TEST(CostModel, MovesRunAtTheSlowSidesBandwidth) {
-  const CostModel model(find_preset("optane").value(), 12.0);
+  const CostModel model(find_preset("optane").value(), FastBandwidth{12.0, 12.0, 2, "test"});
   EXPECT_EQ(model.move_ns(4'000'000'000, MoveDirection::kOutOfSlow), 1'000'000'000u);  // 4 GB/s
   EXPECT_EQ(model.move_ns(2'000'000'000, MoveDirection::kIntoSlow), 1'000'000'000u);   // 2 GB/s
 }
@@ -52,13 +83,22 @@ TEST(CostModel, SpinWaitsAtLeastTheCharge) {
   EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(2));
 }
 
+TEST(CostModel, WaitUntilReachesTheDeadline) {
+  const std::uint64_t deadline = steady_now_ns() + 3'000'000;
+  wait_until_ns(deadline);
+  EXPECT_GE(steady_now_ns(), deadline);
+}
+
 TEST(CostModel, DramBandwidthIsMeasuredPositiveAndStable) {
-  const double gbps = measure_dram_copy_gbps(8 << 20, 3);
-  EXPECT_GT(gbps, 0.1);  // any real machine copies faster than 100 MB/s
-  const DramBandwidth first = dram_bandwidth();
-  EXPECT_GT(first.gbps, 0.0);
+  const FastBandwidth streams = measure_dram_streams(8 << 20, 2, 3);
+  EXPECT_GT(streams.read_gbps, 0.1);  // any real machine streams faster than 100 MB/s
+  EXPECT_GT(streams.write_gbps, 0.1);
+  EXPECT_EQ(streams.threads, 2u);
+  const FastBandwidth first = dram_bandwidth();
+  EXPECT_GT(first.read_gbps, 0.0);
+  EXPECT_EQ(first.threads, engine_threads());
   EXPECT_FALSE(first.source.empty());
-  EXPECT_EQ(dram_bandwidth().gbps, first.gbps);  // computed once per process
+  EXPECT_EQ(dram_bandwidth().read_gbps, first.read_gbps);  // computed once per process
 }
 
 }  // namespace

@@ -106,10 +106,11 @@ TEST(NumaTier, MoveToNodeKeepsAddressAndBytes) {
   tier->deallocate(range.value(), 1 << 20);
 }
 
-TEST(MemkindTier, DramAllocatesAndFrees) {
+TEST(DramTier, AllocatesAndFreesAnonymousRanges) {
   auto tier = open_or_die("fast=dram:64MiB");
   ASSERT_NE(tier, nullptr);
-  EXPECT_NE(tier->describe().find("MEMKIND_DEFAULT"), std::string::npos);
+  EXPECT_NE(tier->describe().find("anonymous mappings"), std::string::npos);
+  EXPECT_EQ(tier->range_kind(), RangeKind::kAnonymous);
   auto small = tier->allocate(kPageBytes);
   auto large = tier->allocate(8 << 20);
   ASSERT_TRUE(small && large);

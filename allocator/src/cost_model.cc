@@ -1,6 +1,7 @@
-// Emulated slow-memory cost model, its presets, and the cached DRAM bandwidth figure.
+// Emulated slow-memory cost model, its presets, and the cached DRAM stream bandwidths.
 #include "tensortier/allocator/cost_model.h"
 
+#include <sched.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -13,6 +14,9 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -21,18 +25,24 @@
 namespace tensortier {
 namespace {
 
-// Ratios chosen from the ranges the cited measurements report; docs/EMULATION.md explains each.
-constexpr std::array<SlowMemoryPreset, 3> kPresets{{
-    {"optane", 1.0 / 3.0, 1.0 / 6.0, 3.0,
+// Figures chosen from the ranges the cited measurements report; docs/EMULATION.md explains each.
+constexpr std::array<SlowMemoryPreset, 4> kPresets{{
+    {"optane", PresetForm::kRatio, 1.0 / 3.0, 1.0 / 6.0, 3.0,
      "Izraelevitz et al. 2019 (arXiv:1903.05714); Yang et al., FAST 2020: Optane DC PMem "
      "read bandwidth ~1/3 and write ~1/6 of DRAM, load latency ~3x"},
-    {"cxl", 0.5, 0.5, 2.0,
+    {"cxl", PresetForm::kRatio, 0.5, 0.5, 2.0,
      "Sun et al., MICRO 2023 (Demystifying CXL Memory); Li et al., ASPLOS 2023 (Pond): a CXL "
      "memory expander gives ~1/2 of DRAM bandwidth at ~2x latency"},
-    {"remote-numa", 0.6, 0.6, 1.7,
+    {"remote-numa", PresetForm::kRatio, 0.6, 0.6, 1.7,
      "Two-socket Xeon remote-node figures (e.g. Maruf et al., ASPLOS 2023, TPP): ~60% of local "
      "bandwidth at ~1.7x latency"},
+    {"optane-server", PresetForm::kPerCore, 1.6, 0.6, 3.0,
+     "Sentinel's server (Ren et al., HPCA 2021): a 24-core Xeon Gold 6252 socket with six Optane "
+     "DC PMem DIMMs; Izraelevitz et al. 2019 measure ~6.6 GB/s read and ~2.3 GB/s write a DIMM, "
+     "so ~39 / ~14 GB/s a socket, ~1.6 / ~0.6 GB/s a core"},
 }};
+
+constexpr std::uint64_t kSpinTailNs = 100'000;  // wait_until_ns spins only this last stretch
 
 double ns_per_byte(double gbps) {
   return 1.0 / gbps;
@@ -65,12 +75,35 @@ std::filesystem::path cache_path() {
   return {};
 }
 
-DramBandwidth compute_dram_bandwidth() {
+// The cached figures, when the file holds them for this machine; nullopt for anything else
+// (missing, unreadable, malformed, wrong types, another machine): the cache is only a hint.
+std::optional<FastBandwidth> read_cache(const std::filesystem::path& path, const std::string& cpu,
+                                        std::uint64_t mem, unsigned threads) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return std::nullopt;
+  auto number = [&](const char* key) -> std::optional<double> {
+    auto it = j.find(key);
+    if (it == j.end() || !it->is_number()) return std::nullopt;
+    return it->get<double>();
+  };
+  auto model = j.find("cpu_model");
+  const auto m = number("memory_bytes"), t = number("threads"), r = number("read_gbps"), w = number("write_gbps");
+  if (model == j.end() || !model->is_string() || model->get<std::string>() != cpu || !m || !t || !r || !w)
+    return std::nullopt;
+  if (*m != static_cast<double>(mem) || *t != static_cast<double>(threads)) return std::nullopt;
+  if (!(*r > 0 && std::isfinite(*r) && *w > 0 && std::isfinite(*w))) return std::nullopt;
+  return FastBandwidth{*r, *w, threads, "cache " + path.string()};
+}
+
+FastBandwidth compute_dram_bandwidth() {
+  const unsigned threads = engine_threads();
   if (const char* env = std::getenv("TENSORTIER_DRAM_GBPS"); env != nullptr && *env != '\0') {
     char* end = nullptr;
     const double gbps = std::strtod(env, &end);
     if (end != env && *end == '\0' && gbps > 0 && std::isfinite(gbps)) {
-      return {gbps, "TENSORTIER_DRAM_GBPS"};
+      return {gbps, gbps, threads, "TENSORTIER_DRAM_GBPS"};
     }
     spdlog::warn("TENSORTIER_DRAM_GBPS='{}' is not a positive number of GB/s; measuring instead", env);
   }
@@ -78,28 +111,48 @@ DramBandwidth compute_dram_bandwidth() {
   const std::string cpu = cpu_model();
   const std::uint64_t mem = memory_bytes();
   if (!path.empty()) {
-    std::ifstream in(path);
-    if (in) {
-      const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-      if (j.is_object() && j.value("cpu_model", "") == cpu &&
-          j.value("memory_bytes", std::uint64_t{0}) == mem && j.value("gbps", 0.0) > 0) {
-        return {j["gbps"].get<double>(), "cache " + path.string()};
-      }
-    }
+    if (auto cached = read_cache(path, cpu, mem, threads)) return *cached;
   }
-  const double gbps = measure_dram_copy_gbps(64ULL << 20, 5);
+  FastBandwidth measured = measure_dram_streams(std::size_t{128} << 20, threads, 5);
+  measured.source = "measured now";
   if (!path.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(path.parent_path(), ec);
-    std::ofstream out(path);
-    if (out) {
-      out << nlohmann::json{{"gbps", gbps}, {"cpu_model", cpu}, {"memory_bytes", mem}}.dump(2) << '\n';
+    // Written whole to a temporary file, then renamed: a reader never sees half a file.
+    const std::filesystem::path tmp = path.string() + fmt::format(".{}.tmp", getpid());
+    {
+      std::ofstream out(tmp);
+      if (out) {
+        out << nlohmann::json{{"read_gbps", measured.read_gbps}, {"write_gbps", measured.write_gbps},
+                              {"threads", threads}, {"cpu_model", cpu}, {"memory_bytes", mem}}
+                   .dump(2)
+            << '\n';
+      }
     }
+    std::filesystem::rename(tmp, path, ec);
+    if (ec) std::filesystem::remove(tmp, ec);
   }
-  return {gbps, "measured now"};
+  return measured;
+}
+
+// Runs body(thread_index) on `threads` threads (the calling one among them) and returns the
+// wall time of the slowest, in ns.
+template <typename Body>
+double timed_on_threads(unsigned threads, Body body) {
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> helpers;
+  for (unsigned t = 1; t < threads; ++t) helpers.emplace_back(body, t);
+  body(0U);
+  for (std::thread& h : helpers) h.join();
+  return static_cast<double>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
 }
 
 }  // namespace
+
+std::string_view to_string(PresetForm form) {
+  return form == PresetForm::kRatio ? "ratio" : "per core";
+}
 
 std::span<const SlowMemoryPreset> slow_memory_presets() {
   return kPresets;
@@ -114,21 +167,50 @@ Result<SlowMemoryPreset> find_preset(std::string_view name) {
   return invalid_argument(fmt::format("unknown emulation preset '{}' (known: {})", name, known));
 }
 
-CostModel::CostModel(const SlowMemoryPreset& preset, double fast_gbps)
-    : preset_(preset), fast_gbps_(fast_gbps > 0 ? fast_gbps : 1.0) {}
+CostModel::CostModel(const SlowMemoryPreset& preset, const FastBandwidth& fast)
+    : preset_(preset),
+      fast_read_gbps_(fast.read_gbps > 0 ? fast.read_gbps : 1.0),
+      fast_write_gbps_(fast.write_gbps > 0 ? fast.write_gbps : 1.0),
+      threads_(std::max(1U, fast.threads)) {
+  const double read = preset.form == PresetForm::kRatio ? fast_read_gbps_ * preset.read
+                                                        : preset.read * static_cast<double>(threads_);
+  const double write = preset.form == PresetForm::kRatio ? fast_write_gbps_ * preset.write
+                                                         : preset.write * static_cast<double>(threads_);
+  // Slow memory is never faster than fast memory (a per-core figure on a machine slower than the
+  // published one would say so).
+  slow_read_gbps_ = std::min(read, fast_read_gbps_);
+  slow_write_gbps_ = std::min(write, fast_write_gbps_);
+}
+
+std::string CostModel::describe() const {
+  if (preset_.form == PresetForm::kRatio) {
+    return fmt::format("{} (ratio: read {:.2f}, write {:.2f} of DRAM)", preset_.name, preset_.read, preset_.write);
+  }
+  return fmt::format("{} (per core: {:.1f} GB/s read, {:.1f} GB/s write a core x {} threads)", preset_.name,
+                     preset_.read, preset_.write, threads_);
+}
 
 std::uint64_t CostModel::layer_charge_ns(std::uint64_t bytes_read, std::uint64_t bytes_written) const {
-  const double fast = ns_per_byte(fast_gbps_);
-  const double extra_read = std::max(0.0, ns_per_byte(slow_read_gbps()) - fast);
-  const double extra_write = std::max(0.0, ns_per_byte(slow_write_gbps()) - fast);
+  const double extra_read = std::max(0.0, ns_per_byte(slow_read_gbps_) - ns_per_byte(fast_read_gbps_));
+  const double extra_write = std::max(0.0, ns_per_byte(slow_write_gbps_) - ns_per_byte(fast_write_gbps_));
   return static_cast<std::uint64_t>(std::llround(static_cast<double>(bytes_read) * extra_read +
                                                  static_cast<double>(bytes_written) * extra_write));
 }
 
+std::uint64_t CostModel::slow_traffic_ns(std::uint64_t bytes_read, std::uint64_t bytes_written) const {
+  return static_cast<std::uint64_t>(std::llround(static_cast<double>(bytes_read) * ns_per_byte(slow_read_gbps_) +
+                                                 static_cast<double>(bytes_written) * ns_per_byte(slow_write_gbps_)));
+}
+
 std::uint64_t CostModel::move_ns(std::uint64_t bytes, MoveDirection direction) const {
-  const double slow = direction == MoveDirection::kIntoSlow ? slow_write_gbps() : slow_read_gbps();
-  return static_cast<std::uint64_t>(
-      std::llround(static_cast<double>(bytes) * ns_per_byte(std::min(slow, fast_gbps_))));
+  const double slow = direction == MoveDirection::kIntoSlow ? slow_write_gbps_ : slow_read_gbps_;
+  return static_cast<std::uint64_t>(std::llround(static_cast<double>(bytes) * ns_per_byte(slow)));
+}
+
+std::uint64_t steady_now_ns() {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::steady_clock::now().time_since_epoch())
+                                        .count());
 }
 
 void spin_for_ns(std::uint64_t ns) {
@@ -137,35 +219,69 @@ void spin_for_ns(std::uint64_t ns) {
   }
 }
 
-double measure_dram_copy_gbps(std::size_t buffer_bytes, int repetitions) {
-  // Two private anonymous buffers, touched first so page faults stay out of the timing.
-  void* src = mmap(nullptr, buffer_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  void* dst = mmap(nullptr, buffer_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (src == MAP_FAILED || dst == MAP_FAILED) {
-    if (src != MAP_FAILED) munmap(src, buffer_bytes);
-    if (dst != MAP_FAILED) munmap(dst, buffer_bytes);
-    spdlog::warn("could not map {} bytes to measure DRAM bandwidth; assuming 10 GB/s", buffer_bytes);
-    return 10.0;
+void wait_until_ns(std::uint64_t deadline_ns) {
+  const std::uint64_t now = steady_now_ns();
+  if (now >= deadline_ns) return;
+  if (deadline_ns - now > kSpinTailNs) {
+    std::this_thread::sleep_for(std::chrono::nanoseconds(deadline_ns - now - kSpinTailNs));
   }
-  std::memset(src, 1, buffer_bytes);
-  std::memset(dst, 0, buffer_bytes);
-  double best_ns = 1e300;
-  for (int i = 0; i < std::max(1, repetitions); ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    std::memcpy(dst, src, buffer_bytes);
-    const auto stop = std::chrono::steady_clock::now();
-    best_ns = std::min(
-        best_ns,
-        static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(stop - start).count()));
+  while (steady_now_ns() < deadline_ns) {
   }
-  munmap(src, buffer_bytes);
-  munmap(dst, buffer_bytes);
-  return 2.0 * static_cast<double>(buffer_bytes) / std::max(best_ns, 1.0);
 }
 
-DramBandwidth dram_bandwidth() {
+unsigned engine_threads() {
+  if (const char* env = std::getenv("OMP_NUM_THREADS"); env != nullptr && *env != '\0') {
+    char* end = nullptr;
+    const long n = std::strtol(env, &end, 10);
+    if (end != env && (*end == '\0' || *end == ',') && n > 0 && n < 65536) return static_cast<unsigned>(n);
+  }
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return static_cast<unsigned>(CPU_COUNT(&set));
+  return std::max(1U, std::thread::hardware_concurrency());
+}
+
+FastBandwidth measure_dram_streams(std::size_t buffer_bytes, unsigned threads, int repetitions) {
+  threads = std::max(1U, threads);
+  buffer_bytes = std::max<std::size_t>(buffer_bytes / (64 * threads) * (64 * threads), 64 * threads);
+  void* buffer = mmap(nullptr, buffer_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (buffer == MAP_FAILED) {
+    spdlog::warn("could not map {} bytes to measure DRAM bandwidth; assuming 10 GB/s", buffer_bytes);
+    return {10.0, 10.0, threads, "assumed (no memory to measure)"};
+  }
+  (void)madvise(buffer, buffer_bytes, MADV_HUGEPAGE);
+  std::memset(buffer, 1, buffer_bytes);  // page faults stay out of the timing
+  const std::size_t slice = buffer_bytes / threads;
+  auto* base = static_cast<unsigned char*>(buffer);
+  std::vector<std::uint64_t> sums(threads, 0);
+  double best_read_ns = 1e300, best_write_ns = 1e300;
+  for (int i = 0; i < std::max(1, repetitions); ++i) {
+    best_read_ns = std::min(best_read_ns, timed_on_threads(threads, [&](unsigned t) {
+      const auto* words = reinterpret_cast<const std::uint64_t*>(base + t * slice);
+      std::uint64_t a = 0, b = 0, c = 0, d = 0;
+      for (std::size_t k = 0; k + 4 <= slice / 8; k += 4) {
+        a += words[k];
+        b += words[k + 1];
+        c += words[k + 2];
+        d += words[k + 3];
+      }
+      sums[t] += a + b + c + d;  // kept so the loads are not optimized away
+    }));
+    best_write_ns = std::min(best_write_ns, timed_on_threads(threads, [&](unsigned t) {
+      std::memset(base + t * slice, i & 0xff, slice);
+    }));
+  }
+  munmap(buffer, buffer_bytes);
+  std::uint64_t total = 0;
+  for (std::uint64_t s : sums) total += s;
+  if (total == 1) spdlog::debug("bandwidth checksum {}", total);
+  const auto bytes = static_cast<double>(buffer_bytes);
+  return {bytes / std::max(best_read_ns, 1.0), bytes / std::max(best_write_ns, 1.0), threads, "measured now"};
+}
+
+FastBandwidth dram_bandwidth() {
   static std::once_flag once;
-  static DramBandwidth value;
+  static FastBandwidth value;
   std::call_once(once, [] { value = compute_dram_bandwidth(); });
   return value;
 }

@@ -1,12 +1,37 @@
-// Object placement, group packing, budget fallback and range reuse (see object_allocator.h).
+// Object placement, group packing, budget fallback, range reuse, moves and pins (see
+// object_allocator.h).
 #include "tensortier/allocator/object_allocator.h"
 
 #include <algorithm>
+#include <cstring>
 #include <exception>
 
 #include <fmt/format.h>
 
+#include "os_pages.h"
+
 namespace tensortier {
+namespace {
+
+std::uintptr_t as_uint(const void* p) {
+  return reinterpret_cast<std::uintptr_t>(p);
+}
+
+}  // namespace
+
+std::string_view to_string(MoveMethod method) {
+  switch (method) {
+    case MoveMethod::kNone:
+      return "none";
+    case MoveMethod::kMovePages:
+      return "move_pages (in place)";
+    case MoveMethod::kRemap:
+      return "copy + mremap (in place)";
+    case MoveMethod::kNewAddress:
+      return "copy to a new address";
+  }
+  return "?";
+}
 
 ObjectAllocator::ObjectAllocator(std::vector<std::unique_ptr<Tier>> tiers)
     : tiers_(std::move(tiers)), tier_state_(tiers_.size()) {
@@ -14,61 +39,66 @@ ObjectAllocator::ObjectAllocator(std::vector<std::unique_ptr<Tier>> tiers)
 }
 
 ObjectAllocator::~ObjectAllocator() {
-  for (auto& [address, live] : live_) {
-    if (!live.info.small) tiers_[live.info.tier]->deallocate(live.info.address, live.info.reserved_bytes);
+  for (auto& [id, live] : live_) {
+    if (live.chunk == nullptr) release_range(live.range.tier, live.range.owner, live.range.base, live.range.bytes);
   }
   for (auto& [key, group] : groups_) {
-    for (auto& chunk : group.chunks) tiers_[key.second]->deallocate(chunk->base, kGroupChunkBytes);
+    for (auto& chunk : group.chunks)
+      release_range(chunk->range.tier, chunk->range.owner, chunk->range.base, chunk->range.bytes);
   }
   for (std::size_t t = 0; t < tiers_.size(); ++t) {
-    for (auto& [bytes, address] : tier_state_[t].cache) tiers_[t]->deallocate(address, bytes);
+    for (auto& [bytes, range] : tier_state_[t].cache)
+      release_range(static_cast<TierIndex>(t), range.owner, range.address, bytes);
   }
 }
 
-Result<void*> ObjectAllocator::take_range(TierIndex t, std::size_t bytes) {
+void ObjectAllocator::release_range(TierIndex placement, TierIndex owner, void* address, std::size_t bytes) {
+  tiers_[owner]->unmap_range(address, bytes);
+  tiers_[placement]->unreserve(bytes);
+}
+
+Result<ObjectAllocator::CachedRange> ObjectAllocator::take_range(TierIndex t, std::size_t bytes) {
   TierState& state = tier_state_[t];
   if (auto it = state.cache.find(bytes); it != state.cache.end()) {
-    void* address = it->second;
+    const CachedRange range = it->second;
     state.cache.erase(it);
     state.usage.cached_bytes -= bytes;
     ++state.usage.reused_ranges;
-    return address;
+    return range;
   }
   Result<void*> range = tiers_[t]->allocate(bytes);
   if (!range && range.status().code() == StatusCode::kOutOfMemory) {
     release_cache_locked(t);
     range = tiers_[t]->allocate(bytes);
   }
-  if (range) ++state.usage.new_ranges;
-  return range;
+  if (!range) return range.status();
+  ++state.usage.new_ranges;
+  return CachedRange{range.value(), t};
 }
 
-void ObjectAllocator::give_back_range(TierIndex t, void* address, std::size_t bytes) {
-  tier_state_[t].cache.emplace(bytes, address);
+void ObjectAllocator::give_back_range(TierIndex t, void* address, std::size_t bytes, TierIndex owner) {
+  tier_state_[t].cache.emplace(bytes, CachedRange{address, owner});
   tier_state_[t].usage.cached_bytes += bytes;
 }
 
 void ObjectAllocator::release_cache_locked(TierIndex t) {
   TierState& state = tier_state_[t];
-  for (auto& [bytes, address] : state.cache) {
-    if (release_observer_)
-      release_observer_(SpanView{0, reinterpret_cast<std::uintptr_t>(address), bytes, t, false});
-    tiers_[t]->deallocate(address, bytes);
+  for (auto& [bytes, range] : state.cache) {
+    if (release_observer_) release_observer_(SpanView{0, as_uint(range.address), bytes, t, false});
+    release_range(t, range.owner, range.address, bytes);
   }
   state.cache.clear();
   state.usage.cached_bytes = 0;
-  // Empty group chunks on this tier are cache too.
+  // Empty group chunks on this tier are cache too (not while they move or are pinned).
   for (auto& [key, group] : groups_) {
     if (key.second != t) continue;
     const GroupId group_id = key.first;  // lambdas cannot capture structured bindings before clang 16
     std::erase_if(group.chunks, [&](const std::unique_ptr<Chunk>& chunk) {
-      if (chunk->live != 0) return false;
-      if (release_observer_) {
-        release_observer_(
-            SpanView{group_id, reinterpret_cast<std::uintptr_t>(chunk->base), kGroupChunkBytes, t, true});
-      }
-      table_.erase(chunk->slot);
-      tiers_[t]->deallocate(chunk->base, kGroupChunkBytes);
+      const Range& r = chunk->range;
+      if (chunk->live != 0 || r.moving || r.pins != 0) return false;
+      if (release_observer_) release_observer_(SpanView{group_id, as_uint(r.base), r.bytes, t, true});
+      table_.erase(r.slot);
+      release_range(t, r.owner, r.base, r.bytes);
       return true;
     });
   }
@@ -79,34 +109,48 @@ void ObjectAllocator::set_release_observer(ReleaseObserver observer) {
   release_observer_ = std::move(observer);
 }
 
+void ObjectAllocator::set_move_failure_hook(MoveFailureHook hook) {
+  std::lock_guard lock(mutex_);
+  move_failure_hook_ = std::move(hook);
+}
+
 void ObjectAllocator::release_cache() {
   std::lock_guard lock(mutex_);
   for (TierIndex t = 0; t < tiers_.size(); ++t) release_cache_locked(t);
 }
 
-Result<void*> ObjectAllocator::place_small(Live& live, TierIndex t) {
+// Places a small object in a chunk of its group on tier t with room (not one that is moving: its
+// bytes are being copied), else a new chunk. Returns the object's own range (base, bytes).
+Result<ObjectAllocator::Range> ObjectAllocator::place_small(Live& live, TierIndex t) {
   const std::size_t bytes = round_up(live.info.bytes, kSmallAlignmentBytes);
-  auto fits = [&](const Chunk& c) { return c.used_bytes + bytes <= kGroupChunkBytes; };
+  auto fits = [&](const Chunk& c) { return !c.range.moving && c.used_bytes + bytes <= kGroupChunkBytes; };
   GroupState* group = &groups_[{live.info.group, t}];
   auto it = std::find_if(group->chunks.begin(), group->chunks.end(),
                          [&](const std::unique_ptr<Chunk>& c) { return fits(*c); });
   Chunk* chunk = it != group->chunks.end() ? it->get() : nullptr;
   if (chunk == nullptr) {
-    Result<void*> range = take_range(t, kGroupChunkBytes);  // may drop empty chunks of groups_
+    Result<CachedRange> range = take_range(t, kGroupChunkBytes);  // may drop empty chunks of groups_
     if (!range) return range.status();
     group = &groups_[{live.info.group, t}];
     auto fresh = std::make_unique<Chunk>();
-    fresh->base = static_cast<std::byte*>(range.value());
-    fresh->slot = table_.insert(SpanView{live.info.group, reinterpret_cast<std::uintptr_t>(fresh->base),
-                                         kGroupChunkBytes, t, /*is_group=*/true});
+    fresh->range.base = static_cast<std::byte*>(range->address);
+    fresh->range.bytes = kGroupChunkBytes;
+    fresh->range.tier = t;
+    fresh->range.owner = range->owner;
+    fresh->group = live.info.group;
+    fresh->range.slot =
+        table_.insert(SpanView{live.info.group, as_uint(fresh->range.base), kGroupChunkBytes, t, /*is_group=*/true});
     chunk = fresh.get();
     group->chunks.push_back(std::move(fresh));
   }
-  void* address = chunk->base + chunk->used_bytes;
+  Range placed;
+  placed.base = chunk->range.base + chunk->used_bytes;
+  placed.bytes = bytes;
   chunk->used_bytes += bytes;
   ++chunk->live;
+  chunk->live_bytes += live.info.bytes;
   live.chunk = chunk;
-  return address;
+  return placed;
 }
 
 Status ObjectAllocator::no_room_error(std::string_view name, std::size_t bytes, TierIndex preferred) const {
@@ -121,8 +165,15 @@ Status ObjectAllocator::no_room_error(std::string_view name, std::size_t bytes, 
                   name, format_bytes(bytes), tiers));
 }
 
+ObjectInfo ObjectAllocator::view(const Live& live) const {
+  ObjectInfo info = live.info;
+  info.tier = live.unit().tier;
+  info.owner = live.unit().owner;
+  return info;
+}
+
 Result<ObjectInfo> ObjectAllocator::allocate(std::string_view name, std::size_t bytes, GroupId group,
-                                             TierIndex preferred) {
+                                             TierIndex preferred, ObjectKey key) {
   if (bytes == 0) {
     return invalid_argument(fmt::format(
         "object '{}': 0 bytes asked; an object needs at least 1 byte (skip empty tensors)", name));
@@ -141,11 +192,18 @@ Result<ObjectInfo> ObjectAllocator::allocate(std::string_view name, std::size_t 
   live.info.group = group;
   live.info.small = bytes < kPageBytes;
   live.info.reserved_bytes = live.info.small ? 0 : round_up(bytes, kPageBytes);
-  std::string os_errors;
   for (TierIndex t = preferred; t < tiers_.size(); ++t) {
-    Result<void*> placed = [&]() -> Result<void*> {
+    Result<Range> placed = [&]() -> Result<Range> {
       try {
-        return live.info.small ? place_small(live, t) : take_range(t, live.info.reserved_bytes);
+        if (live.info.small) return place_small(live, t);
+        Result<CachedRange> range = take_range(t, live.info.reserved_bytes);
+        if (!range) return range.status();
+        Range r;
+        r.base = static_cast<std::byte*>(range->address);
+        r.bytes = live.info.reserved_bytes;
+        r.tier = t;
+        r.owner = range->owner;
+        return r;
       } catch (const std::exception& e) {  // the object table could not grow
         return internal_error(fmt::format("object table: {}", e.what()));
       }
@@ -155,11 +213,12 @@ Result<ObjectInfo> ObjectAllocator::allocate(std::string_view name, std::size_t 
       continue;  // no room on this tier: try the next slower one
     }
     live.info.id = next_id_++;
-    live.info.tier = t;
-    live.info.address = placed.value();
+    live.info.key = key != 0 ? key : live.info.id;
+    live.info.address = placed->base;
     if (!live.info.small) {
-      live.slot = table_.insert(SpanView{live.info.id, reinterpret_cast<std::uintptr_t>(live.info.address),
-                                         live.info.reserved_bytes, t, /*is_group=*/false});
+      live.range = placed.value();
+      live.range.slot = table_.insert(
+          SpanView{live.info.id, as_uint(live.range.base), live.range.bytes, t, /*is_group=*/false});
     }
     TierUsage& usage = tier_state_[t].usage;
     usage.live_bytes += bytes;
@@ -171,8 +230,9 @@ Result<ObjectInfo> ObjectAllocator::allocate(std::string_view name, std::size_t 
       ++tier_state_[preferred].usage.fallbacks_out;
       ++usage.fallbacks_in;
     }
-    ObjectInfo info = live.info;
-    live_.emplace(live.info.address, std::move(live));
+    ObjectInfo info = view(live);
+    by_address_.emplace(live.info.address, live.info.id);
+    live_.emplace(live.info.id, std::move(live));
     return info;
   }
   return no_room_error(name, bytes, preferred);
@@ -180,51 +240,68 @@ Result<ObjectInfo> ObjectAllocator::allocate(std::string_view name, std::size_t 
 
 Status ObjectAllocator::free(const void* address) {
   std::lock_guard lock(mutex_);
-  auto it = live_.find(address);
-  if (it == live_.end()) {
+  auto found = by_address_.find(address);
+  if (found == by_address_.end()) {
     return not_found(
         fmt::format("free of {}: not the start of a live object (never allocated by this runtime, or already "
                     "freed); nothing was changed",
                     address));
   }
+  const ObjectId id = found->second;
+  by_address_.erase(found);
+  auto it = live_.find(id);
   Live& live = it->second;
-  const TierIndex t = live.info.tier;
+  const TierIndex t = live.unit().tier;
   TierUsage& usage = tier_state_[t].usage;
   usage.live_bytes -= live.info.bytes;
   live_bytes_ -= live.info.bytes;
   --usage.live_objects;
-  if (live.info.small) {
-    if (--live.chunk->live == 0) live.chunk->used_bytes = 0;  // the whole chunk is free again
+  if (live.chunk != nullptr) {
+    Chunk& chunk = *live.chunk;
+    chunk.live_bytes -= live.info.bytes;
+    if (--chunk.live == 0) chunk.used_bytes = 0;  // the whole chunk is free again
+    live_.erase(it);
+  } else if (live.range.moving) {
+    live.range.free_pending = true;  // the mover releases it when its copy ends
+    live.range.abort_move = true;
   } else {
-    table_.erase(live.slot);
-    give_back_range(t, live.info.address, live.info.reserved_bytes);
+    table_.erase(live.range.slot);
+    give_back_range(t, live.range.base, live.range.bytes, live.range.owner);
+    live_.erase(it);
   }
-  live_.erase(it);
   return Status::ok();
 }
 
 Result<ObjectInfo> ObjectAllocator::info(const void* address) const {
   std::lock_guard lock(mutex_);
-  auto it = live_.find(address);
-  if (it == live_.end()) return not_found(fmt::format("{} is not the start of a live object", address));
-  return it->second.info;
+  auto it = by_address_.find(address);
+  if (it == by_address_.end()) return not_found(fmt::format("{} is not the start of a live object", address));
+  return view(live_.at(it->second));
+}
+
+Result<ObjectInfo> ObjectAllocator::info_by_id(ObjectId id) const {
+  std::lock_guard lock(mutex_);
+  auto it = live_.find(id);
+  if (it == live_.end() || it->second.range.free_pending)
+    return not_found(fmt::format("object {} is not live", id));
+  return view(it->second);
 }
 
 Result<ObjectId> ObjectAllocator::id_of(const void* address) const {
   std::lock_guard lock(mutex_);
-  auto it = live_.find(address);
-  if (it == live_.end()) return not_found(fmt::format("{} is not the start of a live object", address));
-  return it->second.info.id;
+  auto it = by_address_.find(address);
+  if (it == by_address_.end()) return not_found(fmt::format("{} is not the start of a live object", address));
+  return it->second;
 }
 
 std::size_t ObjectAllocator::ids_of(std::span<const void* const> addresses, std::vector<ObjectId>* ids,
                                     std::vector<std::size_t>* bytes) const {
   std::lock_guard lock(mutex_);
   for (std::size_t i = 0; i < addresses.size(); ++i) {
-    auto it = live_.find(addresses[i]);
-    if (it == live_.end()) return i;
-    ids->push_back(it->second.info.id);
-    bytes->push_back(it->second.info.bytes);
+    auto it = by_address_.find(addresses[i]);
+    if (it == by_address_.end()) return i;
+    ids->push_back(it->second);
+    if (bytes != nullptr) bytes->push_back(live_.at(it->second).info.bytes);
   }
   return addresses.size();
 }
@@ -233,8 +310,293 @@ std::vector<ObjectInfo> ObjectAllocator::objects() const {
   std::lock_guard lock(mutex_);
   std::vector<ObjectInfo> out;
   out.reserve(live_.size());
-  for (const auto& [address, live] : live_) out.push_back(live.info);
+  for (const auto& [id, live] : live_) {
+    if (!live.range.free_pending) out.push_back(view(live));
+  }
   return out;
+}
+
+MoveMethod ObjectAllocator::move_method(TierIndex from, TierIndex to) const {
+  if (from == to) return MoveMethod::kNone;
+  const Tier& a = *tiers_.at(from);
+  const Tier& b = *tiers_.at(to);
+  if (a.numa_node() && b.numa_node() && a.range_kind() == RangeKind::kAnonymous &&
+      b.range_kind() == RangeKind::kAnonymous)
+    return MoveMethod::kMovePages;
+  if (a.range_kind() == RangeKind::kAnonymous && b.range_kind() == RangeKind::kAnonymous) return MoveMethod::kRemap;
+  return MoveMethod::kNewAddress;
+}
+
+Status ObjectAllocator::reserve_for_move(TierIndex t, std::size_t bytes) {
+  Status s = tiers_[t]->reserve(bytes);
+  if (s.code() == StatusCode::kOutOfMemory) {
+    release_cache_locked(t);
+    s = tiers_[t]->reserve(bytes);
+  }
+  return s;
+}
+
+Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOptions& options) {
+  if (to >= tiers_.size()) {
+    return invalid_argument(fmt::format("move of object {}: tier {} does not exist ({} tiers)", id, to, tiers_.size()));
+  }
+  MoveResult result;
+  result.id = id;
+  result.to = to;
+  std::byte* base = nullptr;
+  std::size_t bytes = 0;
+  Chunk* chunk = nullptr;
+  // Phase 1, under the lock: wait for pins, check, reserve the destination, mark the range moving.
+  {
+    std::unique_lock lock(mutex_);
+    const auto deadline = std::chrono::steady_clock::now() + options.pin_wait;
+    Live* live = nullptr;
+    while (true) {
+      auto it = live_.find(id);
+      if (it == live_.end() || it->second.range.free_pending)
+        return not_found(fmt::format("move of object {}: no such live object", id));
+      live = &it->second;
+      const Range& r = live->unit();
+      if (r.moving)
+        return unavailable(fmt::format("move of '{}': it is already moving; wait for that move", live->info.name));
+      if (r.pins == 0) break;
+      if (moved_or_unpinned_.wait_until(lock, deadline) == std::cv_status::timeout) {
+        auto again = live_.find(id);
+        if (again != live_.end() && again->second.unit().pins != 0) {
+          return unavailable(fmt::format("move of '{}': a running layer kept it pinned for {} ms; try after the layer",
+                                         again->second.info.name,
+                                         std::chrono::duration_cast<std::chrono::milliseconds>(options.pin_wait).count()));
+        }
+      }
+    }
+    Range& r = live->unit();
+    chunk = live->chunk;
+    result.from = r.tier;
+    result.address = live->info.address;
+    if (r.tier == to) return result;  // already there
+    result.method = move_method(r.tier, to);
+    if (chunk != nullptr && result.method == MoveMethod::kNewAddress) {
+      return failed_precondition(fmt::format(
+          "move of '{}': a small object moves with its 64 KiB chunk, which moves only between tiers that move "
+          "in place ({} to {} needs a new address); use dram, numa or emulated tiers",
+          live->info.name, tiers_[r.tier]->name(), tiers_[to]->name()));
+    }
+    if (Status s = reserve_for_move(to, r.bytes); !s.is_ok()) {
+      ++tier_state_[to].usage.failed_moves;
+      return out_of_memory(fmt::format("move of '{}' ({}) to tier '{}': {}; it stays on '{}'", live->info.name,
+                                       format_bytes(r.bytes), tiers_[to]->name(), s.message(),
+                                       tiers_[r.tier]->name()));
+    }
+    r.moving = true;
+    r.abort_move = false;
+    tier_state_[to].usage.in_flight_bytes += r.bytes;
+    base = r.base;
+    bytes = r.bytes;
+  }
+  result.bytes = bytes;
+
+  // Phase 2, no lock: migrate the pages, or copy into a new range on the destination. An
+  // emulated side reserves the move's time on its bandwidth timeline and waits for it.
+  const std::uint64_t start_ns = steady_now_ns();
+  Status status = Status::ok();
+  void* destination = nullptr;
+  if (result.method == MoveMethod::kMovePages) {
+    status = os::rebind_to_node(base, bytes, *tiers_[to]->numa_node());
+    if (!status.is_ok()) (void)os::rebind_to_node(base, bytes, *tiers_[result.from]->numa_node());
+  } else {
+    Result<void*> mapped = tiers_[to]->map_reserved(bytes);
+    if (mapped) {
+      destination = mapped.value();
+      std::memcpy(destination, base, bytes);
+    } else {
+      status = mapped.status();
+    }
+  }
+  result.copy_ns = steady_now_ns() - start_ns;
+  std::uint64_t charged_until = 0;
+  for (const auto& [t, direction] : {std::pair{to, MoveDirection::kIntoSlow}, std::pair{result.from, MoveDirection::kOutOfSlow}}) {
+    if (const CostModel* model = tiers_[t]->cost_model(); model != nullptr && status.is_ok()) {
+      charged_until = std::max(charged_until, tiers_[t]->timeline()->reserve(start_ns, model->move_ns(bytes, direction)));
+    }
+  }
+  if (charged_until != 0) {
+    wait_until_ns(charged_until);
+    result.charge_ns = steady_now_ns() - start_ns - result.copy_ns;
+  }
+  bool injected = false;
+  {
+    MoveFailureHook hook;
+    {
+      std::lock_guard lock(mutex_);
+      hook = move_failure_hook_;
+    }
+    injected = status.is_ok() && hook && hook(id, to);
+  }
+
+  // Phase 3, under the lock: commit, or roll back and leave the object where it was.
+  std::lock_guard lock(mutex_);
+  Live* live = nullptr;
+  if (chunk == nullptr) live = &live_.at(id);  // kept while moving, even if freed meanwhile
+  Range& r = chunk != nullptr ? chunk->range : live->range;
+  tier_state_[to].usage.in_flight_bytes -= bytes;
+  r.moving = false;
+  moved_or_unpinned_.notify_all();
+  const bool freed = r.free_pending;
+  if (status.is_ok() && !injected && !r.abort_move && result.method == MoveMethod::kRemap) {
+    status = os::remap_over(destination, base, bytes);
+    if (status.is_ok()) destination = nullptr;  // its mapping now lives at base
+  }
+  if (!status.is_ok() || injected || r.abort_move) {
+    if (destination != nullptr) tiers_[to]->deallocate(destination, bytes);
+    if (result.method == MoveMethod::kMovePages) tiers_[to]->unreserve(bytes);
+    ++tier_state_[to].usage.failed_moves;
+    if (freed) {  // the free that came during the move completes now
+      table_.erase(r.slot);
+      give_back_range(r.tier, r.base, r.bytes, r.owner);
+      live_.erase(id);
+      return unavailable(fmt::format("move of object {}: it was freed while moving", id));
+    }
+    const std::string name = live != nullptr ? live->info.name : fmt::format("chunk of object {}", id);
+    if (injected) return internal_error(fmt::format("move of '{}' to tier '{}': injected failure; it stays on '{}'", name, tiers_[to]->name(), tiers_[r.tier]->name()));
+    if (r.abort_move) {
+      r.abort_move = false;
+      return unavailable(fmt::format("move of '{}' to tier '{}': a layer needed it before the copy ended; it stays on '{}'",
+                                     name, tiers_[to]->name(), tiers_[r.tier]->name()));
+    }
+    return Status(status.code(), fmt::format("move of '{}' to tier '{}': {}; it stays on '{}'", name,
+                                             tiers_[to]->name(), status.message(), tiers_[r.tier]->name()));
+  }
+  commit_move(id, live, chunk, result.method, destination, result);
+  return result;
+}
+
+// Records a finished move: budgets, owner and placement, the object table, stats. mutex_ held.
+void ObjectAllocator::commit_move(ObjectId id, Live* live, Chunk* chunk, MoveMethod method, void* destination,
+                                  MoveResult& result) {
+  Range& r = chunk != nullptr ? chunk->range : live->range;
+  const TierIndex from = r.tier, to = result.to;
+  void* const old_base = r.base;
+  const TierIndex old_owner = r.owner;
+  switch (method) {
+    case MoveMethod::kMovePages:  // same mapping, pages and policy on the new node
+      tiers_[from]->unreserve(r.bytes);
+      break;
+    case MoveMethod::kRemap:  // the destination's mapping now sits at the old address
+      tiers_[from]->unreserve(r.bytes);
+      r.owner = to;
+      break;
+    case MoveMethod::kNewAddress:
+      r.owner = to;
+      r.base = static_cast<std::byte*>(destination);
+      break;
+    case MoveMethod::kNone:
+      break;
+  }
+  r.tier = to;
+  const std::uint64_t object_bytes = chunk != nullptr ? chunk->live_bytes : live->info.bytes;
+  const std::uint64_t objects = chunk != nullptr ? chunk->live : 1;
+  if (!r.free_pending) {
+    tier_state_[from].usage.live_bytes -= object_bytes;
+    tier_state_[from].usage.live_objects -= objects;
+    tier_state_[to].usage.live_bytes += object_bytes;
+    tier_state_[to].usage.live_objects += objects;
+  }
+  TierUsage& out = tier_state_[from].usage;
+  TierUsage& in = tier_state_[to].usage;
+  ++out.moves_out;
+  ++in.moves_in;
+  out.bytes_moved_out += r.bytes;
+  in.bytes_moved_in += r.bytes;
+  if (method == MoveMethod::kNewAddress) {
+    table_.erase(r.slot);
+    r.slot = table_.insert(SpanView{id, as_uint(r.base), r.bytes, to, /*is_group=*/false});
+    give_back_range(from, old_base, r.bytes, old_owner);
+    if (!r.free_pending) {
+      by_address_.erase(live->info.address);
+      live->info.address = r.base;
+      by_address_.emplace(live->info.address, id);
+    }
+    relocations_.fetch_add(1, std::memory_order_release);
+  } else {
+    table_.set_tier(r.slot, to);
+  }
+  if (chunk != nullptr) {  // the chunk joins its group's chunks on the destination
+    const GroupId group = chunk->group;
+    auto& source = groups_[{group, from}].chunks;
+    auto it = std::find_if(source.begin(), source.end(), [&](const std::unique_ptr<Chunk>& c) { return c.get() == chunk; });
+    if (it != source.end()) {
+      groups_[{group, to}].chunks.push_back(std::move(*it));
+      source.erase(it);
+    }
+  }
+  result.address = chunk != nullptr ? result.address : static_cast<void*>(r.base);
+  result.moved = true;
+  if (r.free_pending) {  // freed while moving: released now, on its new tier
+    table_.erase(r.slot);
+    give_back_range(r.tier, r.base, r.bytes, r.owner);
+    live_.erase(id);
+  }
+}
+
+Result<PinResult> ObjectAllocator::pin(std::span<const ObjectId> ids, std::span<PinnedObject> out,
+                                       std::chrono::nanoseconds wait) {
+  PinResult result;
+  std::unique_lock lock(mutex_);
+  // Looked up afresh after every wait: another thread may free objects meanwhile.
+  auto unit_of = [&](ObjectId id) -> Range* {
+    auto it = live_.find(id);
+    return it == live_.end() || it->second.range.free_pending ? nullptr : &it->second.unit();
+  };
+  std::uint32_t moving = 0;
+  for (ObjectId id : ids) {
+    const Range* r = unit_of(id);
+    if (r == nullptr) return not_found(fmt::format("object {} is not live; nothing was pinned", id));
+    moving += r->moving ? 1 : 0;
+  }
+  if (moving != 0) {
+    result.late_moves = moving;
+    auto any_moving = [&] {
+      return std::any_of(ids.begin(), ids.end(), [&](ObjectId id) {
+        const Range* r = unit_of(id);
+        return r != nullptr && r->moving;
+      });
+    };
+    const std::uint64_t start = steady_now_ns();
+    const auto deadline = std::chrono::steady_clock::now() + wait;
+    while (any_moving() && moved_or_unpinned_.wait_until(lock, deadline) != std::cv_status::timeout) {
+    }
+    for (ObjectId id : ids) {  // past the bound: the move fails and the object stays put
+      Range* r = unit_of(id);
+      if (r != nullptr && r->moving && !r->abort_move) {
+        r->abort_move = true;
+        ++result.aborted_moves;
+      }
+    }
+    result.wait_ns = steady_now_ns() - start;
+  }
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    auto it = live_.find(ids[i]);
+    if (it == live_.end() || it->second.range.free_pending) {  // freed during the wait: undo the pins so far
+      for (std::size_t k = 0; k < i; ++k) {
+        auto p = live_.find(ids[k]);
+        if (p != live_.end()) --p->second.unit().pins;
+      }
+      return not_found(fmt::format("object {} was freed while its layer waited; nothing was pinned", ids[i]));
+    }
+    Live& l = it->second;
+    ++l.unit().pins;
+    out[i] = PinnedObject{l.info.address, l.unit().tier, l.info.bytes, l.info.key};
+  }
+  return result;
+}
+
+void ObjectAllocator::unpin(std::span<const ObjectId> ids) {
+  std::lock_guard lock(mutex_);
+  for (ObjectId id : ids) {
+    auto it = live_.find(id);
+    if (it != live_.end() && it->second.unit().pins > 0) --it->second.unit().pins;
+  }
+  moved_or_unpinned_.notify_all();
 }
 
 std::uint64_t ObjectAllocator::live_bytes() const {
@@ -267,7 +629,7 @@ std::vector<TierUsage> ObjectAllocator::usage() const {
 
 std::size_t ObjectAllocator::live_objects() const {
   std::lock_guard lock(mutex_);
-  return live_.size();
+  return by_address_.size();
 }
 
 }  // namespace tensortier

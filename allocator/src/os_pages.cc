@@ -70,12 +70,23 @@ Status populate(void* address, std::size_t bytes) {
   return Status::ok();
 }
 
-Status bind_to_node(void* address, std::size_t bytes, int node) {
+static Status bind_range(void* address, std::size_t bytes, int node, unsigned flags) {
   const unsigned long max_node = static_cast<unsigned long>(numa_max_possible_node()) + 1;
   std::vector<unsigned long> mask((max_node + 63) / 64, 0);
   mask[static_cast<std::size_t>(node) / 64] |= 1UL << (static_cast<unsigned>(node) % 64);
-  if (mbind(address, bytes, MPOL_BIND, mask.data(), max_node + 1, MPOL_MF_STRICT) != 0) {
+  if (mbind(address, bytes, MPOL_BIND, mask.data(), max_node + 1, flags) != 0) {
     return internal_error(fmt::format("mbind to NUMA node {} failed: {}", node, strerrordesc_np(errno)));
+  }
+  return Status::ok();
+}
+
+Status bind_to_node(void* address, std::size_t bytes, int node) {
+  return bind_range(address, bytes, node, MPOL_MF_STRICT);
+}
+
+Status remap_over(void* from, void* to, std::size_t bytes) {
+  if (mremap(from, bytes, bytes, MREMAP_MAYMOVE | MREMAP_FIXED, to) == MAP_FAILED) {
+    return internal_error(fmt::format("mremap of {} bytes over {} failed: {}", bytes, to, strerrordesc_np(errno)));
   }
   return Status::ok();
 }
@@ -129,6 +140,17 @@ Status move_to_node(void* address, std::size_t bytes, int node) {
     pages = std::move(off_node);
   }
   return Status::ok();
+}
+
+}  // namespace tensortier::os
+
+namespace tensortier::os {
+
+Status rebind_to_node(void* address, std::size_t bytes, int node) {
+  // MPOL_MF_MOVE moves the pages only this process maps; a page that could not move is caught
+  // by move_to_node's check below, which retries it.
+  TENSORTIER_RETURN_IF_ERROR(bind_range(address, bytes, node, MPOL_MF_MOVE));
+  return move_to_node(address, bytes, node);
 }
 
 }  // namespace tensortier::os

@@ -33,4 +33,13 @@ Result<std::vector<int>> page_nodes(const void* address, std::size_t bytes);
 // Moves each page of the range to `node` with move_pages; the addresses stay the same.
 Status move_to_node(void* address, std::size_t bytes, int node);
 
+// Rebinds the range's memory policy to `node` (mbind MPOL_BIND with MPOL_MF_MOVE, so pages
+// already there move too, and later faults land on `node`), then checks every page and moves
+// stragglers (move_to_node). The bytes and addresses stay the same.
+Status rebind_to_node(void* address, std::size_t bytes, int node);
+
+// Moves the mapping at [from, from + bytes) over [to, to + bytes) (mremap MREMAP_FIXED): the
+// pages at `to` are released, `to` now holds `from`'s pages and policy, and `from` is unmapped.
+Status remap_over(void* from, void* to, std::size_t bytes);
+
 }  // namespace tensortier::os

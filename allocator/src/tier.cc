@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 
 #include <fmt/format.h>
@@ -19,16 +20,7 @@ std::uint64_t Tier::free_bytes() const {
   return used >= budget_bytes_ ? 0 : budget_bytes_ - used;
 }
 
-Result<void*> Tier::allocate(std::size_t bytes, std::size_t alignment) {
-  if (bytes == 0 || bytes % kPageBytes != 0) {
-    return invalid_argument(fmt::format("tier '{}': {} bytes is not a positive multiple of the {}-byte page",
-                                        name_, bytes, kPageBytes));
-  }
-  if (!std::has_single_bit(alignment) || alignment < kPageBytes) {
-    return invalid_argument(
-        fmt::format("tier '{}': alignment {} is not a power of two >= {}", name_, alignment, kPageBytes));
-  }
-  if (bytes >= kHugePageBytes && alignment < kHugePageBytes) alignment = kHugePageBytes;
+Status Tier::reserve(std::size_t bytes) {
   // Reserve budget first, so concurrent allocations never overshoot it together.
   std::uint64_t used = used_bytes_.load(std::memory_order_relaxed);
   do {
@@ -38,22 +30,52 @@ Result<void*> Tier::allocate(std::size_t bytes, std::size_t alignment) {
                                        format_bytes(budget_bytes_), format_bytes(bytes)));
     }
   } while (!used_bytes_.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed));
-  Result<void*> mapped = map(bytes, alignment);
-  if (!mapped) {
-    used_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
-    return Status(mapped.status().code(), fmt::format("tier '{}': {}", name_, mapped.status().message()));
-  }
   const std::uint64_t now = used + bytes;
   std::uint64_t peak = peak_bytes_.load(std::memory_order_relaxed);
   while (now > peak && !peak_bytes_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
   }
+  return Status::ok();
+}
+
+void Tier::unreserve(std::size_t bytes) {
+  used_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+}
+
+Result<void*> Tier::map_reserved(std::size_t bytes, std::size_t alignment) {
+  if (bytes >= kHugePageBytes && alignment < kHugePageBytes) alignment = kHugePageBytes;
+  Result<void*> mapped = map(bytes, alignment);
+  if (!mapped) return Status(mapped.status().code(), fmt::format("tier '{}': {}", name_, mapped.status().message()));
+  return mapped;
+}
+
+Result<void*> Tier::allocate(std::size_t bytes, std::size_t alignment) {
+  if (bytes == 0 || bytes % kPageBytes != 0) {
+    return invalid_argument(fmt::format("tier '{}': {} bytes is not a positive multiple of the {}-byte page",
+                                        name_, bytes, kPageBytes));
+  }
+  if (!std::has_single_bit(alignment) || alignment < kPageBytes) {
+    return invalid_argument(
+        fmt::format("tier '{}': alignment {} is not a power of two >= {}", name_, alignment, kPageBytes));
+  }
+  TENSORTIER_RETURN_IF_ERROR(reserve(bytes));
+  Result<void*> mapped = map_reserved(bytes, alignment);
+  if (!mapped) unreserve(bytes);
   return mapped;
 }
 
 void Tier::deallocate(void* address, std::size_t bytes) {
   if (address == nullptr) return;
   unmap(address, bytes);
-  used_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+  unreserve(bytes);
+}
+
+std::uint64_t BandwidthTimeline::reserve(std::uint64_t earliest_start_ns, std::uint64_t duration_ns) {
+  std::uint64_t busy = busy_until_ns_.load(std::memory_order_relaxed);
+  std::uint64_t end = 0;
+  do {
+    end = std::max(busy, earliest_start_ns) + duration_ns;
+  } while (!busy_until_ns_.compare_exchange_weak(busy, end, std::memory_order_relaxed));
+  return end;
 }
 
 std::string Tier::describe() const {
@@ -76,6 +98,7 @@ std::string format_bytes(std::uint64_t bytes) {
 Result<std::unique_ptr<Tier>> open_tier(const TierConfig& config) {
   switch (config.kind) {
     case TierKind::kDram:
+      return detail::open_dram_tier(config);
     case TierKind::kDaxKmem:
     case TierKind::kPmem:
       return detail::open_memkind_tier(config);

@@ -8,6 +8,7 @@
 namespace tensortier::detail {
 
 Result<std::unique_ptr<Tier>> open_memkind_tier(const TierConfig& config);   // tier_memkind.cc
+Result<std::unique_ptr<Tier>> open_dram_tier(const TierConfig& config);      // tier_mmap.cc
 Result<std::unique_ptr<Tier>> open_numa_tier(const TierConfig& config);      // tier_mmap.cc
 Result<std::unique_ptr<Tier>> open_emulated_tier(const TierConfig& config);  // tier_mmap.cc
 

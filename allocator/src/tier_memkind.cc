@@ -1,5 +1,6 @@
-// Tiers over memkind kinds: DRAM (MEMKIND_DEFAULT), a KMEM DAX node (MEMKIND_DAX_KMEM), and a
-// file-backed kind on a directory (memkind_create_pmem: Optane App Direct on a DAX file system).
+// Tiers over memkind kinds: a KMEM DAX node (MEMKIND_DAX_KMEM) and a file-backed kind on a
+// directory (memkind_create_pmem: Optane App Direct on a DAX file system). Their ranges are
+// RangeKind::kHeap: an object moving off one gets a new address.
 #include <memkind.h>
 #include <sys/statvfs.h>
 
@@ -53,6 +54,7 @@ class MemkindTier final : public Tier {
     return address;
   }
   void unmap(void* address, std::size_t /*bytes*/) override { memkind_free(kind_, address); }
+  RangeKind range_kind() const override { return RangeKind::kHeap; }
   std::string backend() const override { return "memkind " + kind_name_; }
 
  private:
@@ -64,10 +66,6 @@ class MemkindTier final : public Tier {
 }  // namespace
 
 Result<std::unique_ptr<Tier>> open_memkind_tier(const TierConfig& config) {
-  if (config.kind == TierKind::kDram) {
-    const std::uint64_t budget = config.budget_bytes != 0 ? config.budget_bytes : physical_memory_bytes();
-    return std::unique_ptr<Tier>(new MemkindTier(config, budget, MEMKIND_DEFAULT, "MEMKIND_DEFAULT", false));
-  }
   if (config.kind == TierKind::kDaxKmem) {
     if (const int err = memkind_check_available(MEMKIND_DAX_KMEM); err != 0) {
       return unavailable(

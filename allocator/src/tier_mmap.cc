@@ -1,4 +1,5 @@
-// Tiers over plain anonymous mappings: a NUMA node (mbind) and the emulated slow tier.
+// Tiers over plain anonymous mappings: DRAM (the default policy), a NUMA node (mbind) and the
+// emulated slow tier. Their ranges are RangeKind::kAnonymous: an object moves between them in place.
 #include <numa.h>
 
 #include <fmt/format.h>
@@ -39,8 +40,20 @@ class MmapTier : public Tier {
     return address;
   }
   void unmap(void* address, std::size_t bytes) override { os::unmap(address, bytes); }
+  RangeKind range_kind() const override { return RangeKind::kAnonymous; }
 
   int node_;  // NUMA node the pages are bound to; -1 for none
+};
+
+// DRAM under the process's default memory policy. Plain mappings rather than a memkind heap:
+// every range is whole pages that the ObjectAllocator caches itself, so a heap would add nothing,
+// and a plain mapping can take another tier's pages by mremap (an in-place move).
+class DramTier final : public MmapTier {
+ public:
+  using MmapTier::MmapTier;
+
+ protected:
+  std::string backend() const override { return "anonymous mappings, default NUMA policy"; }
 };
 
 class NumaTier final : public MmapTier {
@@ -58,20 +71,29 @@ class EmulatedTier final : public MmapTier {
                std::string bandwidth_source)
       : MmapTier(config, budget_bytes, -1), model_(model), bandwidth_source_(std::move(bandwidth_source)) {}
   const CostModel* cost_model() const override { return &model_; }
+  BandwidthTimeline* timeline() const override { return &timeline_; }
 
  protected:
   std::string backend() const override {
-    return fmt::format("emulated {} on DRAM: read {:.1f} GB/s, write {:.1f} GB/s vs DRAM {:.1f} GB/s ({})",
-                       model_.preset().name, model_.slow_read_gbps(), model_.slow_write_gbps(),
-                       model_.fast_gbps(), bandwidth_source_);
+    return fmt::format(
+        "emulated {} on DRAM: read {:.1f} GB/s, write {:.1f} GB/s vs DRAM read {:.1f}, write {:.1f} GB/s "
+        "with {} threads ({})",
+        model_.describe(), model_.slow_read_gbps(), model_.slow_write_gbps(), model_.fast_read_gbps(),
+        model_.fast_write_gbps(), model_.threads(), bandwidth_source_);
   }
 
  private:
   CostModel model_;
   std::string bandwidth_source_;
+  mutable BandwidthTimeline timeline_;  // the emulated bandwidth, shared by layers and moves
 };
 
 }  // namespace
+
+Result<std::unique_ptr<Tier>> open_dram_tier(const TierConfig& config) {
+  const std::uint64_t budget = config.budget_bytes != 0 ? config.budget_bytes : physical_memory_bytes();
+  return std::unique_ptr<Tier>(new DramTier(config, budget, -1));
+}
 
 Result<std::unique_ptr<Tier>> open_numa_tier(const TierConfig& config) {
   if (numa_available() < 0) {
@@ -106,10 +128,10 @@ Result<std::unique_ptr<Tier>> open_emulated_tier(const TierConfig& config) {
   if (!preset) {
     return invalid_argument(fmt::format("tier '{}': {}", config.name, preset.status().message()));
   }
-  const DramBandwidth bandwidth = dram_bandwidth();
+  const FastBandwidth bandwidth = dram_bandwidth();
   const std::uint64_t budget = config.budget_bytes != 0 ? config.budget_bytes : physical_memory_bytes();
   return std::unique_ptr<Tier>(
-      new EmulatedTier(config, budget, CostModel(preset.value(), bandwidth.gbps), bandwidth.source));
+      new EmulatedTier(config, budget, CostModel(preset.value(), bandwidth), bandwidth.source));
 }
 
 }  // namespace tensortier::detail

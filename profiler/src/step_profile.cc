@@ -61,10 +61,18 @@ const ObjectProfile* StepProfile::object(ObjectId id) const {
   return it != objects.end() && it->id == id ? &*it : nullptr;
 }
 
+std::vector<ObjectKey> StepProfile::keys() const {
+  std::vector<ObjectKey> out;
+  out.reserve(objects.size());
+  for (const ObjectProfile& o : objects) out.push_back(o.key);
+  return out;
+}
+
 std::string to_json(const StepProfile& p, int indent) {
   json objects = json::array();
   for (const ObjectProfile& o : p.objects) {
     objects.push_back({{"id", o.id},
+                       {"key", o.key},
                        {"name", o.name},
                        {"bytes", o.bytes},
                        {"reserved_bytes", o.reserved_bytes},
@@ -84,6 +92,7 @@ std::string to_json(const StepProfile& p, int indent) {
                       {"name", l.name},
                       {"duration_ns", l.duration_ns},
                       {"unprofiled_duration_ns", l.unprofiled_duration_ns},
+                      {"emulated_charge_ns", l.emulated_charge_ns},
                       {"declared_reads", l.declared_reads},
                       {"declared_writes", l.declared_writes},
                       {"accesses", accesses_json(l.accesses)},

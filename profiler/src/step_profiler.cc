@@ -99,6 +99,7 @@ void StepProfiler::on_allocate(const ObjectInfo& object, const SpanView& span) {
   std::lock_guard lock(mutex_);
   ObjectProfile o;
   o.id = object.id;
+  o.key = object.key;
   o.name = object.name;
   o.bytes = object.bytes;
   o.reserved_bytes = object.reserved_bytes;
@@ -139,15 +140,13 @@ std::vector<SpanAccessProfile> StepProfiler::collect() {
   return out;
 }
 
-void StepProfiler::on_layer_begin(std::string_view name, std::span<const ObjectId> reads,
-                                  std::span<const ObjectId> writes, std::uint64_t allocator_live_bytes,
-                                  std::uint64_t unprofiled_duration_ns) {
+void StepProfiler::on_layer_begin(const LayerEvent& event) {
   LayerProfile layer;
-  layer.name = std::string(name);
-  layer.declared_reads.assign(reads.begin(), reads.end());
-  layer.declared_writes.assign(writes.begin(), writes.end());
-  layer.allocator_live_bytes = allocator_live_bytes;
-  layer.unprofiled_duration_ns = unprofiled_duration_ns;
+  layer.name = std::string(event.name);
+  layer.declared_reads.assign(event.reads.begin(), event.reads.end());
+  layer.declared_writes.assign(event.writes.begin(), event.writes.end());
+  layer.allocator_live_bytes = event.live_bytes;
+  layer.unprofiled_duration_ns = event.previous_duration_ns;
   layer.accesses_before = collect();
   std::vector<SpanView> pending;
   {
@@ -164,7 +163,7 @@ void StepProfiler::on_layer_begin(std::string_view name, std::span<const ObjectI
   in_layer_ = true;
 }
 
-void StepProfiler::on_layer_end(std::uint64_t duration_ns) {
+void StepProfiler::on_layer_end(const LayerEndEvent& event) {
   {
     std::lock_guard lock(sampler_mutex_);
     in_layer_ = false;
@@ -179,7 +178,8 @@ void StepProfiler::on_layer_end(std::uint64_t duration_ns) {
     }
   }
   layer.accesses = collect();
-  layer.duration_ns = duration_ns;
+  layer.duration_ns = event.duration_ns;
+  layer.emulated_charge_ns = event.emulated_charge_ns;
 }
 
 StepProfile StepProfiler::finish(std::uint64_t signature, std::uint64_t duration_ns,

@@ -1,6 +1,9 @@
 // Runtime: tier resolution, object placement and step/layer marks (see runtime.h).
 #include "tensortier/runtime.h"
 
+#include <pthread.h>
+
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cstdlib>
@@ -96,8 +99,10 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
     spdlog::info("tier {}", tier.value()->describe());
     tiers.push_back(std::move(tier).value());
   }
-  return std::unique_ptr<Runtime>(
+  auto runtime = std::unique_ptr<Runtime>(
       new Runtime(std::move(tiers), format_tier_spec(configs), source, std::move(profile).value()));
+  runtime->layer_move_wait_ = options.layer_move_wait;
+  return runtime;
 }
 
 Runtime::Runtime(std::vector<std::unique_ptr<Tier>> tiers, std::string spec, std::string source,
@@ -105,17 +110,40 @@ Runtime::Runtime(std::vector<std::unique_ptr<Tier>> tiers, std::string spec, std
     : allocator_(std::move(tiers)),
       spec_(std::move(spec)),
       spec_source_(std::move(source)),
+      layer_move_wait_(RuntimeOptions{}.layer_move_wait),
+      slow_read_bytes_(allocator_.tier_count(), 0),
+      slow_written_bytes_(allocator_.tier_count(), 0),
+      tier_charge_ns_(allocator_.tier_count(), 0),
       profile_options_(std::move(profile_options)) {
-  // Every allocator call that can release memory comes through allocate()/free(), which hold
-  // profiler_mutex_: the observer may read profiler_.
+  // Called under the allocator's lock: observers_mutex_ is the last lock taken anywhere.
   allocator_.set_release_observer([this](const SpanView& span) {
-    if (profiler_ != nullptr) profiler_->on_release(span);
+    std::lock_guard lock(observers_mutex_);
+    for (StepObserver* o : observers_) o->on_release(span);
   });
 }
 
 Runtime::~Runtime() {
-  std::lock_guard lock(profiler_mutex_);
-  profiler_.reset();  // unprotects every object before the allocator releases them
+  std::lock_guard lock(alloc_events_mutex_);
+  if (profiler_ != nullptr) {
+    remove_observer(profiler_.get());
+    profiler_.reset();  // unprotects every object before the allocator releases them
+  }
+}
+
+template <typename Event>
+void Runtime::notify(Event&& event) {
+  std::lock_guard lock(observers_mutex_);
+  for (StepObserver* o : observers_) event(*o);
+}
+
+void Runtime::add_observer(StepObserver* observer) {
+  std::lock_guard lock(observers_mutex_);
+  if (std::find(observers_.begin(), observers_.end(), observer) == observers_.end()) observers_.push_back(observer);
+}
+
+void Runtime::remove_observer(StepObserver* observer) {
+  std::lock_guard lock(observers_mutex_);
+  std::erase(observers_, observer);
 }
 
 std::string Runtime::describe() const {
@@ -126,23 +154,62 @@ std::string Runtime::describe() const {
 
 Result<ObjectInfo> Runtime::allocate(std::string_view name, std::size_t bytes, GroupId group,
                                      TierIndex preferred) {
-  std::lock_guard lock(profiler_mutex_);
-  Result<ObjectInfo> info = allocator_.allocate(name, bytes, group, preferred);
-  if (info && profiler_ != nullptr) {
+  // Objects the training thread allocates inside a step are keyed by their ordinal there: the
+  // same in every step of one kind. Others (before steps, other threads) by their id.
+  ObjectKey key = 0;
+  if (in_step_.load(std::memory_order_acquire) &&
+      training_thread_.load(std::memory_order_relaxed) == static_cast<std::uintptr_t>(pthread_self())) {
+    key = step_key(step_ordinal_.fetch_add(1, std::memory_order_relaxed));
+  }
+  std::lock_guard lock(alloc_events_mutex_);
+  Result<ObjectInfo> info = allocator_.allocate(name, bytes, group, preferred, key);
+  if (info) {
     SpanView span;
-    if (allocator_.lookup(info->address, &span)) profiler_->on_allocate(info.value(), span);
+    if (allocator_.lookup(info->address, &span)) notify([&](StepObserver& o) { o.on_allocate(info.value(), span); });
   }
   return info;
 }
 
 Status Runtime::free(const void* address) {
-  std::lock_guard lock(profiler_mutex_);
-  if (profiler_ != nullptr) {
-    SpanView span;
-    Result<ObjectId> id = allocator_.id_of(address);
-    if (id && allocator_.lookup(address, &span)) profiler_->on_free(id.value(), span);
-  }
+  std::lock_guard lock(alloc_events_mutex_);
+  SpanView span;
+  Result<ObjectId> id = allocator_.id_of(address);
+  if (id && allocator_.lookup(address, &span)) notify([&](StepObserver& o) { o.on_free(id.value(), span); });
   return allocator_.free(address);
+}
+
+Result<void*> Runtime::address_of(ObjectId id) const {
+  Result<ObjectInfo> info = allocator_.info_by_id(id);
+  if (!info) return info.status();
+  return info->address;
+}
+
+Result<MoveResult> Runtime::move(const void* address, TierIndex to) {
+  Result<ObjectId> id = allocator_.id_of(address);
+  if (!id) return Status(id.status().code(), "move: " + id.status().message());
+  return move(id.value(), to);
+}
+
+Result<MoveResult> Runtime::move(ObjectId id, TierIndex to) {
+  {
+    std::lock_guard lock(move_gate_mutex_);
+    if (moves_blocked_) {
+      return unavailable(fmt::format("move of object {}: a step is being profiled; moves wait until it ends", id));
+    }
+    ++moves_in_flight_;
+  }
+  Result<MoveResult> moved = allocator_.move(id, to);
+  {
+    std::lock_guard lock(move_gate_mutex_);
+    --moves_in_flight_;
+  }
+  moves_done_.notify_all();
+  {
+    std::lock_guard lock(stats_mutex_);
+    ++(moved ? moves_ : failed_moves_);
+  }
+  if (moved && moved->moved) notify([&](StepObserver& o) { o.on_move(moved.value()); });
+  return moved;
 }
 
 Status Runtime::set_profile_options(const profiler::ProfileOptions& options) {
@@ -167,8 +234,13 @@ bool Runtime::profile_due() const {
 
 void Runtime::start_profile() {
   if (!counters_ && profile_options_.counters) counters_ = profiler::Counters::open();
+  {  // no move may touch the profiled step: turn new ones away, wait for those in flight
+    std::unique_lock gate(move_gate_mutex_);
+    moves_blocked_ = true;
+    moves_done_.wait(gate, [this] { return moves_in_flight_ == 0; });
+  }
   std::vector<std::pair<ObjectInfo, SpanView>> live;
-  std::lock_guard lock(profiler_mutex_);
+  std::lock_guard lock(alloc_events_mutex_);
   for (ObjectInfo& info : allocator_.objects()) {
     SpanView span;
     if (allocator_.lookup(info.address, &span)) live.emplace_back(std::move(info), span);
@@ -182,15 +254,19 @@ void Runtime::start_profile() {
   if (!started) {
     spdlog::warn("step {} is not profiled: {}", steps_completed_.load(), started.status().message());
     profile_failed_.insert(last_signature_);
+    std::lock_guard gate(move_gate_mutex_);
+    moves_blocked_ = false;
     return;
   }
   profiler_ = std::move(started).value();
+  add_observer(profiler_.get());
 }
 
 void Runtime::finish_profile(std::uint64_t step_duration_ns) {
   std::unique_ptr<profiler::StepProfiler> done;
   {
-    std::lock_guard lock(profiler_mutex_);
+    std::lock_guard lock(alloc_events_mutex_);
+    remove_observer(profiler_.get());
     done = std::move(profiler_);
   }
   auto profile = std::make_shared<const profiler::StepProfile>(
@@ -222,17 +298,24 @@ void Runtime::finish_profile(std::uint64_t step_duration_ns) {
   }
   profiles_[signature_] = profile;
   last_profile_ = std::move(profile);
+  std::lock_guard gate(move_gate_mutex_);
+  moves_blocked_ = false;
 }
 
 Status Runtime::step_begin() {
   if (in_step_) return failed_precondition("step_begin: the previous step has not ended (call step_end)");
-  in_step_ = true;
   current_step_.clear();
   signature_ = 0xcbf29ce484222325ull;
+  step_charge_ns_ = 0;
+  layers_begun_.store(0, std::memory_order_release);
+  step_ordinal_.store(0, std::memory_order_relaxed);
+  training_thread_.store(static_cast<std::uintptr_t>(pthread_self()), std::memory_order_relaxed);
   if (profile_due()) {
     profile_requested_ = false;
     start_profile();
   }
+  in_step_.store(true, std::memory_order_release);
+  notify([&](StepObserver& o) { o.on_step_begin(steps_completed_.load()); });
   step_start_ns_ = now_ns();
   return Status::ok();
 }
@@ -244,57 +327,136 @@ Status Runtime::step_end() {
         fmt::format("step_end inside layer '{}' (call layer_end first)", current_step_.back().name));
   }
   const std::uint64_t duration_ns = now_ns() - step_start_ns_;
-  in_step_ = false;
+  in_step_.store(false, std::memory_order_release);
+  const std::uint64_t step = steps_completed_.load();
   ++steps_completed_;
   run_length_ = (signature_ == last_signature_ && steps_completed_ > 1) ? run_length_ + 1 : 1;
   last_signature_ = signature_;
   if (profiler_ != nullptr) finish_profile(duration_ns);
   last_step_.swap(current_step_);
+  {
+    std::lock_guard lock(stats_mutex_);
+    last_step_charge_ns_ = step_charge_ns_;
+  }
+  notify([&](StepObserver& o) { o.on_step_end(StepEndEvent{step, signature_, duration_ns}); });
   return Status::ok();
 }
 
 Status Runtime::layer_begin(std::string_view name, std::span<const void* const> reads,
                             std::span<const void* const> writes) {
+  std::vector<ObjectId> ids;
+  ids.reserve(reads.size() + writes.size());
+  for (const auto& [pointers, role] : {std::pair{reads, "reads"}, std::pair{writes, "writes"}}) {
+    const std::size_t bad = allocator_.ids_of(pointers, &ids, nullptr);
+    if (bad != pointers.size()) {
+      return not_found(fmt::format("layer '{}' {} {}, which is not the start of a live object", name, role,
+                                   pointers[bad]));
+    }
+  }
+  std::vector<void*> addresses(ids.size());
+  return layer_begin(name, std::span<const ObjectId>(ids.data(), reads.size()),
+                     std::span<const ObjectId>(ids.data() + reads.size(), writes.size()), addresses);
+}
+
+Status Runtime::layer_begin(std::string_view name, std::span<const ObjectId> reads,
+                            std::span<const ObjectId> writes, std::span<void*> addresses) {
   if (!in_step_)
     return failed_precondition(fmt::format("layer_begin('{}') outside a step (call step_begin)", name));
   if (in_layer_) {
     return failed_precondition(fmt::format("layer_begin('{}') inside layer '{}' (layers do not nest)", name,
                                            current_step_.back().name));
   }
+  if (addresses.size() != reads.size() + writes.size()) {
+    return invalid_argument(fmt::format("layer_begin('{}'): {} addresses for {} arguments", name, addresses.size(),
+                                        reads.size() + writes.size()));
+  }
   LayerRecord record;
   record.name = std::string(name);
   record.index = static_cast<std::uint32_t>(current_step_.size());
-  std::vector<std::size_t> sizes;
-  for (const auto& [pointers, ids, role] :
-       {std::tuple{reads, &record.reads, "reads"}, std::tuple{writes, &record.writes, "writes"}}) {
-    const std::size_t bad = allocator_.ids_of(pointers, ids, &sizes);
-    if (bad != pointers.size()) {
-      return not_found(fmt::format("layer '{}' {} {}, which is not the start of a live object", name, role,
-                                   pointers[bad]));
-    }
+  record.reads.assign(reads.begin(), reads.end());
+  record.writes.assign(writes.begin(), writes.end());
+  pinned_.assign(reads.begin(), reads.end());
+  pinned_.insert(pinned_.end(), writes.begin(), writes.end());
+  pinned_objects_.resize(pinned_.size());
+  Result<PinResult> pinned = allocator_.pin(pinned_, pinned_objects_, layer_move_wait_);
+  if (!pinned) {
+    pinned_.clear();
+    return not_found(fmt::format("layer '{}': {}", name, pinned.status().message()));
   }
-  // The step's signature: layer names and argument sizes, FNV-1a.
+  if (pinned->late_moves != 0) {
+    std::lock_guard lock(stats_mutex_);
+    late_moves_ += pinned->late_moves;
+    aborted_moves_ += pinned->aborted_moves;
+    move_wait_ns_ += pinned->wait_ns;
+  }
+  // Sizes, keys and the slow-tier bytes the layer will charge for, from one look at the objects.
+  std::fill(slow_read_bytes_.begin(), slow_read_bytes_.end(), 0);
+  std::fill(slow_written_bytes_.begin(), slow_written_bytes_.end(), 0);
+  read_keys_.clear();
+  write_keys_.clear();
   auto mix = [this](std::uint64_t value) { signature_ = (signature_ ^ value) * 0x100000001b3ull; };
   mix(std::hash<std::string_view>{}(name));
-  mix(record.reads.size());
-  for (std::size_t bytes : sizes) mix(bytes);
-  if (profiler_ != nullptr) {
-    const std::uint64_t before_ns = record.index < last_step_.size() && last_step_[record.index].name == name
-                                        ? last_step_[record.index].duration_ns
-                                        : 0;
-    profiler_->on_layer_begin(name, record.reads, record.writes, allocator_.live_bytes(), before_ns);
+  mix(reads.size());
+  for (std::size_t i = 0; i < pinned_.size(); ++i) {
+    const PinnedObject& o = pinned_objects_[i];
+    addresses[i] = o.address;
+    mix(o.bytes);
+    const bool is_read = i < reads.size();
+    (is_read ? read_keys_ : write_keys_).push_back(o.key);
+    if (allocator_.tier(o.tier).cost_model() != nullptr) (is_read ? slow_read_bytes_ : slow_written_bytes_)[o.tier] += o.bytes;
   }
+  const std::uint64_t before_ns =
+      record.index < last_step_.size() && last_step_[record.index].name == name ? last_step_[record.index].duration_ns : 0;
+  LayerEvent event{name,       record.index, record.reads, record.writes, read_keys_, write_keys_,
+                   allocator_.live_bytes(), before_ns};
   current_step_.push_back(std::move(record));
+  layers_begun_.store(static_cast<std::uint32_t>(current_step_.size()), std::memory_order_release);
   in_layer_ = true;
+  notify([&](StepObserver& o) { o.on_layer_begin(event); });
   layer_start_ns_ = now_ns();
   return Status::ok();
 }
 
 Status Runtime::layer_end() {
   if (!in_layer_) return failed_precondition("layer_end without layer_begin");
-  current_step_.back().duration_ns = now_ns() - layer_start_ns_;
+  // The emulated charge: the layer's slow-tier traffic, placed on each tier's bandwidth timeline
+  // so that it ends `charge` after now unless moves hold the tier longer.
+  const std::uint64_t charge_start_ns = now_ns();
+  std::uint64_t charge_ns = 0, traffic_end_ns = 0, slow_read = 0, slow_written = 0;
+  for (TierIndex t = 0; t < allocator_.tier_count(); ++t) {
+    if (slow_read_bytes_[t] == 0 && slow_written_bytes_[t] == 0) continue;
+    const CostModel& model = *allocator_.tier(t).cost_model();
+    const std::uint64_t tier_charge = model.layer_charge_ns(slow_read_bytes_[t], slow_written_bytes_[t]);
+    charge_ns += tier_charge;
+    slow_read += slow_read_bytes_[t];
+    slow_written += slow_written_bytes_[t];
+    std::lock_guard lock(stats_mutex_);
+    tier_charge_ns_[t] += tier_charge;
+  }
+  if (charge_ns > 0) {
+    for (TierIndex t = 0; t < allocator_.tier_count(); ++t) {
+      if (slow_read_bytes_[t] == 0 && slow_written_bytes_[t] == 0) continue;
+      const std::uint64_t traffic = allocator_.tier(t).cost_model()->slow_traffic_ns(slow_read_bytes_[t], slow_written_bytes_[t]);
+      const std::uint64_t want_end = charge_start_ns + charge_ns;
+      traffic_end_ns = std::max(traffic_end_ns, allocator_.tier(t).timeline()->reserve(want_end > traffic ? want_end - traffic : 0, traffic));
+    }
+    wait_until_ns(std::max(traffic_end_ns, charge_start_ns + charge_ns));
+  }
+  const std::uint64_t charged_ns = charge_ns > 0 ? now_ns() - charge_start_ns : 0;
+  LayerRecord& record = current_step_.back();
+  record.duration_ns = now_ns() - layer_start_ns_;
+  record.emulated_charge_ns = charged_ns;
+  step_charge_ns_ += charged_ns;
+  if (charged_ns > 0) {
+    std::lock_guard lock(stats_mutex_);
+    charge_ns_ += charged_ns;
+  }
+  allocator_.unpin(pinned_);
+  pinned_.clear();
   in_layer_ = false;
-  if (profiler_ != nullptr) profiler_->on_layer_end(current_step_.back().duration_ns);
+  notify([&](StepObserver& o) {
+    o.on_layer_end(LayerEndEvent{record.index, record.duration_ns, charged_ns, slow_read, slow_written});
+  });
   return Status::ok();
 }
 
@@ -303,6 +465,15 @@ RuntimeStats Runtime::stats() const {
   s.tiers = allocator_.usage();
   s.steps_completed = steps_completed_.load();
   s.live_objects = allocator_.live_objects();
+  std::lock_guard lock(stats_mutex_);
+  s.tier_emulated_charge_ns = tier_charge_ns_;
+  s.emulated_charge_ns = charge_ns_;
+  s.last_step_emulated_charge_ns = last_step_charge_ns_;
+  s.late_moves = late_moves_;
+  s.aborted_moves = aborted_moves_;
+  s.move_wait_ns = move_wait_ns_;
+  s.moves = moves_;
+  s.failed_moves = failed_moves_;
   return s;
 }
 

@@ -21,16 +21,33 @@
 // While a step is profiled, object pages are protected between the layers' accesses: a program
 // must not hand object memory to the kernel (read(2) into a tensor) during that step.
 //
+// Objects move (move(), and the migrator): each one's key is the same in every step of one kind
+// (ObjectKey: an object allocated in a step by the training thread is keyed by its allocation
+// ordinal in the step; any other by its id). layer_begin pins the objects a layer declares until
+// layer_end and gives their current addresses: a move of a pinned object waits, and a layer
+// waits (at most RuntimeOptions::layer_move_wait, counted as a late move) only for a move of its
+// own objects already in flight. Host code that touches object bytes outside a layer must not
+// race a move of that object (marking that code as a layer is the way to be safe). No move runs
+// while a step is profiled.
+//
+// Emulated slow tiers are charged in every layer: each declared read and write of an object
+// placed on one costs its bytes at the slow tier's bandwidth instead of DRAM's (CostModel),
+// waited for inside the layer (layer_end), on the tier's bandwidth timeline that moves share.
+//
 // Thread safety:
-//   - allocate(), free(), object(), stats(), tiers() and describe() may be called from any
-//     thread at any time;
+//   - allocate(), free(), move(), object(), address_of(), stats(), tiers() and describe() may be
+//     called from any thread at any time;
 //   - lookup() is lock-free and async-signal-safe (for SIGSEGV handlers);
-//   - step_begin/step_end/layer_begin/layer_end belong to the one thread that drives training:
-//     they must not be called concurrently with each other.
+//   - step_begin/step_end/layer_begin/layer_end, add_observer/remove_observer belong to the one
+//     thread that drives training: they must not be called concurrently with each other;
+//   - what other threads may read of the training thread's state (in_step(), the step count,
+//     the current layer index) is atomic.
 // Ownership: the Runtime owns all object memory; free() or destroying the Runtime releases it.
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -42,6 +59,7 @@
 #include <vector>
 
 #include "tensortier/allocator/object_allocator.h"
+#include "tensortier/allocator/step_observer.h"
 #include "tensortier/allocator/tier.h"
 #include "tensortier/profiler/counters.h"
 #include "tensortier/profiler/step_profiler.h"
@@ -56,6 +74,9 @@ struct RuntimeOptions {
 
   std::string tier_spec;  // empty: TENSORTIER_TIERS, else hwloc discovery
   profiler::ProfileOptions profile;
+  // Longest a layer waits at layer_begin for a move of one of its objects already in flight;
+  // past it the move fails and the object stays where it was.
+  std::chrono::nanoseconds layer_move_wait{std::chrono::milliseconds(100)};
 };
 
 // One layer's execution as marked by the program.
@@ -64,13 +85,22 @@ struct LayerRecord {
   std::uint32_t index = 0;        // position in its step, from 0
   std::vector<ObjectId> reads;    // objects the layer declared it reads
   std::vector<ObjectId> writes;   // objects the layer declared it writes
-  std::uint64_t duration_ns = 0;  // wall time between layer_begin and layer_end
+  std::uint64_t duration_ns = 0;  // wall time between layer_begin and layer_end, charge included
+  std::uint64_t emulated_charge_ns = 0;  // time charged for emulated slow memory in it
 };
 
 struct RuntimeStats {
   std::vector<TierUsage> tiers;  // fastest first
+  std::vector<std::uint64_t> tier_emulated_charge_ns;  // by tier: layer time charged for it (0: real memory)
   std::uint64_t steps_completed = 0;
   std::uint64_t live_objects = 0;
+  std::uint64_t emulated_charge_ns = 0;            // all layers, all steps
+  std::uint64_t last_step_emulated_charge_ns = 0;  // the last completed step's
+  std::uint64_t late_moves = 0;     // moves a layer found in flight and waited for
+  std::uint64_t aborted_moves = 0;  // of those, moves still running after the wait (they failed)
+  std::uint64_t move_wait_ns = 0;   // layers' time waiting for moves
+  std::uint64_t moves = 0;          // moves done through move()
+  std::uint64_t failed_moves = 0;   // moves through move() that failed (the object stayed)
 };
 
 class Runtime {
@@ -96,6 +126,21 @@ class Runtime {
                               TierIndex preferred = 0);
   Status free(const void* address);
   Result<ObjectInfo> object(const void* address) const { return allocator_.info(address); }
+  Result<ObjectInfo> object(ObjectId id) const { return allocator_.info_by_id(id); }
+  // The object's current address (a move to a memkind heap tier gives it a new one).
+  Result<void*> address_of(ObjectId id) const;
+  // Moves an object (a small one: its chunk) to tier `to`; see ObjectAllocator::move. Also
+  // kUnavailable while a step is being profiled. On any error the object is where it was, intact.
+  Result<MoveResult> move(ObjectId id, TierIndex to);
+  Result<MoveResult> move(const void* address, TierIndex to);
+  // How an object on `from` moves to `to` (in place, or to a new address).
+  MoveMethod move_method(TierIndex from, TierIndex to) const { return allocator_.move_method(from, to); }
+  // Changes at every move that gives an object a new address; lock-free.
+  std::uint64_t relocations() const { return allocator_.relocations(); }
+  // Test hook: see ObjectAllocator::set_move_failure_hook.
+  void set_move_failure_hook(ObjectAllocator::MoveFailureHook hook) {
+    allocator_.set_move_failure_hook(std::move(hook));
+  }
   bool lookup(const void* address, SpanView* out) const noexcept { return allocator_.lookup(address, out); }
 
   // Step and layer marks. Errors (kFailedPrecondition) for marks out of order: a layer outside a
@@ -103,10 +148,24 @@ class Runtime {
   // naming the pointer, if a read or write is not the start of a live object.
   Status step_begin();
   Status step_end();
+  // The layer's objects are pinned until layer_end.
   Status layer_begin(std::string_view name, std::span<const void* const> reads,
                      std::span<const void* const> writes);
+  // The same by object ids; writes each argument's current address to `addresses` (reads, then
+  // writes; reads.size() + writes.size() long).
+  Status layer_begin(std::string_view name, std::span<const ObjectId> reads, std::span<const ObjectId> writes,
+                     std::span<void*> addresses);
+  // Charges the layer's emulated slow-memory time, then unpins its objects.
   Status layer_end();
-  bool in_step() const { return in_step_; }
+  bool in_step() const { return in_step_.load(std::memory_order_acquire); }
+  // Layers begun in the current step (the index of the running layer + 1 while one runs).
+  std::uint32_t layers_begun() const { return layers_begun_.load(std::memory_order_acquire); }
+  std::uint64_t steps_completed() const { return steps_completed_.load(std::memory_order_acquire); }
+
+  // Attaches an observer of steps, layers, allocations, frees and moves (the runtime does not own
+  // it; remove it before destroying it). Training thread, between steps.
+  void add_observer(StepObserver* observer);
+  void remove_observer(StepObserver* observer);
   // Layers of the last completed step, in order.
   const std::vector<LayerRecord>& last_step_layers() const { return last_step_; }
 
@@ -131,15 +190,27 @@ class Runtime {
   bool profile_due() const;
   void start_profile();
   void finish_profile(std::uint64_t step_duration_ns);
+  template <typename Event>
+  void notify(Event&& event);
 
   ObjectAllocator allocator_;
   std::string spec_;
   std::string spec_source_;
+  std::chrono::nanoseconds layer_move_wait_;
   // Training-thread state (see thread safety above).
-  bool in_step_ = false;
+  std::atomic<bool> in_step_{false};
   bool in_layer_ = false;
   std::atomic<std::uint64_t> steps_completed_{0};  // read by stats() from any thread
+  std::atomic<std::uint32_t> layers_begun_{0};
+  std::atomic<std::uintptr_t> training_thread_{0};  // pthread_self() of the step_begin caller
+  std::atomic<std::uint64_t> step_ordinal_{0};      // allocations by it in the current step
   std::uint64_t layer_start_ns_ = 0;
+  std::vector<ObjectId> pinned_;                   // the running layer's objects
+  std::vector<PinnedObject> pinned_objects_;       // what pin() found of them
+  std::vector<std::uint64_t> slow_read_bytes_;     // by tier, the running layer's declared reads
+  std::vector<std::uint64_t> slow_written_bytes_;  // by tier
+  std::vector<ObjectKey> read_keys_, write_keys_;
+  std::uint64_t step_charge_ns_ = 0;
   std::vector<LayerRecord> current_step_;
   std::vector<LayerRecord> last_step_;
   std::uint64_t step_start_ns_ = 0;
@@ -147,9 +218,27 @@ class Runtime {
   std::uint64_t last_signature_ = 0;  // of the last completed step
   std::uint64_t run_length_ = 0;      // completed steps in a row with last_signature_
 
-  // Profiling. profiler_ is used by allocate()/free() from any thread: profiler_mutex_ guards it.
+  // Observers. observers_mutex_ guards the list and is held while events are delivered; it is
+  // taken last (under the allocator's lock for on_release), so observers never call the runtime.
+  std::mutex observers_mutex_;
+  std::vector<StepObserver*> observers_;
+  // Held across an allocation or free and its event, and while a profile starts, so the profiler
+  // sees each object exactly once.
+  std::mutex alloc_events_mutex_;
+  // No move runs while a step is profiled: moves_blocked_ turns them away, and a profile starts
+  // only when the moves in flight have ended.
+  std::mutex move_gate_mutex_;
+  std::condition_variable moves_done_;
+  bool moves_blocked_ = false;
+  std::uint32_t moves_in_flight_ = 0;
+  // Stats that other threads read.
+  mutable std::mutex stats_mutex_;
+  std::vector<std::uint64_t> tier_charge_ns_;
+  std::uint64_t charge_ns_ = 0, last_step_charge_ns_ = 0, late_moves_ = 0, aborted_moves_ = 0,
+                move_wait_ns_ = 0, moves_ = 0, failed_moves_ = 0;
+
+  // Profiling: the profiler is an observer while it records a step.
   profiler::ProfileOptions profile_options_;
-  std::mutex profiler_mutex_;
   std::unique_ptr<profiler::StepProfiler> profiler_;
   std::unique_ptr<profiler::Counters> counters_;  // opened at the first profile
   bool profile_requested_ = false;

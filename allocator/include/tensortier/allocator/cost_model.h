@@ -2,11 +2,18 @@
 //
 // This machine has no slow memory, so an emulated tier keeps its bytes in DRAM and charges the
 // time slow memory would have cost. For a layer that reads R bytes and writes W bytes of objects
-// sitting in the slow tier:
-//   extra_ns = R * (1/BW_slow_read - 1/BW_fast) + W * (1/BW_slow_write - 1/BW_fast)
-// with bandwidths in GB/s (1 GB/s = 1 byte/ns). Moves into or out of the slow tier run no faster
-// than the slow side's write or read bandwidth. BW_fast is this machine's DRAM bandwidth,
-// measured once and cached (dram_bandwidth()). Presets scale it by published ratios.
+// placed on the slow tier:
+//   extra_ns = R * (1/BW_slow_read - 1/BW_fast_read) + W * (1/BW_slow_write - 1/BW_fast_write)
+// with bandwidths in GB/s (1 GB/s = 1 byte/ns). The runtime charges it inside every layer (see
+// runtime.h). A move into or out of the slow tier takes its bytes at the slow side's write or read
+// bandwidth. BW_fast_read and BW_fast_write are this machine's DRAM read and write stream
+// bandwidths with the engine's thread count, measured once and cached (dram_bandwidth()).
+//
+// A preset gives the slow tier's bandwidths in one of two forms:
+//   - ratio: fractions of this machine's fast bandwidths (optane, cxl, remote-numa);
+//   - per core: GB/s per core of a published server, times the threads this process computes
+//     with (optane-server), so that slow memory is as slow against this machine's compute as it
+//     was against that server's. A ratio understates it on a VM with more DRAM bandwidth per core.
 //
 // A CostModel is an immutable value: all calls are thread-safe.
 #pragma once
@@ -20,14 +27,21 @@
 
 namespace tensortier {
 
-// A kind of slow memory, as ratios to DRAM. Figures and their sources: docs/EMULATION.md.
+enum class PresetForm {
+  kRatio,    // read / write are fractions of this machine's fast read / write bandwidth
+  kPerCore,  // read / write are GB/s per core of a published machine, times the thread count
+};
+std::string_view to_string(PresetForm form);
+
+// A kind of slow memory. Figures and their sources: docs/EMULATION.md.
 struct SlowMemoryPreset {
-  std::string_view name;            // spec word: "optane", "cxl", "remote-numa"
-  double read_bandwidth_fraction;   // slow read bandwidth / DRAM bandwidth
-  double write_bandwidth_fraction;  // slow write bandwidth / DRAM bandwidth
-  double latency_factor;            // slow load latency / DRAM load latency (reported; the
-                                    // charge is bandwidth-based, DNN layers stream)
-  std::string_view source;          // where the figures come from
+  std::string_view name;  // spec word: "optane", "cxl", "remote-numa", "optane-server"
+  PresetForm form = PresetForm::kRatio;
+  double read = 1;            // see PresetForm
+  double write = 1;           // see PresetForm
+  double latency_factor = 1;  // slow load latency / DRAM load latency (reported; the charge is
+                              // bandwidth-based, DNN layers stream)
+  std::string_view source;    // where the figures come from
 };
 
 // All presets, in a fixed order.
@@ -37,42 +51,66 @@ Result<SlowMemoryPreset> find_preset(std::string_view name);
 
 enum class MoveDirection { kIntoSlow, kOutOfSlow };
 
+// This machine's fast (DRAM) bandwidth as streams with `threads` threads.
+struct FastBandwidth {
+  double read_gbps = 0;   // bytes read per ns by `threads` threads summing a large buffer
+  double write_gbps = 0;  // bytes written per ns by `threads` threads filling a large buffer
+  unsigned threads = 1;
+  std::string source;  // "TENSORTIER_DRAM_GBPS", "cache <path>" or "measured now"
+};
+
 class CostModel {
  public:
-  // fast_gbps: DRAM bandwidth in GB/s (> 0).
-  CostModel(const SlowMemoryPreset& preset, double fast_gbps);
+  // fast: this machine's measured bandwidths (> 0).
+  CostModel(const SlowMemoryPreset& preset, const FastBandwidth& fast);
 
   const SlowMemoryPreset& preset() const { return preset_; }
-  double fast_gbps() const { return fast_gbps_; }
-  double slow_read_gbps() const { return fast_gbps_ * preset_.read_bandwidth_fraction; }
-  double slow_write_gbps() const { return fast_gbps_ * preset_.write_bandwidth_fraction; }
+  double fast_read_gbps() const { return fast_read_gbps_; }
+  double fast_write_gbps() const { return fast_write_gbps_; }
+  double slow_read_gbps() const { return slow_read_gbps_; }
+  double slow_write_gbps() const { return slow_write_gbps_; }
+  unsigned threads() const { return threads_; }
+  // "optane-server (per core: 1.6 GB/s read, 0.6 GB/s write a core x 2 threads)": names the
+  // preset and its form, for every figure measured on it.
+  std::string describe() const;
 
   // Extra nanoseconds a layer costs for reading and writing these slow-tier bytes.
   std::uint64_t layer_charge_ns(std::uint64_t bytes_read, std::uint64_t bytes_written) const;
-  // Least nanoseconds a move of `bytes` takes across the slow tier's side of the copy.
+  // Nanoseconds the slow tier is busy with a layer's traffic of these bytes.
+  std::uint64_t slow_traffic_ns(std::uint64_t bytes_read, std::uint64_t bytes_written) const;
+  // Nanoseconds a move of `bytes` takes on the slow side of the copy.
   std::uint64_t move_ns(std::uint64_t bytes, MoveDirection direction) const;
 
  private:
   SlowMemoryPreset preset_;
-  double fast_gbps_;
+  double fast_read_gbps_;
+  double fast_write_gbps_;
+  double slow_read_gbps_;
+  double slow_write_gbps_;
+  unsigned threads_;
 };
 
-// Busy-waits `ns` nanoseconds on the calling thread: how a charge is applied.
+// steady_clock now, in nanoseconds.
+std::uint64_t steady_now_ns();
+// Busy-waits `ns` nanoseconds on the calling thread.
 void spin_for_ns(std::uint64_t ns);
+// Waits until steady_now_ns() >= `deadline_ns`: sleeps, then spins only the last ~100 us, so a
+// charge keeps the core it waits on free for other threads most of the time.
+void wait_until_ns(std::uint64_t deadline_ns);
 
-// This machine's DRAM bandwidth and where the figure came from.
-struct DramBandwidth {
-  double gbps = 0;     // bytes read + written per ns by a large memcpy (STREAM "copy" counting)
-  std::string source;  // "TENSORTIER_DRAM_GBPS", "cache <path>" or "measured now"
-};
+// The threads oneDNN computes with: OMP_NUM_THREADS when set to a positive number, else the CPUs
+// this process may run on.
+unsigned engine_threads();
 
-// The DRAM bandwidth, in this order: the TENSORTIER_DRAM_GBPS environment variable; the cache
-// file $XDG_CACHE_HOME/tensortier/dram_bandwidth.json (or ~/.cache/...) when it was written on
-// a machine with the same CPU model and memory size; else measured now (~0.2 s) and cached.
-// Computed once per process; thread-safe.
-DramBandwidth dram_bandwidth();
+// The fast bandwidths, in this order: the TENSORTIER_DRAM_GBPS environment variable (one figure
+// for both); the cache file $XDG_CACHE_HOME/tensortier/dram_bandwidth.json (or ~/.cache/...) when
+// it was written on a machine with the same CPU model, memory size and thread count (a cache
+// that cannot be read is measured anew); else measured now (~0.3 s) and cached. Computed once
+// per process; thread-safe.
+FastBandwidth dram_bandwidth();
 
-// Measures memcpy bandwidth over a buffer of `buffer_bytes`, best of `repetitions`.
-double measure_dram_copy_gbps(std::size_t buffer_bytes, int repetitions);
+// Measures read and write stream bandwidth with `threads` threads over `buffer_bytes`, best of
+// `repetitions` each.
+FastBandwidth measure_dram_streams(std::size_t buffer_bytes, unsigned threads, int repetitions);
 
 }  // namespace tensortier

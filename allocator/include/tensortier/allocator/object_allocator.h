@@ -17,12 +17,34 @@
 //   budget counts its cached ranges too (they hold physical memory); when a new range does not
 //   fit, the cache of that tier is released first.
 //
+// - An object (a small one: its whole chunk) can move to another tier (move()). Each range has
+//   an *owner*, the tier whose mapping it is and to which it is freed, and a *placement*, the
+//   tier its bytes are on now; budgets and usage follow placement. How it moves depends on the
+//   two tiers (move_method()):
+//     both NUMA-node tiers          kMovePages: pages migrate, policy rebound; address and owner stay
+//     both anonymous mappings       kRemap: copied into the destination's new mapping, which is
+//                                   mremap'd over the address; the address stays, the owner becomes
+//                                   the destination (the mapping there is the destination's now)
+//     a memkind heap on either side kNewAddress: copied to a new address on the destination (the
+//                                   old range goes back to its tier); small objects cannot move so
+//     A move reserves the destination's budget first (kOutOfMemory when it has no room), copies
+//   with no lock held, and commits under the lock. A move that fails (no memory, an OS error, an
+//   injected failure, a layer that would not wait for it) leaves the object where it was, intact,
+//   and is counted; an object freed while it moves is released when the move ends.
+// - A pinned object does not move: move() waits for its pins to go (bounded). pin() waits
+//   (bounded) for a move of the object already in flight and, past the bound, makes that move
+//   fail so the pin never waits longer. A layer pins what it declares.
+//
 // Ownership: the allocator owns its tiers and all object memory; an object's memory is the
-// caller's to use from allocate() until free(). Destroying the allocator releases everything.
-// Thread safety: every call is thread-safe (one internal mutex); lookup() is in addition
-// lock-free and async-signal-safe.
+// caller's to use from allocate() until free(). Destroying the allocator releases everything; no
+// move may be in flight then.
+// Thread safety: every call is thread-safe (one internal mutex; moves copy outside it); lookup()
+// and relocations() are in addition lock-free, and lookup() async-signal-safe.
 #pragma once
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -44,6 +66,12 @@ namespace tensortier {
 using ObjectId = std::uint64_t;   // unique per allocator, never reused; 0 is never an id
 using GroupId = std::uint32_t;    // caller-chosen lifetime class that small objects share pages by
 using TierIndex = std::uint32_t;  // position in the tier list, 0 = fastest
+// What a plan names an object by, the same in every step of one kind: an object allocated in a
+// step by its allocation ordinal there (kStepKeyFlag set), any other by its id.
+using ObjectKey = std::uint64_t;
+inline constexpr ObjectKey kStepKeyFlag = ObjectKey{1} << 63;
+constexpr ObjectKey step_key(std::uint64_t ordinal) { return kStepKeyFlag | ordinal; }
+constexpr bool is_step_key(ObjectKey key) { return (key & kStepKeyFlag) != 0; }
 
 inline constexpr GroupId kDefaultGroup = 0;              // small objects given no group
 inline constexpr std::size_t kSmallAlignmentBytes = 64;  // small objects: cache-line aligned
@@ -53,22 +81,60 @@ inline constexpr std::size_t kGroupChunkBytes = std::size_t{64}
 // What the allocator knows of one live object.
 struct ObjectInfo {
   ObjectId id = 0;
+  ObjectKey key = 0;  // as given at allocation; the id when none was given
   std::string name;
   std::size_t bytes = 0;           // as asked
   std::size_t reserved_bytes = 0;  // whole pages it owns; 0 for a small object in a group chunk
-  TierIndex tier = 0;              // where it lives
+  TierIndex tier = 0;              // placement: where its bytes are now (a small object: its chunk's)
+  TierIndex owner = 0;             // the tier whose mapping holds it, to which it is freed
   GroupId group = kDefaultGroup;
   void* address = nullptr;
   bool small = false;  // packed into its group's shared pages
+};
+
+// How an object moves between two tiers (see the placement rules above).
+enum class MoveMethod { kNone, kMovePages, kRemap, kNewAddress };
+std::string_view to_string(MoveMethod method);
+
+// What a finished move did.
+struct MoveResult {
+  ObjectId id = 0;
+  void* address = nullptr;  // the object's address after the move
+  TierIndex from = 0;
+  TierIndex to = 0;
+  std::size_t bytes = 0;  // bytes moved: the object's pages, or its whole chunk
+  MoveMethod method = MoveMethod::kNone;
+  std::uint64_t copy_ns = 0;    // wall time of the copy (or page migration), no lock held
+  std::uint64_t charge_ns = 0;  // time it waited for an emulated tier's bandwidth
+  bool moved = false;           // false: it was on `to` already
+};
+
+struct MoveOptions {
+  std::chrono::nanoseconds pin_wait{std::chrono::seconds(10)};  // longest wait for pins to go
+};
+
+// A pinned object as pin() found it.
+struct PinnedObject {
+  void* address = nullptr;  // current address
+  TierIndex tier = 0;       // placement
+  std::size_t bytes = 0;    // as asked
+  ObjectKey key = 0;
+};
+
+// What pin() waited for.
+struct PinResult {
+  std::uint32_t late_moves = 0;     // moves in flight that it waited for
+  std::uint32_t aborted_moves = 0;  // moves still in flight after the bound, made to fail
+  std::uint64_t wait_ns = 0;
 };
 
 // Per-tier accounting.
 struct TierUsage {
   std::string name;
   std::uint64_t budget_bytes = 0;
-  std::uint64_t mapped_bytes = 0;       // held from the tier: live objects, chunks and cache
+  std::uint64_t mapped_bytes = 0;       // held on the tier: live objects, chunks, cache, moves in flight
   std::uint64_t peak_mapped_bytes = 0;  // high-water mark of mapped_bytes
-  std::uint64_t live_bytes = 0;         // bytes of live objects, as asked
+  std::uint64_t live_bytes = 0;         // bytes of live objects placed here, as asked
   std::uint64_t live_objects = 0;
   std::uint64_t cached_bytes = 0;   // freed ranges kept for reuse
   std::uint64_t allocations = 0;    // objects placed here
@@ -76,6 +142,12 @@ struct TierUsage {
   std::uint64_t fallbacks_in = 0;   // objects placed here because a faster tier was full
   std::uint64_t new_ranges = 0;     // ranges taken from the tier (each first touch faults)
   std::uint64_t reused_ranges = 0;  // ranges served from the cache
+  std::uint64_t moves_in = 0;       // moves that brought an object (or chunk) here
+  std::uint64_t moves_out = 0;      // moves that took one away
+  std::uint64_t bytes_moved_in = 0;
+  std::uint64_t bytes_moved_out = 0;
+  std::uint64_t failed_moves = 0;     // moves to this tier that failed (the object stayed put)
+  std::uint64_t in_flight_bytes = 0;  // reserved here by moves still copying
 };
 
 class ObjectAllocator {
@@ -86,15 +158,17 @@ class ObjectAllocator {
   ObjectAllocator(const ObjectAllocator&) = delete;
   ObjectAllocator& operator=(const ObjectAllocator&) = delete;
 
-  // Places a new object. Errors: bytes == 0 or preferred out of range (kInvalidArgument); no tier
-  // from `preferred` down has room (kOutOfMemory, naming every tier's free bytes).
+  // Places a new object. `key`: what plans call it (0: its id). Errors: bytes == 0 or preferred
+  // out of range (kInvalidArgument); no tier from `preferred` down has room (kOutOfMemory, naming
+  // every tier's free bytes).
   Result<ObjectInfo> allocate(std::string_view name, std::size_t bytes, GroupId group = kDefaultGroup,
-                              TierIndex preferred = 0);
+                              TierIndex preferred = 0, ObjectKey key = 0);
   // Frees the object starting at `address`. A pointer it never gave, or one already freed, is a
   // kNotFound error and changes nothing.
   Status free(const void* address);
-  // The live object starting at `address`.
+  // The live object starting at `address`, or with this id.
   Result<ObjectInfo> info(const void* address) const;
+  Result<ObjectInfo> info_by_id(ObjectId id) const;
   // Its id alone (no copy of the name).
   Result<ObjectId> id_of(const void* address) const;
   // Ids and sizes of the live objects starting at `addresses`, under one lock: what a layer mark
@@ -106,6 +180,28 @@ class ObjectAllocator {
   std::vector<ObjectInfo> objects() const;
   // The span (object, or group chunk) holding any address. Lock-free, async-signal-safe.
   bool lookup(const void* address, SpanView* out) const noexcept { return table_.lookup(address, out); }
+
+  // How an object on `from` moves to `to`.
+  MoveMethod move_method(TierIndex from, TierIndex to) const;
+  // Moves object `id` (a small one: its whole chunk) to tier `to`; see the placement rules.
+  // Errors: no such object (kNotFound), `to` out of range (kInvalidArgument), a small object
+  // between tiers that cannot move in place (kFailedPrecondition), already moving or pinned past
+  // options.pin_wait (kUnavailable), no room on `to` (kOutOfMemory), an OS error (kInternal). On
+  // any error the object is where it was, bytes intact.
+  Result<MoveResult> move(ObjectId id, TierIndex to, const MoveOptions& options = {});
+  // Pins the live objects `ids` (repeats allowed) and writes what each one is now to out[i]
+  // (ids.size() long). Waits up to `wait` for moves of them in flight, then makes those still
+  // running fail. kNotFound (nothing pinned) when an id is not live.
+  Result<PinResult> pin(std::span<const ObjectId> ids, std::span<PinnedObject> out, std::chrono::nanoseconds wait);
+  // Undoes pin() of the same ids. Ids no longer live are skipped.
+  void unpin(std::span<const ObjectId> ids);
+  // How many moves have given an object a new address (kNewAddress); lock-free. A caller that
+  // caches addresses refreshes them when this changes.
+  std::uint64_t relocations() const { return relocations_.load(std::memory_order_acquire); }
+  // Test hook: called in every move after the copy, before the commit; returning true makes the
+  // move fail as if the OS had refused it. Empty: none. Set it before moves run.
+  using MoveFailureHook = std::function<bool(ObjectId id, TierIndex to)>;
+  void set_move_failure_hook(MoveFailureHook hook);
 
   std::size_t tier_count() const { return tiers_.size(); }
   const Tier& tier(TierIndex index) const { return *tiers_.at(index); }
@@ -126,43 +222,71 @@ class ObjectAllocator {
   void set_release_observer(ReleaseObserver observer);
 
  private:
-  struct Chunk {  // shared pages of one group on one tier
+  // A range that moves as one: a large object's pages, or a group chunk.
+  struct Range {
     std::byte* base = nullptr;
+    std::size_t bytes = 0;
+    TierIndex tier = 0;   // placement
+    TierIndex owner = 0;  // whose mapping; freed there
+    ObjectTable::Slot slot = 0;
+    std::uint32_t pins = 0;
+    bool moving = false;
+    bool abort_move = false;    // a pin stopped waiting: the move in flight must fail
+    bool free_pending = false;  // freed while moving: released when the move ends
+  };
+  struct Chunk {  // shared pages of one group
+    Range range;
+    GroupId group = kDefaultGroup;
     std::size_t used_bytes = 0;  // bump offset
     std::size_t live = 0;        // live small objects in it
-    ObjectTable::Slot slot = 0;
+    std::uint64_t live_bytes = 0;
   };
   struct GroupState {
     std::vector<std::unique_ptr<Chunk>> chunks;
   };
   struct Live {
-    ObjectInfo info;
-    ObjectTable::Slot slot = 0;  // large objects: their own span
-    Chunk* chunk = nullptr;      // small objects: their chunk
+    ObjectInfo info;        // tier/owner/address of a small object follow its chunk
+    Range range;            // large objects: their own range
+    Chunk* chunk = nullptr;  // small objects: their chunk
+    Range& unit() { return chunk != nullptr ? chunk->range : range; }
+    const Range& unit() const { return chunk != nullptr ? chunk->range : range; }
+  };
+  struct CachedRange {
+    void* address = nullptr;
+    TierIndex owner = 0;
   };
   struct TierState {
-    std::multimap<std::size_t, void*> cache;  // reserved bytes -> range, freed for reuse
+    std::multimap<std::size_t, CachedRange> cache;  // reserved bytes -> range, freed for reuse
     TierUsage usage;
   };
 
-  // Takes `bytes` (whole pages) from tier `t`: a cached range of the same size, else a new one,
+  // Takes `bytes` (whole pages) on tier `t`: a cached range of the same size, else a new one,
   // releasing the tier's cache first if the budget demands. Caller holds mutex_.
-  Result<void*> take_range(TierIndex t, std::size_t bytes);
-  void give_back_range(TierIndex t, void* address, std::size_t bytes);
+  Result<CachedRange> take_range(TierIndex t, std::size_t bytes);
+  void give_back_range(TierIndex t, void* address, std::size_t bytes, TierIndex owner);
+  void release_range(TierIndex placement, TierIndex owner, void* address, std::size_t bytes);
   void release_cache_locked(TierIndex t);
-  Result<void*> place_small(Live& live, TierIndex t);
+  Status reserve_for_move(TierIndex t, std::size_t bytes);
+  Result<Range> place_small(Live& live, TierIndex t);
   Status no_room_error(std::string_view name, std::size_t bytes, TierIndex preferred) const;
+  ObjectInfo view(const Live& live) const;
+  void commit_move(ObjectId id, Live* live, Chunk* chunk, MoveMethod method, void* destination,
+                   MoveResult& result);
 
   std::vector<std::unique_ptr<Tier>> tiers_;
   ObjectTable table_;
   mutable std::mutex mutex_;
-  std::vector<TierState> tier_state_;                           // by TierIndex
-  std::unordered_map<const void*, Live> live_;                  // by start address
-  std::map<std::pair<GroupId, TierIndex>, GroupState> groups_;  // small-object chunks
+  std::condition_variable moved_or_unpinned_;  // a move ended, or pins were released
+  std::vector<TierState> tier_state_;          // by TierIndex
+  std::unordered_map<ObjectId, Live> live_;    // every live object, and any freed while moving
+  std::unordered_map<const void*, ObjectId> by_address_;        // live objects by start address
+  std::map<std::pair<GroupId, TierIndex>, GroupState> groups_;  // small-object chunks by placement
   ObjectId next_id_ = 1;
   std::uint64_t live_bytes_ = 0;
   std::uint64_t peak_live_bytes_ = 0;
+  std::atomic<std::uint64_t> relocations_{0};
   ReleaseObserver release_observer_;
+  MoveFailureHook move_failure_hook_;
 };
 
 }  // namespace tensortier

@@ -6,9 +6,13 @@
 // handed out (used) and their high-water mark (peak), and refuses an allocation that would pass
 // its budget. Caching and reuse of ranges belong to the ObjectAllocator above it, not here.
 //
+// Budget and mapping are two steps so that a move can reserve room at its destination before it
+// maps anything (reserve, then map_reserved) and release its source's budget without unmapping
+// (an in-place move hands the pages at an address to another tier; see ObjectAllocator::move).
+//
 // Ownership: the caller of allocate() owns the range until it passes it back to deallocate()
 // with the same size. A Tier must outlive every range it handed out.
-// Thread safety: allocate(), deallocate() and the accessors are safe to call concurrently.
+// Thread safety: every call is safe to call concurrently.
 #pragma once
 
 #include <atomic>
@@ -31,6 +35,27 @@ inline constexpr std::size_t kHugePageBytes = std::size_t{2} << 20;  // transpar
 constexpr std::size_t round_up(std::size_t bytes, std::size_t multiple) {
   return (bytes + multiple - 1) & ~(multiple - 1);
 }
+
+// How a tier makes its ranges, which decides how an object can move off it.
+enum class RangeKind {
+  kAnonymous,  // private anonymous mappings (mmap): dram, numa, emulated; freed with munmap, so
+               // another tier's pages may be remapped over them (the address stays)
+  kHeap,       // memory from a memkind heap (pmem directory, daxkmem): freed to that heap only
+};
+
+// A busy-until clock for an emulated tier's bandwidth: layer traffic and moves both reserve
+// time on it, so a copy into slow memory delays the layers that use slow memory at that moment.
+// Times are steady_clock nanoseconds. Thread-safe (one atomic).
+class BandwidthTimeline {
+ public:
+  // Reserves `duration_ns` that start no earlier than `earliest_start_ns` nor before the end of
+  // every earlier reservation; returns the end of the reserved interval.
+  std::uint64_t reserve(std::uint64_t earliest_start_ns, std::uint64_t duration_ns);
+  std::uint64_t busy_until_ns() const { return busy_until_ns_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<std::uint64_t> busy_until_ns_{0};
+};
 
 class Tier {
  public:
@@ -55,18 +80,30 @@ class Tier {
   // Returns a range from allocate(); `bytes` must be the size it was allocated with.
   void deallocate(void* address, std::size_t bytes);
 
-  // One line for people: "fast: dram (memkind MEMKIND_DEFAULT), budget 8.00 GiB".
+  // The two halves of allocate() and deallocate(), for moves. reserve() takes `bytes` of budget
+  // or fails with kOutOfMemory (counters unchanged); unreserve() gives budget back.
+  Status reserve(std::size_t bytes);
+  void unreserve(std::size_t bytes);
+  // Maps a range for budget already reserved. On failure the reservation stays (unreserve it).
+  Result<void*> map_reserved(std::size_t bytes, std::size_t alignment = kPageBytes);
+  // Unmaps a range this tier mapped, leaving the budget counters alone.
+  void unmap_range(void* address, std::size_t bytes) { unmap(address, bytes); }
+
+  virtual RangeKind range_kind() const = 0;
+  // One line for people: "fast: dram (anonymous mappings, default NUMA policy), budget 8.00 GiB".
   virtual std::string describe() const;
   // The NUMA node this tier binds its memory to, where it binds to one.
   virtual std::optional<int> numa_node() const { return std::nullopt; }
   // The slow-memory cost model of an emulated tier; nullptr for real memory.
   virtual const CostModel* cost_model() const { return nullptr; }
+  // The bandwidth timeline that charges for an emulated tier; nullptr for real memory.
+  virtual BandwidthTimeline* timeline() const { return nullptr; }
 
  protected:
   // Backend hooks, called with the budget already reserved. Must be thread-safe.
   virtual Result<void*> map(std::size_t bytes, std::size_t alignment) = 0;
   virtual void unmap(void* address, std::size_t bytes) = 0;
-  // Backend words for describe(), e.g. "memkind MEMKIND_DEFAULT".
+  // Backend words for describe(), e.g. "memkind MEMKIND_DAX_KMEM".
   virtual std::string backend() const = 0;
 
  private:

@@ -3,7 +3,7 @@
 //   spec  := entry ("," entry)*
 //   entry := NAME "=" KIND (":" ARG)*
 //   KIND and its ARGs:
-//     dram[:SIZE]               DRAM through memkind MEMKIND_DEFAULT
+//     dram[:SIZE]               DRAM: plain anonymous mappings under the default NUMA policy
 //     numa:NODE[:SIZE]          memory bound to NUMA node NODE (libnuma mbind; move_pages-able)
 //     daxkmem[:SIZE]            a CPU-less KMEM DAX node through memkind MEMKIND_DAX_KMEM
 //     pmem:DIR[:SIZE]           a file-backed memkind kind on DIR (Optane App Direct, DAX fs)

@@ -34,6 +34,7 @@ std::string_view to_string(LifetimeClass c);
 
 struct ObjectProfile {
   ObjectId id = 0;
+  ObjectKey key = 0;  // the same in every step of this signature: what a plan names it by
   std::string name;
   std::uint64_t bytes = 0;
   std::uint64_t reserved_bytes = 0;  // whole pages it owns; 0 for a small object in a group chunk
@@ -71,6 +72,7 @@ struct LayerProfile {
   std::uint32_t index = 0;
   std::uint64_t duration_ns = 0;             // wall time in the profiled step (with its faults)
   std::uint64_t unprofiled_duration_ns = 0;  // the same layer in the step before (0: unknown)
+  std::uint64_t emulated_charge_ns = 0;      // of duration_ns, charged for emulated slow memory
   std::vector<ObjectId> declared_reads;      // what the program said at layer_begin
   std::vector<ObjectId> declared_writes;
   std::vector<SpanAccessProfile> accesses;         // what it touched (page protection)
@@ -99,6 +101,8 @@ struct StepProfile {
   std::vector<std::string> notes;                 // what the profile could not do, and why
 
   const ObjectProfile* object(ObjectId id) const;
+  // Keys of the objects in id order (the allocation order): the same for every step of one kind.
+  std::vector<ObjectKey> keys() const;
 };
 
 // Classifies an object from its lifetime in a step of `layer_count` layers.

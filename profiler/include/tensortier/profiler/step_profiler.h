@@ -1,5 +1,6 @@
 // StepProfiler: records one training step into a StepProfile. The runtime creates one for the
-// step it chose to profile and forwards its events: allocations and frees, layer begin and end.
+// step it chose to profile and attaches it as a StepObserver for that step: allocations and
+// frees, layer begin and end.
 //
 // At every layer boundary the profiler ends the tracker's interval (FaultTracker::collect: what
 // the host code since the last boundary, or the layer just ended, touched) and so re-protects
@@ -28,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "tensortier/allocator/step_observer.h"
 #include "tensortier/profiler/counters.h"
 #include "tensortier/profiler/fault_tracker.h"
 #include "tensortier/profiler/step_profile.h"
@@ -57,7 +59,7 @@ struct ProfileOptions {
 // [0, 1]. Errors (kInvalidArgument) name the bad value.
 Status validate(const ProfileOptions& options);
 
-class StepProfiler {
+class StepProfiler final : public StepObserver {
  public:
   // Installs the fault tracker and protects every span of the live objects (object, span of it).
   // Errors: another profile is in progress (kFailedPrecondition), a bad option (kInvalidArgument).
@@ -66,20 +68,18 @@ class StepProfiler {
                                                      std::uint64_t step,
                                                      const std::vector<std::pair<ObjectInfo, SpanView>>& live,
                                                      Counters* counters);
-  ~StepProfiler();
+  ~StepProfiler() override;
   StepProfiler(const StepProfiler&) = delete;
   StepProfiler& operator=(const StepProfiler&) = delete;
 
-  // `span`: the object's own span, or its group chunk for a small object.
-  void on_allocate(const ObjectInfo& object, const SpanView& span);
-  // Call before the object's memory is freed: its own span is unprotected first.
-  void on_free(ObjectId id, const SpanView& span);
-  // Call before memory goes back to its tier (ObjectAllocator's release observer): unprotects it.
-  void on_release(const SpanView& span);
-  void on_layer_begin(std::string_view name, std::span<const ObjectId> reads,
-                      std::span<const ObjectId> writes, std::uint64_t allocator_live_bytes,
-                      std::uint64_t unprofiled_duration_ns);
-  void on_layer_end(std::uint64_t duration_ns);
+  // StepObserver. `span`: the object's own span, or its group chunk for a small object.
+  void on_allocate(const ObjectInfo& object, const SpanView& span) override;
+  // Before the object's memory is freed: its own span is unprotected first.
+  void on_free(ObjectId id, const SpanView& span) override;
+  // Before memory goes back to its tier (ObjectAllocator's release observer): unprotects it.
+  void on_release(const SpanView& span) override;
+  void on_layer_begin(const LayerEvent& event) override;
+  void on_layer_end(const LayerEndEvent& event) override;
   // Ends the profile: unprotects everything and returns it.
   StepProfile finish(std::uint64_t signature, std::uint64_t duration_ns,
                      std::uint64_t allocator_peak_live_bytes);

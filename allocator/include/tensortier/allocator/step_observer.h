@@ -1,0 +1,68 @@
+// StepObserver: the events of training steps, as the runtime sends them to whoever attaches —
+// the profiler while it records a step, the migrator while it runs a plan. The runtime is where
+// they meet; it knows them only through this interface.
+//
+// It lives in allocator/ (the bottom layer) so that every layer above can implement it without
+// depending upward.
+//
+// Who calls what, and from where:
+//   - on_step_begin/end, on_layer_begin/end: the training thread, in order;
+//   - on_allocate, on_free: any thread that allocates or frees (the runtime serializes them);
+//   - on_release: under the allocator's lock, from whichever call releases memory; it must not
+//     call the allocator;
+//   - on_move: the thread that moved the object, after the move committed.
+// An observer must not call back into the runtime's step or layer marks.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "tensortier/allocator/object_allocator.h"
+
+namespace tensortier {
+
+// A layer as its observers see it at layer_begin.
+struct LayerEvent {
+  std::string_view name;
+  std::uint32_t index = 0;  // position in its step, from 0
+  std::span<const ObjectId> reads;
+  std::span<const ObjectId> writes;
+  std::span<const ObjectKey> read_keys;   // keys of `reads`, in the same order
+  std::span<const ObjectKey> write_keys;  // keys of `writes`
+  std::uint64_t live_bytes = 0;             // the allocator's live bytes at layer_begin
+  std::uint64_t previous_duration_ns = 0;   // the same layer in the previous step (0: unknown)
+};
+
+// A layer as its observers see it at layer_end.
+struct LayerEndEvent {
+  std::uint32_t index = 0;
+  std::uint64_t duration_ns = 0;          // wall time between layer_begin and layer_end, charge included
+  std::uint64_t emulated_charge_ns = 0;   // of which the emulated slow tier's charge
+  std::uint64_t slow_bytes_read = 0;      // declared reads of objects on an emulated tier
+  std::uint64_t slow_bytes_written = 0;   // declared writes of objects on an emulated tier
+};
+
+struct StepEndEvent {
+  std::uint64_t step = 0;
+  std::uint64_t signature = 0;  // layer names and argument sizes (the kind of step)
+  std::uint64_t duration_ns = 0;
+};
+
+class StepObserver {
+ public:
+  virtual ~StepObserver() = default;
+  virtual void on_step_begin(std::uint64_t /*step*/) {}
+  virtual void on_step_end(const StepEndEvent& /*event*/) {}
+  virtual void on_layer_begin(const LayerEvent& /*event*/) {}
+  virtual void on_layer_end(const LayerEndEvent& /*event*/) {}
+  // `span`: the object's own span, or its group chunk for a small object.
+  virtual void on_allocate(const ObjectInfo& /*object*/, const SpanView& /*span*/) {}
+  // Before the object's memory is freed.
+  virtual void on_free(ObjectId /*id*/, const SpanView& /*span*/) {}
+  // Before memory goes back to its tier (ObjectAllocator's release observer).
+  virtual void on_release(const SpanView& /*span*/) {}
+  virtual void on_move(const MoveResult& /*move*/) {}
+};
+
+}  // namespace tensortier
