@@ -20,17 +20,30 @@ void free_tensor_memory(Runtime* runtime, void* address) {
 }
 }  // namespace
 
+void* Tensor::address() const {
+  if (runtime_ != nullptr && address_ != nullptr) {
+    const std::uint64_t now = runtime_->relocations();
+    if (now != relocations_seen_) {
+      if (Result<void*> current = runtime_->address_of(id_); current) address_ = current.value();
+      relocations_seen_ = now;
+    }
+  }
+  return address_;
+}
+
 Tensor::~Tensor() {
-  free_tensor_memory(runtime_, address_);
+  free_tensor_memory(runtime_, address());
 }
 
 Tensor& Tensor::operator=(Tensor&& other) noexcept {
   if (this != &other) {
-    free_tensor_memory(runtime_, address_);
+    free_tensor_memory(runtime_, address());
     runtime_ = std::exchange(other.runtime_, nullptr);
     desc_ = other.desc_;
     name_ = std::move(other.name_);
+    id_ = std::exchange(other.id_, 0);
     address_ = std::exchange(other.address_, nullptr);
+    relocations_seen_ = other.relocations_seen_;
   }
   return *this;
 }
@@ -49,9 +62,11 @@ Result<Tensor> Engine::allocate(std::string_view name, const dnnl::memory::desc&
   const std::size_t bytes = desc.get_size();
   Tensor tensor;
   if (runtime_ != nullptr) {
+    tensor.relocations_seen_ = runtime_->relocations();
     auto object = runtime_->allocate(name, bytes, group);
     if (!object) return object.status();
     tensor.address_ = object->address;
+    tensor.id_ = object->id;
   } else {
     tensor.address_ = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
     if (tensor.address_ == nullptr)
@@ -68,25 +83,52 @@ void Engine::release(Tensor& tensor) {
   Tensor dropped = std::move(tensor);  // its destructor frees the object
 }
 
-Status Engine::run(std::string_view layer, const dnnl::primitive& primitive, const std::vector<Arg>& reads,
-                   const std::vector<Arg>& writes) {
-  std::vector<const void*> read_addresses, write_addresses;
-  std::unordered_map<int, dnnl::memory> args;
+Status Engine::bind(std::string_view layer, const dnnl::primitive& primitive, const std::vector<Arg>& reads,
+                    const std::vector<Arg>& writes, std::unordered_map<int, dnnl::memory>** args) {
+  ids_.clear();
   for (const auto* list : {&reads, &writes}) {
     for (const auto& [index, tensor] : *list) {
       if (tensor == nullptr || tensor->empty()) {
         return invalid_argument(fmt::format("layer '{}': argument {} has no tensor", layer, index));
       }
-      // Addresses are bound now, not when the primitive was built: objects may have moved.
-      args.insert_or_assign(index, dnnl::memory(tensor->desc(), engine_, tensor->address()));
-      (list == &reads ? read_addresses : write_addresses).push_back(tensor->address());
+      ids_.push_back(tensor->id());
     }
   }
+  addresses_.assign(ids_.size(), nullptr);
   if (runtime_ != nullptr) {
-    if (Status s = runtime_->layer_begin(layer, read_addresses, write_addresses); !s.is_ok()) return s;
+    // Pins the objects and gives their addresses now: objects may have moved since the last step.
+    TENSORTIER_RETURN_IF_ERROR(runtime_->layer_begin(layer, std::span<const ObjectId>(ids_.data(), reads.size()),
+                                                     std::span<const ObjectId>(ids_.data() + reads.size(), writes.size()),
+                                                     addresses_));
+  } else {
+    std::size_t i = 0;
+    for (const auto* list : {&reads, &writes}) {
+      for (const auto& [index, tensor] : *list) addresses_[i++] = tensor->address();
+    }
   }
+  auto& memories = bound_[primitive.get()].memories;
+  std::size_t i = 0;
+  for (const auto* list : {&reads, &writes}) {
+    for (const auto& [index, tensor] : *list) {
+      void* address = addresses_[i++];
+      auto it = memories.find(index);
+      if (it == memories.end() || it->second.get_desc() != tensor->desc()) {
+        memories.insert_or_assign(index, dnnl::memory(tensor->desc(), engine_, address));
+      } else {
+        it->second.set_data_handle(address);
+      }
+    }
+  }
+  *args = &memories;
+  return Status::ok();
+}
+
+Status Engine::run(std::string_view layer, const dnnl::primitive& primitive, const std::vector<Arg>& reads,
+                   const std::vector<Arg>& writes) {
+  std::unordered_map<int, dnnl::memory>* args = nullptr;
+  TENSORTIER_RETURN_IF_ERROR(bind(layer, primitive, reads, writes, &args));
   try {
-    primitive.execute(stream_, args);
+    primitive.execute(stream_, *args);
     stream_.wait();
   } catch (const dnnl::error& e) {
     if (runtime_ != nullptr) (void)runtime_->layer_end();
@@ -111,14 +153,18 @@ Status Engine::reorder_now(const dnnl::memory::desc& from, const void* src, cons
 
 Status Engine::host_layer(std::string_view layer, const std::vector<const Tensor*>& reads,
                           const std::vector<const Tensor*>& writes, const std::function<void()>& body) {
-  std::vector<const void*> read_addresses, write_addresses;
-  for (const Tensor* t : reads) read_addresses.push_back(t->address());
-  for (const Tensor* t : writes) write_addresses.push_back(t->address());
   if (runtime_ == nullptr) {
     body();
     return Status::ok();
   }
-  if (Status s = runtime_->layer_begin(layer, read_addresses, write_addresses); !s.is_ok()) return s;
+  ids_.clear();
+  for (const Tensor* t : reads) ids_.push_back(t->id());
+  for (const Tensor* t : writes) ids_.push_back(t->id());
+  addresses_.assign(ids_.size(), nullptr);
+  // The body reaches the tensors through Tensor::address(), current while they are pinned.
+  TENSORTIER_RETURN_IF_ERROR(runtime_->layer_begin(layer, std::span<const ObjectId>(ids_.data(), reads.size()),
+                                                   std::span<const ObjectId>(ids_.data() + reads.size(), writes.size()),
+                                                   addresses_));
   body();
   return runtime_->layer_end();
 }

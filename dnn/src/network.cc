@@ -86,8 +86,10 @@ Result<StepResult> Network::loss(Engine& engine, const Batch& batch, bool with_g
   if (with_gradient) writes.push_back(&last_node.diff);
   TENSORTIER_RETURN_IF_ERROR(engine.host_layer("loss", {&logits, &batch.labels}, writes, [&] {
     double total = 0;
+    const float* all_logits = logits.data();
+    float* all_diff = with_gradient ? last_node.diff.data() : nullptr;
     for (std::size_t i = 0; i < n; ++i) {
-      const float* row = logits.data() + i * classes;
+      const float* row = all_logits + i * classes;
       const float top = *std::max_element(row, row + classes);
       double sum = 0;
       for (std::size_t c = 0; c < classes; ++c) sum += std::exp(static_cast<double>(row[c] - top));
@@ -98,7 +100,7 @@ Result<StepResult> Network::loss(Engine& engine, const Batch& batch, bool with_g
         ++result.correct;
       }
       if (with_gradient) {
-        float* d = last_node.diff.data() + i * classes;
+        float* d = all_diff + i * classes;
         for (std::size_t c = 0; c < classes; ++c) {
           const double p = std::exp(static_cast<double>(row[c]) - log_sum);
           d[c] = static_cast<float>((p - (static_cast<std::size_t>(labels[i]) == c ? 1.0 : 0.0)) /
@@ -144,7 +146,9 @@ Status Network::backward(Engine& engine) {
       const Tensor& more = fresh[k];
       TENSORTIER_RETURN_IF_ERROR(
           engine.host_layer(source.layer->name() + ".grad_sum", {&sum, &more}, {&sum}, [&] {
-            for (std::size_t e = 0; e < sum.elements(); ++e) sum.data()[e] += more.data()[e];
+            float* to = sum.data();
+            const float* from = more.data();
+            for (std::size_t e = 0, n = sum.elements(); e < n; ++e) to[e] += from[e];
           }));
     }
     engine.release(node.output);

@@ -56,6 +56,22 @@ tt_status tt_free(tt_runtime* runtime, void* address) {
   return report(runtime->runtime->free(address));
 }
 
+tt_status tt_move(tt_runtime* runtime, const void* address, uint32_t tier, void** out) {
+  if (runtime == nullptr) return null_argument("tt_move");
+  auto moved = runtime->runtime->move(address, tier);
+  if (!moved) return report(moved.status());
+  if (out != nullptr) *out = moved->address;
+  return report(tensortier::Status::ok());
+}
+
+tt_status tt_object_tier(const tt_runtime* runtime, const void* address, uint32_t* out) {
+  if (runtime == nullptr || out == nullptr) return null_argument("tt_object_tier");
+  auto info = runtime->runtime->object(address);
+  if (!info) return report(info.status());
+  *out = info->tier;
+  return report(tensortier::Status::ok());
+}
+
 tt_status tt_step_begin(tt_runtime* runtime) {
   if (runtime == nullptr) return null_argument("tt_step_begin");
   return report(runtime->runtime->step_begin());

@@ -4,6 +4,7 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <chrono>
 #include <cstdlib>
@@ -116,10 +117,7 @@ Runtime::Runtime(std::vector<std::unique_ptr<Tier>> tiers, std::string spec, std
       tier_charge_ns_(allocator_.tier_count(), 0),
       profile_options_(std::move(profile_options)) {
   // Called under the allocator's lock: observers_mutex_ is the last lock taken anywhere.
-  allocator_.set_release_observer([this](const SpanView& span) {
-    std::lock_guard lock(observers_mutex_);
-    for (StepObserver* o : observers_) o->on_release(span);
-  });
+  allocator_.set_release_observer([this](const SpanView& span) { notify([&](StepObserver& o) { o.on_release(span); }); });
 }
 
 Runtime::~Runtime() {
@@ -130,15 +128,28 @@ Runtime::~Runtime() {
   }
 }
 
+// Delivers an event to a copy of the observer list taken under observers_mutex_, so an observer
+// may call the runtime (move(), allocate()) from its callback.
 template <typename Event>
 void Runtime::notify(Event&& event) {
-  std::lock_guard lock(observers_mutex_);
-  for (StepObserver* o : observers_) event(*o);
+  std::array<StepObserver*, kMaxObservers> list{};
+  std::size_t count = 0;
+  {
+    std::lock_guard lock(observers_mutex_);
+    count = observers_.size();
+    std::copy(observers_.begin(), observers_.end(), list.begin());
+  }
+  for (std::size_t i = 0; i < count; ++i) event(*list[i]);
 }
 
-void Runtime::add_observer(StepObserver* observer) {
+Status Runtime::add_observer(StepObserver* observer) {
   std::lock_guard lock(observers_mutex_);
-  if (std::find(observers_.begin(), observers_.end(), observer) == observers_.end()) observers_.push_back(observer);
+  if (std::find(observers_.begin(), observers_.end(), observer) != observers_.end()) return Status::ok();
+  if (observers_.size() == kMaxObservers) {
+    return failed_precondition(fmt::format("add_observer: {} observers are attached already, the most there may be", kMaxObservers));
+  }
+  observers_.push_back(observer);
+  return Status::ok();
 }
 
 void Runtime::remove_observer(StepObserver* observer) {
@@ -259,7 +270,7 @@ void Runtime::start_profile() {
     return;
   }
   profiler_ = std::move(started).value();
-  add_observer(profiler_.get());
+  if (Status s = add_observer(profiler_.get()); !s.is_ok()) spdlog::warn("step profile: {}", s.message());
 }
 
 void Runtime::finish_profile(std::uint64_t step_duration_ns) {

@@ -127,6 +127,8 @@ class Runtime {
   Status free(const void* address);
   Result<ObjectInfo> object(const void* address) const { return allocator_.info(address); }
   Result<ObjectInfo> object(ObjectId id) const { return allocator_.info_by_id(id); }
+  // Every live object, in no particular order.
+  std::vector<ObjectInfo> objects() const { return allocator_.objects(); }
   // The object's current address (a move to a memkind heap tier gives it a new one).
   Result<void*> address_of(ObjectId id) const;
   // Moves an object (a small one: its chunk) to tier `to`; see ObjectAllocator::move. Also
@@ -163,8 +165,11 @@ class Runtime {
   std::uint64_t steps_completed() const { return steps_completed_.load(std::memory_order_acquire); }
 
   // Attaches an observer of steps, layers, allocations, frees and moves (the runtime does not own
-  // it; remove it before destroying it). Training thread, between steps.
-  void add_observer(StepObserver* observer);
+  // it; remove it before destroying it). Training thread, between steps. An observer may call
+  // the runtime from its callbacks, except on_release (under the allocator's lock). Errors:
+  // kMaxObservers attached already (kFailedPrecondition).
+  static constexpr std::size_t kMaxObservers = 8;
+  Status add_observer(StepObserver* observer);
   void remove_observer(StepObserver* observer);
   // Layers of the last completed step, in order.
   const std::vector<LayerRecord>& last_step_layers() const { return last_step_; }
@@ -218,8 +223,7 @@ class Runtime {
   std::uint64_t last_signature_ = 0;  // of the last completed step
   std::uint64_t run_length_ = 0;      // completed steps in a row with last_signature_
 
-  // Observers. observers_mutex_ guards the list and is held while events are delivered; it is
-  // taken last (under the allocator's lock for on_release), so observers never call the runtime.
+  // Observers. observers_mutex_ guards the list only (events go to a copy); it is taken last.
   std::mutex observers_mutex_;
   std::vector<StepObserver*> observers_;
   // Held across an allocation or free and its event, and while a profile starts, so the profiler

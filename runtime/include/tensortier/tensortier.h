@@ -58,6 +58,15 @@ tt_status tt_layer_begin(tt_runtime* runtime, const char* name, const void* cons
                          const void* const* writes, size_t write_count);
 tt_status tt_layer_end(tt_runtime* runtime);
 
+/* Moves the object starting at `address` (a small one: its whole 64 KiB chunk) to tier `tier`
+ * (0 = fastest). *out (may be NULL) receives its address afterwards: the same address where the
+ * two tiers move in place (dram, numa, emulated), a new one where a memkind heap tier (pmem,
+ * daxkmem) is involved. On failure the object is where it was, bytes intact. Thread-safe; not
+ * while a layer that declared the object runs (the move waits for it). */
+tt_status tt_move(tt_runtime* runtime, const void* address, uint32_t tier, void** out);
+/* The tier the object starting at `address` is placed on now. */
+tt_status tt_object_tier(const tt_runtime* runtime, const void* address, uint32_t* out);
+
 size_t tt_tier_count(const tt_runtime* runtime);
 tt_status tt_tier_stats_get(const tt_runtime* runtime, size_t tier, tt_tier_stats* out);
 

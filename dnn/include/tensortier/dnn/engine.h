@@ -3,10 +3,13 @@
 //
 // Every buffer the training engine uses (activations, weights, gradients, workspaces,
 // scratchpads, optimizer state) is a Tensor: a runtime object with a name and a lifetime group,
-// plus the oneDNN memory descriptor that says how its bytes are laid out. run() executes one
-// primitive as one runtime layer: it marks the layer with exactly the objects the primitive reads
-// and writes, and binds each argument's address at that moment (memory::set_data_handle), so an
-// object may move between layers.
+// plus the oneDNN memory descriptor that says how its bytes are laid out. A Tensor knows its
+// object by id; its address is the runtime's current one (refreshed whenever the runtime reports
+// that a move gave some object a new address). run() executes one primitive as one runtime
+// layer: it marks the layer with exactly the objects the primitive reads and writes (which pins
+// them), takes their addresses from layer_begin, and rebinds the primitive's memory arguments to
+// them (memory::set_data_handle on one dnnl::memory per primitive argument, made once), so an
+// object may move between layers. Host code reads and writes tensors inside host_layer.
 //
 // Ownership: an Engine borrows the Runtime (which must outlive it), or has none (the baseline). A Tensor owns
 // its object: Engine::release() frees it; a Tensor still holding an object at destruction frees it too.
@@ -19,6 +22,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -53,7 +57,9 @@ class Tensor {
   bool empty() const { return address_ == nullptr; }
   const dnnl::memory::desc& desc() const { return desc_; }
   const std::string& name() const { return name_; }
-  void* address() const { return address_; }
+  ObjectId id() const { return id_; }  // 0 for plain memory
+  // The object's current address (looked up again only after a move gave some object a new one).
+  void* address() const;
   float* data() const { return static_cast<float*>(address_); }
   std::size_t bytes() const { return desc_.get_size(); }
   std::size_t elements() const { return bytes() / sizeof(float); }
@@ -64,7 +70,9 @@ class Tensor {
   Runtime* runtime_ = nullptr;  // the owner of its object; null for plain memory (std::free)
   dnnl::memory::desc desc_;
   std::string name_;
-  void* address_ = nullptr;
+  ObjectId id_ = 0;
+  mutable void* address_ = nullptr;           // current as of relocations_seen_
+  mutable std::uint64_t relocations_seen_ = 0;  // Runtime::relocations() when address_ was read
 };
 
 // One primitive argument: oneDNN's argument index and the tensor bound to it.
@@ -106,9 +114,20 @@ class Engine {
  private:
   explicit Engine(Runtime* runtime);
 
+  // The memory arguments of each primitive, made once and rebound to the tensors' addresses at
+  // every run (keyed by the primitive's handle, which lives as long as its layer).
+  struct BoundArgs {
+    std::unordered_map<int, dnnl::memory> memories;
+  };
+  Status bind(std::string_view layer, const dnnl::primitive& primitive, const std::vector<Arg>& reads,
+              const std::vector<Arg>& writes, std::unordered_map<int, dnnl::memory>** args);
+
   Runtime* runtime_;  // null: plain allocation, no marks
   dnnl::engine engine_;
   dnnl::stream stream_;
+  std::unordered_map<const void*, BoundArgs> bound_;
+  std::vector<ObjectId> ids_;       // scratch of run() and host_layer()
+  std::vector<void*> addresses_;    // scratch of run() and host_layer()
 };
 
 }  // namespace tensortier::dnn

@@ -1,0 +1,544 @@
+// Objects that move: every direction between every tier kind this machine has, failures that
+// leave the object intact, frees and pins racing moves, keys, observers, the emulated charge,
+// and a mover thread racing the training thread (also under ThreadSanitizer: label "threaded").
+#include <sys/mman.h>
+
+#include <atomic>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <thread>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "tensortier/runtime.h"
+#include "tensortier/tensortier.h"
+#include "test_util.h"
+
+namespace tensortier {
+namespace {
+
+using testing::TempDir;
+
+std::unique_ptr<ObjectAllocator> allocator_for(const std::string& spec) {
+  auto configs = parse_tier_spec(spec);
+  EXPECT_TRUE(configs) << configs.status().to_string();
+  std::vector<std::unique_ptr<Tier>> tiers;
+  for (const TierConfig& c : configs.value()) {
+    auto tier = open_tier(c);
+    EXPECT_TRUE(tier) << tier.status().to_string();
+    if (!tier) return nullptr;
+    tiers.push_back(std::move(tier).value());
+  }
+  return std::make_unique<ObjectAllocator>(std::move(tiers));
+}
+
+void fill(void* p, std::size_t bytes, unsigned seed) {
+  auto* b = static_cast<unsigned char*>(p);
+  for (std::size_t i = 0; i < bytes; ++i) b[i] = static_cast<unsigned char>((i * 131 + seed) >> 3);
+}
+bool holds(const void* p, std::size_t bytes, unsigned seed) {
+  const auto* b = static_cast<const unsigned char*>(p);
+  for (std::size_t i = 0; i < bytes; ++i) {
+    if (b[i] != static_cast<unsigned char>((i * 131 + seed) >> 3)) return false;
+  }
+  return true;
+}
+
+// The four kinds of tier this machine can open: dram, numa:0, emulated, pmem on a directory.
+std::string all_kinds_spec(const TempDir& dir) {
+  return fmt::format("d=dram:256MiB,n=numa:0:256MiB,e=emulated:cxl:256MiB,p=pmem:{}:256MiB", dir.path());
+}
+
+TEST(Move, EveryDirectionBetweenEveryTierKindKeepsTheBytes) {
+  TempDir dir;
+  auto alloc = allocator_for(all_kinds_spec(dir));
+  ASSERT_NE(alloc, nullptr);
+  const std::size_t n = alloc->tier_count();
+  for (TierIndex from = 0; from < n; ++from) {
+    for (TierIndex to = 0; to < n; ++to) {
+      if (from == to) continue;
+      for (std::size_t bytes : {std::size_t{5000}, std::size_t{3} << 20}) {
+        SCOPED_TRACE(fmt::format("{} -> {}, {} bytes", alloc->tier(from).name(), alloc->tier(to).name(), bytes));
+        auto obj = alloc->allocate("x", bytes, kDefaultGroup, from);
+        ASSERT_TRUE(obj) << obj.status().to_string();
+        ASSERT_EQ(obj->tier, from);
+        fill(obj->address, bytes, from * 7 + to);
+        const auto before = alloc->usage();
+        auto moved = alloc->move(obj->id, to);
+        ASSERT_TRUE(moved) << moved.status().to_string();
+        EXPECT_TRUE(moved->moved);
+        const MoveMethod method = alloc->move_method(from, to);
+        EXPECT_EQ(moved->method, method);
+        if (method == MoveMethod::kNewAddress) {
+          EXPECT_NE(moved->address, obj->address);
+        } else {
+          EXPECT_EQ(moved->address, obj->address);
+        }
+        EXPECT_TRUE(holds(moved->address, bytes, from * 7 + to));
+        auto info = alloc->info_by_id(obj->id);
+        ASSERT_TRUE(info);
+        EXPECT_EQ(info->tier, to);
+        EXPECT_EQ(info->address, moved->address);
+        EXPECT_EQ(info->key, obj->key);
+        SpanView span;
+        ASSERT_TRUE(alloc->lookup(moved->address, &span));
+        EXPECT_EQ(span.tier, to);
+        EXPECT_EQ(span.id, obj->id);
+        const auto after = alloc->usage();
+        const std::size_t reserved = round_up(bytes, kPageBytes);
+        // Budgets follow placement: the bytes left `from` and arrived on `to`.
+        EXPECT_EQ(after[to].mapped_bytes, before[to].mapped_bytes + reserved);
+        EXPECT_EQ(after[to].live_bytes, before[to].live_bytes + bytes);
+        EXPECT_EQ(after[from].live_bytes, before[from].live_bytes - bytes);
+        if (method == MoveMethod::kNewAddress) {
+          EXPECT_EQ(after[from].cached_bytes, before[from].cached_bytes + reserved);  // old range kept for reuse
+        } else {
+          EXPECT_EQ(after[from].mapped_bytes, before[from].mapped_bytes - reserved);
+        }
+        EXPECT_EQ(after[to].moves_in, before[to].moves_in + 1);
+        EXPECT_EQ(after[from].moves_out, before[from].moves_out + 1);
+        EXPECT_EQ(after[to].bytes_moved_in, before[to].bytes_moved_in + reserved);
+        // Freed where it is placed now, and its range serves the next object there.
+        ASSERT_TRUE(alloc->free(moved->address).is_ok());
+        EXPECT_EQ(alloc->usage()[to].cached_bytes, after[to].cached_bytes + reserved);
+        auto next = alloc->allocate("y", bytes, kDefaultGroup, to);
+        ASSERT_TRUE(next);
+        EXPECT_EQ(next->tier, to);
+        EXPECT_EQ(alloc->usage()[to].reused_ranges, after[to].reused_ranges + 1);
+        fill(next->address, bytes, 3);
+        EXPECT_TRUE(holds(next->address, bytes, 3));
+        ASSERT_TRUE(alloc->free(next->address).is_ok());
+      }
+    }
+  }
+  alloc->release_cache();
+  for (const TierUsage& u : alloc->usage()) EXPECT_EQ(u.mapped_bytes, 0u) << u.name;
+}
+
+TEST(Move, MethodsFollowTheTierKinds) {
+  TempDir dir;
+  auto alloc = allocator_for(all_kinds_spec(dir));
+  ASSERT_NE(alloc, nullptr);
+  EXPECT_EQ(alloc->move_method(0, 2), MoveMethod::kRemap);       // dram -> emulated: in place
+  EXPECT_EQ(alloc->move_method(1, 0), MoveMethod::kRemap);       // numa -> dram
+  EXPECT_EQ(alloc->move_method(0, 3), MoveMethod::kNewAddress);  // to a memkind heap
+  EXPECT_EQ(alloc->move_method(3, 2), MoveMethod::kNewAddress);
+  EXPECT_EQ(alloc->move_method(2, 2), MoveMethod::kNone);
+  auto numa = allocator_for("a=numa:0:64MiB,b=numa:0:64MiB");
+  ASSERT_NE(numa, nullptr);
+  EXPECT_EQ(numa->move_method(0, 1), MoveMethod::kMovePages);
+}
+
+TEST(Move, OwnerStaysWithMovePagesAndFollowsTheMappingWithRemap) {
+  auto alloc = allocator_for("a=numa:0:64MiB,b=numa:0:64MiB,c=dram:64MiB");
+  ASSERT_NE(alloc, nullptr);
+  auto obj = alloc->allocate("x", 1 << 20);
+  ASSERT_TRUE(obj);
+  ASSERT_TRUE(alloc->move(obj->id, 1));
+  EXPECT_EQ(alloc->info_by_id(obj->id)->owner, 0u);  // same mapping, pages moved
+  EXPECT_EQ(alloc->info_by_id(obj->id)->tier, 1u);
+  EXPECT_EQ(alloc->usage()[0].mapped_bytes, 0u);
+  EXPECT_EQ(alloc->usage()[1].mapped_bytes, std::uint64_t{1} << 20);
+  ASSERT_TRUE(alloc->move(obj->id, 2));
+  EXPECT_EQ(alloc->info_by_id(obj->id)->owner, 2u);  // c's mapping now sits at the address
+  ASSERT_TRUE(alloc->free(obj->address).is_ok());
+  alloc->release_cache();
+  for (const TierUsage& u : alloc->usage()) EXPECT_EQ(u.mapped_bytes, 0u) << u.name;
+}
+
+TEST(Move, InjectedFailureLeavesEverythingAsItWas) {
+  TempDir dir;
+  auto alloc = allocator_for(all_kinds_spec(dir));
+  ASSERT_NE(alloc, nullptr);
+  alloc->set_move_failure_hook([](ObjectId, TierIndex) { return true; });
+  for (TierIndex to : {1U, 2U, 3U}) {
+    auto obj = alloc->allocate("x", 1 << 20);
+    ASSERT_TRUE(obj);
+    fill(obj->address, 1 << 20, 9);
+    const auto before = alloc->usage();
+    auto moved = alloc->move(obj->id, to);
+    ASSERT_FALSE(moved);
+    EXPECT_NE(moved.status().message().find("injected failure; it stays on 'd'"), std::string::npos)
+        << moved.status().message();
+    EXPECT_TRUE(holds(obj->address, 1 << 20, 9));
+    EXPECT_EQ(alloc->info_by_id(obj->id)->tier, 0u);
+    const auto after = alloc->usage();
+    for (std::size_t t = 0; t < after.size(); ++t) {
+      EXPECT_EQ(after[t].mapped_bytes, before[t].mapped_bytes) << t;
+      EXPECT_EQ(after[t].live_bytes, before[t].live_bytes) << t;
+      EXPECT_EQ(after[t].in_flight_bytes, 0u);
+    }
+    EXPECT_EQ(after[to].failed_moves, before[to].failed_moves + 1);
+    ASSERT_TRUE(alloc->free(obj->address).is_ok());
+  }
+}
+
+TEST(Move, NoRoomAtTheDestinationIsAClearOutOfMemory) {
+  auto alloc = allocator_for("fast=dram:4MiB,slow=emulated:optane:64MiB");
+  ASSERT_NE(alloc, nullptr);
+  auto big = alloc->allocate("big", 8 << 20, kDefaultGroup, 1);
+  ASSERT_TRUE(big);
+  fill(big->address, 8 << 20, 1);
+  auto moved = alloc->move(big->id, 0);
+  ASSERT_FALSE(moved);
+  EXPECT_EQ(moved.status().code(), StatusCode::kOutOfMemory);
+  EXPECT_NE(moved.status().message().find("it stays on 'slow'"), std::string::npos) << moved.status().message();
+  EXPECT_TRUE(holds(big->address, 8 << 20, 1));
+  EXPECT_EQ(alloc->usage()[0].mapped_bytes, 0u);
+}
+
+TEST(Move, FreeDuringAMoveIsSafe) {
+  for (bool fail : {false, true}) {
+    auto alloc = allocator_for("fast=dram:64MiB,slow=emulated:cxl:64MiB");
+    ASSERT_NE(alloc, nullptr);
+    auto obj = alloc->allocate("x", 2 << 20);
+    ASSERT_TRUE(obj);
+    ObjectAllocator* raw = alloc.get();
+    void* address = obj->address;
+    // The hook runs after the copy, with no lock held: the free lands in the middle of the move.
+    alloc->set_move_failure_hook([&](ObjectId, TierIndex) {
+      EXPECT_TRUE(raw->free(address).is_ok());
+      EXPECT_FALSE(raw->free(address).is_ok());  // gone for the program already
+      return fail;
+    });
+    EXPECT_FALSE(alloc->move(obj->id, 1));
+    EXPECT_EQ(alloc->live_objects(), 0u);
+    EXPECT_FALSE(alloc->info_by_id(obj->id));
+    const auto usage = alloc->usage();
+    EXPECT_EQ(usage[0].live_bytes + usage[1].live_bytes, 0u);
+    alloc->release_cache();
+    for (const TierUsage& u : alloc->usage()) EXPECT_EQ(u.mapped_bytes, 0u) << u.name;
+  }
+}
+
+TEST(Move, PinnedObjectsDoNotMove) {
+  auto alloc = allocator_for("fast=dram:64MiB,slow=emulated:cxl:64MiB");
+  ASSERT_NE(alloc, nullptr);
+  auto obj = alloc->allocate("x", 1 << 20);
+  ASSERT_TRUE(obj);
+  const ObjectId ids[] = {obj->id};
+  PinnedObject pinned[1];
+  auto pin = alloc->pin(ids, pinned, std::chrono::milliseconds(1));
+  ASSERT_TRUE(pin);
+  EXPECT_EQ(pinned[0].address, obj->address);
+  EXPECT_EQ(pinned[0].bytes, std::size_t{1} << 20);
+  MoveOptions quick;
+  quick.pin_wait = std::chrono::milliseconds(20);
+  auto moved = alloc->move(obj->id, 1, quick);
+  ASSERT_FALSE(moved);
+  EXPECT_EQ(moved.status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(alloc->info_by_id(obj->id)->tier, 0u);
+  // A move waits for the pin to go.
+  std::thread unpinner([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    alloc->unpin(ids);
+  });
+  auto later = alloc->move(obj->id, 1);
+  unpinner.join();
+  ASSERT_TRUE(later) << later.status().to_string();
+  EXPECT_EQ(alloc->info_by_id(obj->id)->tier, 1u);
+}
+
+TEST(Move, ALayerThatWillNotWaitMakesTheMoveFail) {
+  auto alloc = allocator_for("fast=dram:64MiB,slow=emulated:cxl:64MiB");
+  ASSERT_NE(alloc, nullptr);
+  auto obj = alloc->allocate("x", 1 << 20);
+  ASSERT_TRUE(obj);
+  fill(obj->address, 1 << 20, 4);
+  ObjectAllocator* raw = alloc.get();
+  const ObjectId ids[] = {obj->id};
+  PinResult seen;
+  alloc->set_move_failure_hook([&](ObjectId, TierIndex) {
+    PinnedObject pinned[1];
+    seen = raw->pin(ids, pinned, std::chrono::milliseconds(5)).value();  // the move is in flight
+    fill(pinned[0].address, 1 << 20, 5);                                   // the layer writes
+    return false;
+  });
+  auto moved = alloc->move(obj->id, 1);
+  ASSERT_FALSE(moved);
+  EXPECT_EQ(moved.status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(seen.late_moves, 1u);
+  EXPECT_EQ(seen.aborted_moves, 1u);
+  EXPECT_GE(seen.wait_ns, 5'000'000u);
+  EXPECT_EQ(alloc->info_by_id(obj->id)->tier, 0u);
+  EXPECT_TRUE(holds(obj->address, 1 << 20, 5));  // the layer's write is not lost
+  alloc->unpin(ids);
+}
+
+TEST(Move, SmallObjectsMoveWithTheirChunkInPlaceOnly) {
+  TempDir dir;
+  auto alloc = allocator_for(fmt::format("d=dram:64MiB,e=emulated:cxl:64MiB,p=pmem:{}:64MiB", dir.path()));
+  ASSERT_NE(alloc, nullptr);
+  auto a = alloc->allocate("a", 100, 7);
+  auto b = alloc->allocate("b", 200, 7);
+  ASSERT_TRUE(a && b);
+  fill(a->address, 100, 1);
+  fill(b->address, 200, 2);
+  auto moved = alloc->move(a->id, 1);
+  ASSERT_TRUE(moved) << moved.status().to_string();
+  EXPECT_EQ(moved->bytes, kGroupChunkBytes);
+  EXPECT_EQ(alloc->info_by_id(b->id)->tier, 1u);  // its chunk-mate came along
+  EXPECT_TRUE(holds(a->address, 100, 1));
+  EXPECT_TRUE(holds(b->address, 200, 2));
+  EXPECT_EQ(alloc->usage()[1].live_bytes, 300u);
+  auto c = alloc->allocate("c", 64, 7, 1);  // the moved chunk serves new objects on its new tier
+  ASSERT_TRUE(c);
+  SpanView span_a, span_c;
+  ASSERT_TRUE(alloc->lookup(a->address, &span_a) && alloc->lookup(c->address, &span_c));
+  EXPECT_EQ(span_a.base, span_c.base);
+  auto to_heap = alloc->move(a->id, 2);
+  ASSERT_FALSE(to_heap);
+  EXPECT_EQ(to_heap.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(holds(a->address, 100, 1));
+}
+
+TEST(Move, EmulatedTierChargesTheMoveOnItsTimeline) {
+  auto alloc = allocator_for("fast=dram:256MiB,slow=emulated:optane:256MiB");
+  ASSERT_NE(alloc, nullptr);
+  auto obj = alloc->allocate("x", 32 << 20);
+  ASSERT_TRUE(obj);
+  const std::uint64_t start = steady_now_ns();
+  auto moved = alloc->move(obj->id, 1);
+  ASSERT_TRUE(moved);
+  const CostModel& model = *alloc->tier(1).cost_model();
+  const std::uint64_t expected = model.move_ns(32 << 20, MoveDirection::kIntoSlow);
+  EXPECT_GE(steady_now_ns() - start, expected);
+  EXPECT_GE(alloc->tier(1).timeline()->busy_until_ns(), start + expected);
+}
+
+std::unique_ptr<Runtime> runtime_for(const std::string& spec) {
+  RuntimeOptions options(spec);
+  options.profile.enabled = false;
+  auto rt = Runtime::create(options);
+  EXPECT_TRUE(rt) << rt.status().to_string();
+  return rt ? std::move(rt).value() : nullptr;
+}
+
+TEST(Keys, StepsOfOneKindGiveTheirObjectsTheSameKeys) {
+  auto rt = runtime_for("fast=dram:64MiB");
+  ASSERT_NE(rt, nullptr);
+  auto weights = rt->allocate("w", 1 << 16);
+  ASSERT_TRUE(weights);
+  EXPECT_EQ(weights->key, weights->id);  // outside steps: the id
+  std::vector<std::vector<ObjectKey>> keys(2);
+  for (int step = 0; step < 2; ++step) {
+    ASSERT_TRUE(rt->step_begin().is_ok());
+    std::vector<void*> made;
+    for (std::size_t bytes : {100, 5000, 1 << 20}) {
+      auto o = rt->allocate(".out.grad", bytes);  // names repeat; keys do not
+      ASSERT_TRUE(o);
+      EXPECT_TRUE(is_step_key(o->key));
+      keys[static_cast<std::size_t>(step)].push_back(o->key);
+      made.push_back(o->address);
+    }
+    for (void* p : made) ASSERT_TRUE(rt->free(p).is_ok());
+    ASSERT_TRUE(rt->step_end().is_ok());
+  }
+  EXPECT_EQ(keys[0], keys[1]);
+  EXPECT_EQ(keys[0], (std::vector<ObjectKey>{step_key(0), step_key(1), step_key(2)}));
+  // Another thread's allocation inside a step is not the step's: keyed by its id.
+  ASSERT_TRUE(rt->step_begin().is_ok());
+  ObjectInfo other;
+  std::thread([&] { other = rt->allocate("other", 64).value(); }).join();
+  EXPECT_EQ(other.key, other.id);
+  ASSERT_TRUE(rt->step_end().is_ok());
+}
+
+// Records every event it sees.
+struct Recorder : StepObserver {
+  std::vector<std::string> events;
+  void on_step_begin(std::uint64_t step) override { events.push_back(fmt::format("step {}", step)); }
+  void on_step_end(const StepEndEvent& e) override { events.push_back(fmt::format("end {}", e.step)); }
+  void on_layer_begin(const LayerEvent& e) override {
+    events.push_back(fmt::format("layer {} {} r{} w{}", e.index, e.name, e.reads.size(), e.writes.size()));
+  }
+  void on_layer_end(const LayerEndEvent& e) override { events.push_back(fmt::format("layer_end {}", e.index)); }
+  void on_allocate(const ObjectInfo& o, const SpanView&) override { events.push_back("alloc " + o.name); }
+  void on_free(ObjectId, const SpanView&) override { events.push_back("free"); }
+  void on_move(const MoveResult& m) override { events.push_back(fmt::format("move {}->{}", m.from, m.to)); }
+};
+
+TEST(Observers, SeeStepsLayersAllocationsFreesAndMoves) {
+  auto rt = runtime_for("fast=dram:64MiB,slow=emulated:cxl:64MiB");
+  ASSERT_NE(rt, nullptr);
+  Recorder rec;
+  ASSERT_TRUE(rt->add_observer(&rec).is_ok());
+  ASSERT_TRUE(rt->step_begin().is_ok());
+  auto a = rt->allocate("a", 8192);
+  ASSERT_TRUE(a);
+  const void* reads[] = {a->address};
+  ASSERT_TRUE(rt->layer_begin("l0", reads, {}).is_ok());
+  ASSERT_TRUE(rt->layer_end().is_ok());
+  ASSERT_TRUE(rt->move(a->address, 1));
+  ASSERT_TRUE(rt->free(a->address).is_ok());
+  ASSERT_TRUE(rt->step_end().is_ok());
+  rt->remove_observer(&rec);
+  ASSERT_TRUE(rt->step_begin().is_ok());
+  ASSERT_TRUE(rt->step_end().is_ok());
+  EXPECT_EQ(rec.events, (std::vector<std::string>{"step 0", "alloc a", "layer 0 l0 r1 w0", "layer_end 0",
+                                                   "move 0->1", "free", "end 0"}));
+}
+
+TEST(Pins, ALayerGetsCurrentAddressesAndItsObjectsDoNotMoveUntilItEnds) {
+  TempDir dir;
+  auto rt = runtime_for(fmt::format("fast=dram:64MiB,heap=pmem:{}:64MiB", dir.path()));
+  ASSERT_NE(rt, nullptr);
+  auto a = rt->allocate("a", 1 << 20);
+  ASSERT_TRUE(a);
+  fill(a->address, 1 << 20, 6);
+  const std::uint64_t relocations = rt->relocations();
+  auto moved = rt->move(a->id, 1);  // to a memkind heap: a new address
+  ASSERT_TRUE(moved);
+  EXPECT_NE(moved->address, a->address);
+  EXPECT_EQ(rt->relocations(), relocations + 1);
+  ASSERT_TRUE(rt->step_begin().is_ok());
+  const ObjectId reads[] = {a->id};
+  void* addresses[1] = {};
+  ASSERT_TRUE(rt->layer_begin("use", reads, {}, addresses).is_ok());
+  EXPECT_EQ(addresses[0], moved->address);
+  EXPECT_TRUE(holds(addresses[0], 1 << 20, 6));
+  // Pinned: a move from another thread waits until layer_end.
+  std::atomic<bool> done{false};
+  std::thread mover([&] {
+    EXPECT_TRUE(rt->move(a->id, 0));
+    done = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  EXPECT_FALSE(done.load());
+  EXPECT_EQ(rt->object(a->id)->tier, 1u);
+  ASSERT_TRUE(rt->layer_end().is_ok());
+  mover.join();
+  EXPECT_EQ(rt->object(a->id)->tier, 0u);
+  EXPECT_TRUE(holds(rt->address_of(a->id).value(), 1 << 20, 6));
+  ASSERT_TRUE(rt->step_end().is_ok());
+}
+
+TEST(Pins, NoMoveDuringAProfiledStep) {
+  RuntimeOptions options("fast=dram:64MiB,slow=emulated:cxl:64MiB");
+  options.profile.step = 0;
+  options.profile.counters = false;
+  auto rt = Runtime::create(options);
+  ASSERT_TRUE(rt);
+  auto a = rt.value()->allocate("a", 1 << 20);
+  ASSERT_TRUE(a);
+  ASSERT_TRUE(rt.value()->step_begin().is_ok());  // profiled (step 0 of its run)
+  auto moved = rt.value()->move(a->id, 1);
+  ASSERT_FALSE(moved);
+  EXPECT_NE(moved.status().message().find("a step is being profiled"), std::string::npos);
+  ASSERT_TRUE(rt.value()->step_end().is_ok());
+  EXPECT_TRUE(rt.value()->move(a->id, 1));
+}
+
+// A layer that reads and writes one object on a host loop; its time with the object on the
+// emulated tier minus its time on DRAM is the charge the model predicts.
+TEST(Emulation, SlowTierLayersCostWhatTheModelPredicts) {
+  auto rt = runtime_for("fast=dram:256MiB,slow=emulated:optane-server:256MiB");
+  ASSERT_NE(rt, nullptr);
+  const std::size_t bytes = 16 << 20;
+  auto a = rt->allocate("a", bytes);
+  ASSERT_TRUE(a);
+  auto run_layer = [&]() -> std::uint64_t {
+    EXPECT_TRUE(rt->step_begin().is_ok());
+    const ObjectId ids[] = {a->id};
+    void* addresses[2] = {};
+    const auto start = steady_now_ns();
+    EXPECT_TRUE(rt->layer_begin("rw", ids, ids, addresses).is_ok());
+    auto* p = static_cast<float*>(addresses[0]);
+    for (std::size_t i = 0; i < bytes / sizeof(float); ++i) p[i] = p[i] * 0.5F + 1.0F;
+    EXPECT_TRUE(rt->layer_end().is_ok());
+    const auto ns = steady_now_ns() - start;
+    EXPECT_TRUE(rt->step_end().is_ok());
+    return ns;
+  };
+  auto median_of = [&](int n) {
+    std::vector<std::uint64_t> t;
+    for (int i = 0; i < n; ++i) t.push_back(run_layer());
+    std::sort(t.begin(), t.end());
+    return static_cast<double>(t[t.size() / 2]);
+  };
+  const double fast = median_of(5);
+  ASSERT_TRUE(rt->move(a->id, 1));
+  const double slow = median_of(5);
+  const CostModel& model = *rt->tier(1).cost_model();
+  const auto predicted = static_cast<double>(model.layer_charge_ns(bytes, bytes));
+  EXPECT_GT(predicted, 0);
+  EXPECT_NEAR(slow - fast, predicted, 0.1 * predicted) << "fast " << fast << " ns, slow " << slow << " ns";
+  const RuntimeStats stats = rt->stats();
+  EXPECT_GE(stats.tier_emulated_charge_ns[1], 5 * static_cast<std::uint64_t>(predicted) - 5);
+  EXPECT_EQ(stats.tier_emulated_charge_ns[0], 0u);
+  EXPECT_GE(stats.last_step_emulated_charge_ns, static_cast<std::uint64_t>(predicted));
+  EXPECT_EQ(rt->last_step_layers()[0].emulated_charge_ns, stats.last_step_emulated_charge_ns);
+}
+
+TEST(CApi, MovesAnObjectAndReportsItsTier) {
+  tt_runtime* rt = nullptr;
+  ASSERT_EQ(tt_runtime_create("fast=dram:64MiB,slow=emulated:cxl:64MiB", &rt), TT_OK) << tt_last_error();
+  void* p = nullptr;
+  ASSERT_EQ(tt_alloc(rt, "x", 1 << 20, 0, &p), TT_OK);
+  fill(p, 1 << 20, 8);
+  void* now = nullptr;
+  ASSERT_EQ(tt_move(rt, p, 1, &now), TT_OK) << tt_last_error();
+  EXPECT_EQ(now, p);  // in place
+  EXPECT_TRUE(holds(now, 1 << 20, 8));
+  uint32_t tier = 9;
+  ASSERT_EQ(tt_object_tier(rt, now, &tier), TT_OK);
+  EXPECT_EQ(tier, 1u);
+  EXPECT_EQ(tt_move(rt, p, 7, &now), TT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tt_last_error()).find("tier 7 does not exist"), std::string::npos);
+  EXPECT_EQ(tt_free(rt, p), TT_OK);
+  tt_runtime_destroy(rt);
+}
+
+// A mover thread moves objects between the tiers at random while the training thread runs
+// layers that check and rewrite their bytes: no layer ever sees a torn or stale object.
+TEST(MoverThread, RacesTheTrainingThreadWithoutLosingAByte) {
+  auto rt = runtime_for("fast=dram:64MiB,slow=emulated:cxl:128MiB");
+  ASSERT_NE(rt, nullptr);
+  constexpr int kObjects = 8;
+  const std::size_t bytes = 256 << 10;
+  std::vector<ObjectInfo> objects;
+  for (int i = 0; i < kObjects; ++i) {
+    auto o = rt->allocate(fmt::format("o{}", i), bytes);
+    ASSERT_TRUE(o);
+    fill(o->address, bytes, static_cast<unsigned>(i));
+    objects.push_back(o.value());
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<int> moves{0};
+  std::thread mover([&] {
+    std::mt19937 rng(1);
+    while (!stop.load()) {
+      const ObjectInfo& o = objects[rng() % kObjects];
+      if (rt->move(o.id, rng() % 2)) ++moves;
+    }
+  });
+  std::vector<unsigned> seeds(kObjects);
+  std::iota(seeds.begin(), seeds.end(), 0U);
+  bool all_good = true;
+  for (int step = 0; step < 30 && all_good; ++step) {
+    ASSERT_TRUE(rt->step_begin().is_ok());
+    for (int i = 0; i < kObjects; ++i) {
+      const ObjectId ids[] = {objects[static_cast<std::size_t>(i)].id};
+      void* addresses[2] = {};
+      ASSERT_TRUE(rt->layer_begin("touch", ids, ids, addresses).is_ok());
+      all_good = all_good && holds(addresses[0], bytes, seeds[static_cast<std::size_t>(i)]);
+      seeds[static_cast<std::size_t>(i)] += 1;
+      fill(addresses[0], bytes, seeds[static_cast<std::size_t>(i)]);
+      ASSERT_TRUE(rt->layer_end().is_ok());
+    }
+    ASSERT_TRUE(rt->step_end().is_ok());
+  }
+  stop = true;
+  mover.join();
+  EXPECT_TRUE(all_good);
+  EXPECT_GT(moves.load(), 0);
+  const RuntimeStats stats = rt->stats();
+  std::uint64_t live = 0;
+  for (const TierUsage& u : stats.tiers) live += u.live_bytes;
+  EXPECT_EQ(live, kObjects * bytes);
+}
+
+}  // namespace
+}  // namespace tensortier
