@@ -60,7 +60,8 @@ TEST(Move, EveryDirectionBetweenEveryTierKindKeepsTheBytes) {
     for (TierIndex to = 0; to < n; ++to) {
       if (from == to) continue;
       for (std::size_t bytes : {std::size_t{5000}, std::size_t{3} << 20}) {
-        SCOPED_TRACE(fmt::format("{} -> {}, {} bytes", alloc->tier(from).name(), alloc->tier(to).name(), bytes));
+        SCOPED_TRACE(
+            fmt::format("{} -> {}, {} bytes", alloc->tier(from).name(), alloc->tier(to).name(), bytes));
         auto obj = alloc->allocate("x", bytes, kDefaultGroup, from);
         ASSERT_TRUE(obj) << obj.status().to_string();
         ASSERT_EQ(obj->tier, from);
@@ -93,7 +94,8 @@ TEST(Move, EveryDirectionBetweenEveryTierKindKeepsTheBytes) {
         EXPECT_EQ(after[to].live_bytes, before[to].live_bytes + bytes);
         EXPECT_EQ(after[from].live_bytes, before[from].live_bytes - bytes);
         if (method == MoveMethod::kNewAddress) {
-          EXPECT_EQ(after[from].cached_bytes, before[from].cached_bytes + reserved);  // old range kept for reuse
+          EXPECT_EQ(after[from].cached_bytes,
+                    before[from].cached_bytes + reserved);  // old range kept for reuse
         } else {
           EXPECT_EQ(after[from].mapped_bytes, before[from].mapped_bytes - reserved);
         }
@@ -184,7 +186,8 @@ TEST(Move, NoRoomAtTheDestinationIsAClearOutOfMemory) {
   auto moved = alloc->move(big->id, 0);
   ASSERT_FALSE(moved);
   EXPECT_EQ(moved.status().code(), StatusCode::kOutOfMemory);
-  EXPECT_NE(moved.status().message().find("it stays on 'slow'"), std::string::npos) << moved.status().message();
+  EXPECT_NE(moved.status().message().find("it stays on 'slow'"), std::string::npos)
+      << moved.status().message();
   EXPECT_TRUE(holds(big->address, 8 << 20, 1));
   EXPECT_EQ(alloc->usage()[0].mapped_bytes, 0u);
 }
@@ -253,7 +256,7 @@ TEST(Move, ALayerThatWillNotWaitMakesTheMoveFail) {
   alloc->set_move_failure_hook([&](ObjectId, TierIndex) {
     PinnedObject pinned[1];
     seen = raw->pin(ids, pinned, std::chrono::milliseconds(5)).value();  // the move is in flight
-    fill(pinned[0].address, 1 << 20, 5);                                   // the layer writes
+    fill(pinned[0].address, 1 << 20, 5);                                 // the layer writes
     return false;
   });
   auto moved = alloc->move(obj->id, 1);
@@ -354,7 +357,9 @@ struct Recorder : StepObserver {
   void on_layer_begin(const LayerEvent& e) override {
     events.push_back(fmt::format("layer {} {} r{} w{}", e.index, e.name, e.reads.size(), e.writes.size()));
   }
-  void on_layer_end(const LayerEndEvent& e) override { events.push_back(fmt::format("layer_end {}", e.index)); }
+  void on_layer_end(const LayerEndEvent& e) override {
+    events.push_back(fmt::format("layer_end {}", e.index));
+  }
   void on_allocate(const ObjectInfo& o, const SpanView&) override { events.push_back("alloc " + o.name); }
   void on_free(ObjectId, const SpanView&) override { events.push_back("free"); }
   void on_move(const MoveResult& m) override { events.push_back(fmt::format("move {}->{}", m.from, m.to)); }
@@ -378,7 +383,7 @@ TEST(Observers, SeeStepsLayersAllocationsFreesAndMoves) {
   ASSERT_TRUE(rt->step_begin().is_ok());
   ASSERT_TRUE(rt->step_end().is_ok());
   EXPECT_EQ(rec.events, (std::vector<std::string>{"step 0", "alloc a", "layer 0 l0 r1 w0", "layer_end 0",
-                                                   "move 0->1", "free", "end 0"}));
+                                                  "move 0->1", "free", "end 0"}));
 }
 
 TEST(Pins, ALayerGetsCurrentAddressesAndItsObjectsDoNotMoveUntilItEnds) {

@@ -89,7 +89,8 @@ std::optional<FastBandwidth> read_cache(const std::filesystem::path& path, const
     return it->get<double>();
   };
   auto model = j.find("cpu_model");
-  const auto m = number("memory_bytes"), t = number("threads"), r = number("read_gbps"), w = number("write_gbps");
+  const auto m = number("memory_bytes"), t = number("threads"), r = number("read_gbps"),
+             w = number("write_gbps");
   if (model == j.end() || !model->is_string() || model->get<std::string>() != cpu || !m || !t || !r || !w)
     return std::nullopt;
   if (*m != static_cast<double>(mem) || *t != static_cast<double>(threads)) return std::nullopt;
@@ -123,8 +124,11 @@ FastBandwidth compute_dram_bandwidth() {
     {
       std::ofstream out(tmp);
       if (out) {
-        out << nlohmann::json{{"read_gbps", measured.read_gbps}, {"write_gbps", measured.write_gbps},
-                              {"threads", threads}, {"cpu_model", cpu}, {"memory_bytes", mem}}
+        out << nlohmann::json{{"read_gbps", measured.read_gbps},
+                              {"write_gbps", measured.write_gbps},
+                              {"threads", threads},
+                              {"cpu_model", cpu},
+                              {"memory_bytes", mem}}
                    .dump(2)
             << '\n';
       }
@@ -184,7 +188,8 @@ CostModel::CostModel(const SlowMemoryPreset& preset, const FastBandwidth& fast)
 
 std::string CostModel::describe() const {
   if (preset_.form == PresetForm::kRatio) {
-    return fmt::format("{} (ratio: read {:.2f}, write {:.2f} of DRAM)", preset_.name, preset_.read, preset_.write);
+    return fmt::format("{} (ratio: read {:.2f}, write {:.2f} of DRAM)", preset_.name, preset_.read,
+                       preset_.write);
   }
   return fmt::format("{} (per core: {:.1f} GB/s read, {:.1f} GB/s write a core x {} threads)", preset_.name,
                      preset_.read, preset_.write, threads_);
@@ -198,8 +203,9 @@ std::uint64_t CostModel::layer_charge_ns(std::uint64_t bytes_read, std::uint64_t
 }
 
 std::uint64_t CostModel::slow_traffic_ns(std::uint64_t bytes_read, std::uint64_t bytes_written) const {
-  return static_cast<std::uint64_t>(std::llround(static_cast<double>(bytes_read) * ns_per_byte(slow_read_gbps_) +
-                                                 static_cast<double>(bytes_written) * ns_per_byte(slow_write_gbps_)));
+  return static_cast<std::uint64_t>(
+      std::llround(static_cast<double>(bytes_read) * ns_per_byte(slow_read_gbps_) +
+                   static_cast<double>(bytes_written) * ns_per_byte(slow_write_gbps_)));
 }
 
 std::uint64_t CostModel::move_ns(std::uint64_t bytes, MoveDirection direction) const {
@@ -237,7 +243,8 @@ unsigned engine_threads() {
   }
   cpu_set_t set;
   CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return static_cast<unsigned>(CPU_COUNT(&set));
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+    return static_cast<unsigned>(CPU_COUNT(&set));
   return std::max(1U, std::thread::hardware_concurrency());
 }
 
@@ -257,19 +264,19 @@ FastBandwidth measure_dram_streams(std::size_t buffer_bytes, unsigned threads, i
   double best_read_ns = 1e300, best_write_ns = 1e300;
   for (int i = 0; i < std::max(1, repetitions); ++i) {
     best_read_ns = std::min(best_read_ns, timed_on_threads(threads, [&](unsigned t) {
-      const auto* words = reinterpret_cast<const std::uint64_t*>(base + t * slice);
-      std::uint64_t a = 0, b = 0, c = 0, d = 0;
-      for (std::size_t k = 0; k + 4 <= slice / 8; k += 4) {
-        a += words[k];
-        b += words[k + 1];
-        c += words[k + 2];
-        d += words[k + 3];
-      }
-      sums[t] += a + b + c + d;  // kept so the loads are not optimized away
-    }));
+                              const auto* words = reinterpret_cast<const std::uint64_t*>(base + t * slice);
+                              std::uint64_t a = 0, b = 0, c = 0, d = 0;
+                              for (std::size_t k = 0; k + 4 <= slice / 8; k += 4) {
+                                a += words[k];
+                                b += words[k + 1];
+                                c += words[k + 2];
+                                d += words[k + 3];
+                              }
+                              sums[t] += a + b + c + d;  // kept so the loads are not optimized away
+                            }));
     best_write_ns = std::min(best_write_ns, timed_on_threads(threads, [&](unsigned t) {
-      std::memset(base + t * slice, i & 0xff, slice);
-    }));
+                               std::memset(base + t * slice, i & 0xff, slice);
+                             }));
   }
   munmap(buffer, buffer_bytes);
   std::uint64_t total = 0;

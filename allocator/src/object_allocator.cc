@@ -40,7 +40,8 @@ ObjectAllocator::ObjectAllocator(std::vector<std::unique_ptr<Tier>> tiers)
 
 ObjectAllocator::~ObjectAllocator() {
   for (auto& [id, live] : live_) {
-    if (live.chunk == nullptr) release_range(live.range.tier, live.range.owner, live.range.base, live.range.bytes);
+    if (live.chunk == nullptr)
+      release_range(live.range.tier, live.range.owner, live.range.base, live.range.bytes);
   }
   for (auto& [key, group] : groups_) {
     for (auto& chunk : group.chunks)
@@ -138,8 +139,8 @@ Result<ObjectAllocator::Range> ObjectAllocator::place_small(Live& live, TierInde
     fresh->range.tier = t;
     fresh->range.owner = range->owner;
     fresh->group = live.info.group;
-    fresh->range.slot =
-        table_.insert(SpanView{live.info.group, as_uint(fresh->range.base), kGroupChunkBytes, t, /*is_group=*/true});
+    fresh->range.slot = table_.insert(
+        SpanView{live.info.group, as_uint(fresh->range.base), kGroupChunkBytes, t, /*is_group=*/true});
     chunk = fresh.get();
     group->chunks.push_back(std::move(fresh));
   }
@@ -323,7 +324,8 @@ MoveMethod ObjectAllocator::move_method(TierIndex from, TierIndex to) const {
   if (a.numa_node() && b.numa_node() && a.range_kind() == RangeKind::kAnonymous &&
       b.range_kind() == RangeKind::kAnonymous)
     return MoveMethod::kMovePages;
-  if (a.range_kind() == RangeKind::kAnonymous && b.range_kind() == RangeKind::kAnonymous) return MoveMethod::kRemap;
+  if (a.range_kind() == RangeKind::kAnonymous && b.range_kind() == RangeKind::kAnonymous)
+    return MoveMethod::kRemap;
   return MoveMethod::kNewAddress;
 }
 
@@ -338,7 +340,8 @@ Status ObjectAllocator::reserve_for_move(TierIndex t, std::size_t bytes) {
 
 Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOptions& options) {
   if (to >= tiers_.size()) {
-    return invalid_argument(fmt::format("move of object {}: tier {} does not exist ({} tiers)", id, to, tiers_.size()));
+    return invalid_argument(
+        fmt::format("move of object {}: tier {} does not exist ({} tiers)", id, to, tiers_.size()));
   }
   MoveResult result;
   result.id = id;
@@ -358,14 +361,16 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
       live = &it->second;
       const Range& r = live->unit();
       if (r.moving)
-        return unavailable(fmt::format("move of '{}': it is already moving; wait for that move", live->info.name));
+        return unavailable(
+            fmt::format("move of '{}': it is already moving; wait for that move", live->info.name));
       if (r.pins == 0) break;
       if (moved_or_unpinned_.wait_until(lock, deadline) == std::cv_status::timeout) {
         auto again = live_.find(id);
         if (again != live_.end() && again->second.unit().pins != 0) {
-          return unavailable(fmt::format("move of '{}': a running layer kept it pinned for {} ms; try after the layer",
-                                         again->second.info.name,
-                                         std::chrono::duration_cast<std::chrono::milliseconds>(options.pin_wait).count()));
+          return unavailable(
+              fmt::format("move of '{}': a running layer kept it pinned for {} ms; try after the layer",
+                          again->second.info.name,
+                          std::chrono::duration_cast<std::chrono::milliseconds>(options.pin_wait).count()));
         }
       }
     }
@@ -376,16 +381,17 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
     if (r.tier == to) return result;  // already there
     result.method = move_method(r.tier, to);
     if (chunk != nullptr && result.method == MoveMethod::kNewAddress) {
-      return failed_precondition(fmt::format(
-          "move of '{}': a small object moves with its 64 KiB chunk, which moves only between tiers that move "
-          "in place ({} to {} needs a new address); use dram, numa or emulated tiers",
-          live->info.name, tiers_[r.tier]->name(), tiers_[to]->name()));
+      return failed_precondition(
+          fmt::format("move of '{}': a small object moves with its 64 KiB chunk, which moves only between "
+                      "tiers that move "
+                      "in place ({} to {} needs a new address); use dram, numa or emulated tiers",
+                      live->info.name, tiers_[r.tier]->name(), tiers_[to]->name()));
     }
     if (Status s = reserve_for_move(to, r.bytes); !s.is_ok()) {
       ++tier_state_[to].usage.failed_moves;
-      return out_of_memory(fmt::format("move of '{}' ({}) to tier '{}': {}; it stays on '{}'", live->info.name,
-                                       format_bytes(r.bytes), tiers_[to]->name(), s.message(),
-                                       tiers_[r.tier]->name()));
+      return out_of_memory(fmt::format("move of '{}' ({}) to tier '{}': {}; it stays on '{}'",
+                                       live->info.name, format_bytes(r.bytes), tiers_[to]->name(),
+                                       s.message(), tiers_[r.tier]->name()));
     }
     r.moving = true;
     r.abort_move = false;
@@ -414,9 +420,11 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
   }
   result.copy_ns = steady_now_ns() - start_ns;
   std::uint64_t charged_until = 0;
-  for (const auto& [t, direction] : {std::pair{to, MoveDirection::kIntoSlow}, std::pair{result.from, MoveDirection::kOutOfSlow}}) {
+  for (const auto& [t, direction] :
+       {std::pair{to, MoveDirection::kIntoSlow}, std::pair{result.from, MoveDirection::kOutOfSlow}}) {
     if (const CostModel* model = tiers_[t]->cost_model(); model != nullptr && status.is_ok()) {
-      charged_until = std::max(charged_until, tiers_[t]->timeline()->reserve(start_ns, model->move_ns(bytes, direction)));
+      charged_until =
+          std::max(charged_until, tiers_[t]->timeline()->reserve(start_ns, model->move_ns(bytes, direction)));
     }
   }
   if (charged_until != 0) {
@@ -457,11 +465,14 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
       return unavailable(fmt::format("move of object {}: it was freed while moving", id));
     }
     const std::string name = live != nullptr ? live->info.name : fmt::format("chunk of object {}", id);
-    if (injected) return internal_error(fmt::format("move of '{}' to tier '{}': injected failure; it stays on '{}'", name, tiers_[to]->name(), tiers_[r.tier]->name()));
+    if (injected)
+      return internal_error(fmt::format("move of '{}' to tier '{}': injected failure; it stays on '{}'", name,
+                                        tiers_[to]->name(), tiers_[r.tier]->name()));
     if (r.abort_move) {
       r.abort_move = false;
-      return unavailable(fmt::format("move of '{}' to tier '{}': a layer needed it before the copy ended; it stays on '{}'",
-                                     name, tiers_[to]->name(), tiers_[r.tier]->name()));
+      return unavailable(
+          fmt::format("move of '{}' to tier '{}': a layer needed it before the copy ended; it stays on '{}'",
+                      name, tiers_[to]->name(), tiers_[r.tier]->name()));
     }
     return Status(status.code(), fmt::format("move of '{}' to tier '{}': {}; it stays on '{}'", name,
                                              tiers_[to]->name(), status.message(), tiers_[r.tier]->name()));
@@ -523,7 +534,8 @@ void ObjectAllocator::commit_move(ObjectId id, Live* live, Chunk* chunk, MoveMet
   if (chunk != nullptr) {  // the chunk joins its group's chunks on the destination
     const GroupId group = chunk->group;
     auto& source = groups_[{group, from}].chunks;
-    auto it = std::find_if(source.begin(), source.end(), [&](const std::unique_ptr<Chunk>& c) { return c.get() == chunk; });
+    auto it = std::find_if(source.begin(), source.end(),
+                           [&](const std::unique_ptr<Chunk>& c) { return c.get() == chunk; });
     if (it != source.end()) {
       groups_[{group, to}].chunks.push_back(std::move(*it));
       source.erase(it);

@@ -86,7 +86,8 @@ Status bind_to_node(void* address, std::size_t bytes, int node) {
 
 Status remap_over(void* from, void* to, std::size_t bytes) {
   if (mremap(from, bytes, bytes, MREMAP_MAYMOVE | MREMAP_FIXED, to) == MAP_FAILED) {
-    return internal_error(fmt::format("mremap of {} bytes over {} failed: {}", bytes, to, strerrordesc_np(errno)));
+    return internal_error(
+        fmt::format("mremap of {} bytes over {} failed: {}", bytes, to, strerrordesc_np(errno)));
   }
   return Status::ok();
 }

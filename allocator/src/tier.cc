@@ -44,7 +44,8 @@ void Tier::unreserve(std::size_t bytes) {
 Result<void*> Tier::map_reserved(std::size_t bytes, std::size_t alignment) {
   if (bytes >= kHugePageBytes && alignment < kHugePageBytes) alignment = kHugePageBytes;
   Result<void*> mapped = map(bytes, alignment);
-  if (!mapped) return Status(mapped.status().code(), fmt::format("tier '{}': {}", name_, mapped.status().message()));
+  if (!mapped)
+    return Status(mapped.status().code(), fmt::format("tier '{}': {}", name_, mapped.status().message()));
   return mapped;
 }
 

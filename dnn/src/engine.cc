@@ -97,9 +97,9 @@ Status Engine::bind(std::string_view layer, const dnnl::primitive& primitive, co
   addresses_.assign(ids_.size(), nullptr);
   if (runtime_ != nullptr) {
     // Pins the objects and gives their addresses now: objects may have moved since the last step.
-    TENSORTIER_RETURN_IF_ERROR(runtime_->layer_begin(layer, std::span<const ObjectId>(ids_.data(), reads.size()),
-                                                     std::span<const ObjectId>(ids_.data() + reads.size(), writes.size()),
-                                                     addresses_));
+    TENSORTIER_RETURN_IF_ERROR(runtime_->layer_begin(
+        layer, std::span<const ObjectId>(ids_.data(), reads.size()),
+        std::span<const ObjectId>(ids_.data() + reads.size(), writes.size()), addresses_));
   } else {
     std::size_t i = 0;
     for (const auto* list : {&reads, &writes}) {
@@ -162,9 +162,9 @@ Status Engine::host_layer(std::string_view layer, const std::vector<const Tensor
   for (const Tensor* t : writes) ids_.push_back(t->id());
   addresses_.assign(ids_.size(), nullptr);
   // The body reaches the tensors through Tensor::address(), current while they are pinned.
-  TENSORTIER_RETURN_IF_ERROR(runtime_->layer_begin(layer, std::span<const ObjectId>(ids_.data(), reads.size()),
-                                                   std::span<const ObjectId>(ids_.data() + reads.size(), writes.size()),
-                                                   addresses_));
+  TENSORTIER_RETURN_IF_ERROR(runtime_->layer_begin(
+      layer, std::span<const ObjectId>(ids_.data(), reads.size()),
+      std::span<const ObjectId>(ids_.data() + reads.size(), writes.size()), addresses_));
   body();
   return runtime_->layer_end();
 }

@@ -117,7 +117,8 @@ Runtime::Runtime(std::vector<std::unique_ptr<Tier>> tiers, std::string spec, std
       tier_charge_ns_(allocator_.tier_count(), 0),
       profile_options_(std::move(profile_options)) {
   // Called under the allocator's lock: observers_mutex_ is the last lock taken anywhere.
-  allocator_.set_release_observer([this](const SpanView& span) { notify([&](StepObserver& o) { o.on_release(span); }); });
+  allocator_.set_release_observer(
+      [this](const SpanView& span) { notify([&](StepObserver& o) { o.on_release(span); }); });
 }
 
 Runtime::~Runtime() {
@@ -146,7 +147,8 @@ Status Runtime::add_observer(StepObserver* observer) {
   std::lock_guard lock(observers_mutex_);
   if (std::find(observers_.begin(), observers_.end(), observer) != observers_.end()) return Status::ok();
   if (observers_.size() == kMaxObservers) {
-    return failed_precondition(fmt::format("add_observer: {} observers are attached already, the most there may be", kMaxObservers));
+    return failed_precondition(
+        fmt::format("add_observer: {} observers are attached already, the most there may be", kMaxObservers));
   }
   observers_.push_back(observer);
   return Status::ok();
@@ -176,7 +178,8 @@ Result<ObjectInfo> Runtime::allocate(std::string_view name, std::size_t bytes, G
   Result<ObjectInfo> info = allocator_.allocate(name, bytes, group, preferred, key);
   if (info) {
     SpanView span;
-    if (allocator_.lookup(info->address, &span)) notify([&](StepObserver& o) { o.on_allocate(info.value(), span); });
+    if (allocator_.lookup(info->address, &span))
+      notify([&](StepObserver& o) { o.on_allocate(info.value(), span); });
   }
   return info;
 }
@@ -205,7 +208,8 @@ Result<MoveResult> Runtime::move(ObjectId id, TierIndex to) {
   {
     std::lock_guard lock(move_gate_mutex_);
     if (moves_blocked_) {
-      return unavailable(fmt::format("move of object {}: a step is being profiled; moves wait until it ends", id));
+      return unavailable(
+          fmt::format("move of object {}: a step is being profiled; moves wait until it ends", id));
     }
     ++moves_in_flight_;
   }
@@ -378,8 +382,8 @@ Status Runtime::layer_begin(std::string_view name, std::span<const ObjectId> rea
                                            current_step_.back().name));
   }
   if (addresses.size() != reads.size() + writes.size()) {
-    return invalid_argument(fmt::format("layer_begin('{}'): {} addresses for {} arguments", name, addresses.size(),
-                                        reads.size() + writes.size()));
+    return invalid_argument(fmt::format("layer_begin('{}'): {} addresses for {} arguments", name,
+                                        addresses.size(), reads.size() + writes.size()));
   }
   LayerRecord record;
   record.name = std::string(name);
@@ -414,12 +418,15 @@ Status Runtime::layer_begin(std::string_view name, std::span<const ObjectId> rea
     mix(o.bytes);
     const bool is_read = i < reads.size();
     (is_read ? read_keys_ : write_keys_).push_back(o.key);
-    if (allocator_.tier(o.tier).cost_model() != nullptr) (is_read ? slow_read_bytes_ : slow_written_bytes_)[o.tier] += o.bytes;
+    if (allocator_.tier(o.tier).cost_model() != nullptr)
+      (is_read ? slow_read_bytes_ : slow_written_bytes_)[o.tier] += o.bytes;
   }
-  const std::uint64_t before_ns =
-      record.index < last_step_.size() && last_step_[record.index].name == name ? last_step_[record.index].duration_ns : 0;
-  LayerEvent event{name,       record.index, record.reads, record.writes, read_keys_, write_keys_,
-                   allocator_.live_bytes(), before_ns};
+  const std::uint64_t before_ns = record.index < last_step_.size() && last_step_[record.index].name == name
+                                      ? last_step_[record.index].duration_ns
+                                      : 0;
+  LayerEvent event{
+      name,     record.index, record.reads, record.writes, read_keys_, write_keys_, allocator_.live_bytes(),
+      before_ns};
   current_step_.push_back(std::move(record));
   layers_begun_.store(static_cast<std::uint32_t>(current_step_.size()), std::memory_order_release);
   in_layer_ = true;
@@ -447,9 +454,11 @@ Status Runtime::layer_end() {
   if (charge_ns > 0) {
     for (TierIndex t = 0; t < allocator_.tier_count(); ++t) {
       if (slow_read_bytes_[t] == 0 && slow_written_bytes_[t] == 0) continue;
-      const std::uint64_t traffic = allocator_.tier(t).cost_model()->slow_traffic_ns(slow_read_bytes_[t], slow_written_bytes_[t]);
+      const std::uint64_t traffic =
+          allocator_.tier(t).cost_model()->slow_traffic_ns(slow_read_bytes_[t], slow_written_bytes_[t]);
       const std::uint64_t want_end = charge_start_ns + charge_ns;
-      traffic_end_ns = std::max(traffic_end_ns, allocator_.tier(t).timeline()->reserve(want_end > traffic ? want_end - traffic : 0, traffic));
+      traffic_end_ns = std::max(traffic_end_ns, allocator_.tier(t).timeline()->reserve(
+                                                    want_end > traffic ? want_end - traffic : 0, traffic));
     }
     wait_until_ns(std::max(traffic_end_ns, charge_start_ns + charge_ns));
   }

@@ -82,21 +82,21 @@ struct RuntimeOptions {
 // One layer's execution as marked by the program.
 struct LayerRecord {
   std::string name;
-  std::uint32_t index = 0;        // position in its step, from 0
-  std::vector<ObjectId> reads;    // objects the layer declared it reads
-  std::vector<ObjectId> writes;   // objects the layer declared it writes
-  std::uint64_t duration_ns = 0;  // wall time between layer_begin and layer_end, charge included
+  std::uint32_t index = 0;               // position in its step, from 0
+  std::vector<ObjectId> reads;           // objects the layer declared it reads
+  std::vector<ObjectId> writes;          // objects the layer declared it writes
+  std::uint64_t duration_ns = 0;         // wall time between layer_begin and layer_end, charge included
   std::uint64_t emulated_charge_ns = 0;  // time charged for emulated slow memory in it
 };
 
 struct RuntimeStats {
-  std::vector<TierUsage> tiers;  // fastest first
+  std::vector<TierUsage> tiers;                        // fastest first
   std::vector<std::uint64_t> tier_emulated_charge_ns;  // by tier: layer time charged for it (0: real memory)
   std::uint64_t steps_completed = 0;
   std::uint64_t live_objects = 0;
   std::uint64_t emulated_charge_ns = 0;            // all layers, all steps
   std::uint64_t last_step_emulated_charge_ns = 0;  // the last completed step's
-  std::uint64_t late_moves = 0;     // moves a layer found in flight and waited for
+  std::uint64_t late_moves = 0;                    // moves a layer found in flight and waited for
   std::uint64_t aborted_moves = 0;  // of those, moves still running after the wait (they failed)
   std::uint64_t move_wait_ns = 0;   // layers' time waiting for moves
   std::uint64_t moves = 0;          // moves done through move()

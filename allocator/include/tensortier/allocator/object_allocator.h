@@ -70,8 +70,12 @@ using TierIndex = std::uint32_t;  // position in the tier list, 0 = fastest
 // step by its allocation ordinal there (kStepKeyFlag set), any other by its id.
 using ObjectKey = std::uint64_t;
 inline constexpr ObjectKey kStepKeyFlag = ObjectKey{1} << 63;
-constexpr ObjectKey step_key(std::uint64_t ordinal) { return kStepKeyFlag | ordinal; }
-constexpr bool is_step_key(ObjectKey key) { return (key & kStepKeyFlag) != 0; }
+constexpr ObjectKey step_key(std::uint64_t ordinal) {
+  return kStepKeyFlag | ordinal;
+}
+constexpr bool is_step_key(ObjectKey key) {
+  return (key & kStepKeyFlag) != 0;
+}
 
 inline constexpr GroupId kDefaultGroup = 0;              // small objects given no group
 inline constexpr std::size_t kSmallAlignmentBytes = 64;  // small objects: cache-line aligned
@@ -192,7 +196,8 @@ class ObjectAllocator {
   // Pins the live objects `ids` (repeats allowed) and writes what each one is now to out[i]
   // (ids.size() long). Waits up to `wait` for moves of them in flight, then makes those still
   // running fail. kNotFound (nothing pinned) when an id is not live.
-  Result<PinResult> pin(std::span<const ObjectId> ids, std::span<PinnedObject> out, std::chrono::nanoseconds wait);
+  Result<PinResult> pin(std::span<const ObjectId> ids, std::span<PinnedObject> out,
+                        std::chrono::nanoseconds wait);
   // Undoes pin() of the same ids. Ids no longer live are skipped.
   void unpin(std::span<const ObjectId> ids);
   // How many moves have given an object a new address (kNewAddress); lock-free. A caller that
@@ -245,8 +250,8 @@ class ObjectAllocator {
     std::vector<std::unique_ptr<Chunk>> chunks;
   };
   struct Live {
-    ObjectInfo info;        // tier/owner/address of a small object follow its chunk
-    Range range;            // large objects: their own range
+    ObjectInfo info;         // tier/owner/address of a small object follow its chunk
+    Range range;             // large objects: their own range
     Chunk* chunk = nullptr;  // small objects: their chunk
     Range& unit() { return chunk != nullptr ? chunk->range : range; }
     const Range& unit() const { return chunk != nullptr ? chunk->range : range; }
@@ -276,10 +281,10 @@ class ObjectAllocator {
   std::vector<std::unique_ptr<Tier>> tiers_;
   ObjectTable table_;
   mutable std::mutex mutex_;
-  std::condition_variable moved_or_unpinned_;  // a move ended, or pins were released
-  std::vector<TierState> tier_state_;          // by TierIndex
-  std::unordered_map<ObjectId, Live> live_;    // every live object, and any freed while moving
-  std::unordered_map<const void*, ObjectId> by_address_;        // live objects by start address
+  std::condition_variable moved_or_unpinned_;             // a move ended, or pins were released
+  std::vector<TierState> tier_state_;                     // by TierIndex
+  std::unordered_map<ObjectId, Live> live_;               // every live object, and any freed while moving
+  std::unordered_map<const void*, ObjectId> by_address_;  // live objects by start address
   std::map<std::pair<GroupId, TierIndex>, GroupState> groups_;  // small-object chunks by placement
   ObjectId next_id_ = 1;
   std::uint64_t live_bytes_ = 0;

@@ -28,19 +28,19 @@ struct LayerEvent {
   std::uint32_t index = 0;  // position in its step, from 0
   std::span<const ObjectId> reads;
   std::span<const ObjectId> writes;
-  std::span<const ObjectKey> read_keys;   // keys of `reads`, in the same order
-  std::span<const ObjectKey> write_keys;  // keys of `writes`
-  std::uint64_t live_bytes = 0;             // the allocator's live bytes at layer_begin
-  std::uint64_t previous_duration_ns = 0;   // the same layer in the previous step (0: unknown)
+  std::span<const ObjectKey> read_keys;    // keys of `reads`, in the same order
+  std::span<const ObjectKey> write_keys;   // keys of `writes`
+  std::uint64_t live_bytes = 0;            // the allocator's live bytes at layer_begin
+  std::uint64_t previous_duration_ns = 0;  // the same layer in the previous step (0: unknown)
 };
 
 // A layer as its observers see it at layer_end.
 struct LayerEndEvent {
   std::uint32_t index = 0;
-  std::uint64_t duration_ns = 0;          // wall time between layer_begin and layer_end, charge included
-  std::uint64_t emulated_charge_ns = 0;   // of which the emulated slow tier's charge
-  std::uint64_t slow_bytes_read = 0;      // declared reads of objects on an emulated tier
-  std::uint64_t slow_bytes_written = 0;   // declared writes of objects on an emulated tier
+  std::uint64_t duration_ns = 0;         // wall time between layer_begin and layer_end, charge included
+  std::uint64_t emulated_charge_ns = 0;  // of which the emulated slow tier's charge
+  std::uint64_t slow_bytes_read = 0;     // declared reads of objects on an emulated tier
+  std::uint64_t slow_bytes_written = 0;  // declared writes of objects on an emulated tier
 };
 
 struct StepEndEvent {

@@ -71,7 +71,7 @@ class Tensor {
   dnnl::memory::desc desc_;
   std::string name_;
   ObjectId id_ = 0;
-  mutable void* address_ = nullptr;           // current as of relocations_seen_
+  mutable void* address_ = nullptr;             // current as of relocations_seen_
   mutable std::uint64_t relocations_seen_ = 0;  // Runtime::relocations() when address_ was read
 };
 
@@ -126,8 +126,8 @@ class Engine {
   dnnl::engine engine_;
   dnnl::stream stream_;
   std::unordered_map<const void*, BoundArgs> bound_;
-  std::vector<ObjectId> ids_;       // scratch of run() and host_layer()
-  std::vector<void*> addresses_;    // scratch of run() and host_layer()
+  std::vector<ObjectId> ids_;     // scratch of run() and host_layer()
+  std::vector<void*> addresses_;  // scratch of run() and host_layer()
 };
 
 }  // namespace tensortier::dnn
