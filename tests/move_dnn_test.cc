@@ -46,7 +46,8 @@ struct TrainRun {
   std::uint64_t relocations = 0;
 };
 
-TrainRun train(const std::string& model, const std::string& spec, dnnl::memory::dims input, int width, bool chaos) {
+TrainRun train(const std::string& model, const std::string& spec, dnnl::memory::dims input, int width,
+               bool chaos) {
   TrainRun out;
   RuntimeOptions options(spec);
   auto rt = Runtime::create(options);
@@ -82,7 +83,8 @@ class ChaosTest : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(ChaosTest, RandomMovesBetweenEveryTwoLayersTrainBitIdentically) {
   const std::string model = GetParam();
-  const dnnl::memory::dims input = model == "lenet5" ? dnnl::memory::dims{4, 1, 28, 28} : dnnl::memory::dims{3, 3, 16, 16};
+  const dnnl::memory::dims input =
+      model == "lenet5" ? dnnl::memory::dims{4, 1, 28, 28} : dnnl::memory::dims{3, 3, 16, 16};
   const int width = model == "lenet5" ? 6 : 4;
   const TrainRun still = train(model, "fast=dram:1GiB", input, width, false);
   const TrainRun moved =
@@ -109,51 +111,76 @@ class Predictor final : public StepObserver {
   CostModel model_;
 };
 
-// Median step time (ns) of ResNet-18 with every object on the given spec's tiers, and the
-// model's predicted charge per step.
-std::pair<double, double> step_time(const std::string& spec) {
-  RuntimeOptions options(spec);
-  options.profile.enabled = false;
-  auto rt = Runtime::create(options).value();
-  Engine engine(*rt);
-  auto net = make_model("resnet18", {10, 16}).value();
-  EXPECT_TRUE(net->build(engine, {8, 3, 32, 32}, 1).is_ok());
-  Dataset data = synthetic_dataset(8, 3, 32, 32, 10, 3);
-  BatchIterator it(data, 8, 1);
-  Batch batch;
-  EXPECT_TRUE(it.next(engine, batch).is_ok());
-  const CostModel* model = rt->tier(rt->tier_count() - 1).cost_model();
-  Predictor predictor(model != nullptr ? *model : CostModel(find_preset("cxl").value(), FastBandwidth{1, 1, 1, ""}));
-  EXPECT_TRUE(rt->add_observer(&predictor).is_ok());
-  std::vector<double> times, predicted;
-  for (int step = 0; step < 6; ++step) {
+// ResNet-18 on one spec's tiers, stepped one step at a time.
+struct Stepper {
+  explicit Stepper(const std::string& spec) {
+    RuntimeOptions options(spec);
+    options.profile.enabled = false;
+    rt = Runtime::create(options).value();
+    engine = std::make_unique<Engine>(*rt);
+    net = make_model("resnet18", {10, 16}).value();
+    EXPECT_TRUE(net->build(*engine, {8, 3, 32, 32}, 1).is_ok());
+    data = synthetic_dataset(8, 3, 32, 32, 10, 3);
+    BatchIterator it(data, 8, 1);
+    EXPECT_TRUE(it.next(*engine, batch).is_ok());
+    const CostModel* model = rt->tier(rt->tier_count() - 1).cost_model();
+    predictor = std::make_unique<Predictor>(
+        model != nullptr ? *model : CostModel(find_preset("cxl").value(), FastBandwidth{1, 1, 1, ""}));
+    EXPECT_TRUE(rt->add_observer(predictor.get()).is_ok());
+  }
+  ~Stepper() { rt->remove_observer(predictor.get()); }
+  Stepper(const Stepper&) = delete;
+  Stepper& operator=(const Stepper&) = delete;
+  // One training step; its wall time in ns.
+  double step() {
     EXPECT_TRUE(rt->step_begin().is_ok());
     const std::uint64_t start = steady_now_ns();
-    EXPECT_TRUE(net->train_step(engine, batch, {0.01F, 0.9F, 0.0F}));
-    times.push_back(static_cast<double>(steady_now_ns() - start));
+    EXPECT_TRUE(net->train_step(*engine, batch, {0.01F, 0.9F, 0.0F}));
+    const auto ns = static_cast<double>(steady_now_ns() - start);
     EXPECT_TRUE(rt->step_end().is_ok());
-    predicted.push_back(static_cast<double>(predictor.predicted_ns));
+    return ns;
   }
-  rt->remove_observer(&predictor);
-  times.erase(times.begin());  // warm-up
-  std::sort(times.begin(), times.end());
-  return {times[times.size() / 2], predicted.back()};
+  std::unique_ptr<Runtime> rt;
+  std::unique_ptr<Engine> engine;
+  std::unique_ptr<Network> net;
+  Dataset data;
+  Batch batch;
+  std::unique_ptr<Predictor> predictor;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
 }
 
+// Fast-only and slow-only steps interleaved in one process (machine noise falls on both), median
+// of 7 each after a warm-up step.
 TEST(Emulation, SlowOnlyOverFastOnlyMatchesTheModelsPrediction) {
-  const auto [fast_ns, no_charge] = step_time("fast=dram:2GiB");
-  const auto [slow_ns, predicted_ns] = step_time("slow=emulated:optane-server:2GiB");
-  EXPECT_EQ(no_charge, 0.0);
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "a timing check: under a sanitizer the layers' own time is too slow and noisy to compare";
+#endif
+  Stepper fast("fast=dram:2GiB");
+  Stepper slow("slow=emulated:optane-server:2GiB");
+  std::vector<double> fast_ns, slow_ns;
+  for (int step = 0; step < 8; ++step) {
+    const double f = fast.step();
+    const double s = slow.step();
+    if (step == 0) continue;
+    fast_ns.push_back(f);
+    slow_ns.push_back(s);
+  }
+  const auto predicted_ns = static_cast<double>(slow.predictor->predicted_ns);
+  EXPECT_EQ(fast.predictor->predicted_ns, 0u);
   ASSERT_GT(predicted_ns, 0.0);
-  const double predicted_ratio = (fast_ns + predicted_ns) / fast_ns;
-  const double measured_ratio = slow_ns / fast_ns;
+  const double predicted_ratio = (median(fast_ns) + predicted_ns) / median(fast_ns);
+  const double measured_ratio = median(slow_ns) / median(fast_ns);
   EXPECT_NEAR(measured_ratio, predicted_ratio, 0.1 * predicted_ratio)
-      << "fast " << fast_ns / 1e6 << " ms, slow " << slow_ns / 1e6 << " ms, predicted charge " << predicted_ns / 1e6
-      << " ms";
-  RecordProperty("slow_over_fast", fmt::format("{:.2f}", measured_ratio));
-  std::printf("ResNet-18 (width 16, batch 8, 32x32), emulated optane-server: slow-only / fast-only %.2fx measured, "
-              "%.2fx predicted\n",
-              measured_ratio, predicted_ratio);
+      << "fast " << median(fast_ns) / 1e6 << " ms, slow " << median(slow_ns) / 1e6 << " ms, predicted charge "
+      << predicted_ns / 1e6 << " ms";
+  std::printf(
+      "ResNet-18 (width 16, batch 8, 32x32), emulated optane-server: slow-only / fast-only %.2fx measured, "
+      "%.2fx predicted\n",
+      measured_ratio, predicted_ratio);
 }
 
 }  // namespace
