@@ -62,7 +62,9 @@ TrainRun train(const std::string& model, const std::string& spec, dnnl::memory::
   BatchIterator it(data, static_cast<std::size_t>(input[0]), 3);
   Batch batch;
   Chaos mover(*rt.value(), 11);
-  if (chaos) EXPECT_TRUE(rt.value()->add_observer(&mover).is_ok());
+  if (chaos) {
+    EXPECT_TRUE(rt.value()->add_observer(&mover).is_ok());
+  }
   for (int step = 0; step < 4; ++step) {
     EXPECT_TRUE(it.next(engine, batch).is_ok());
     EXPECT_TRUE(rt.value()->step_begin().is_ok());
@@ -123,7 +125,7 @@ struct Stepper {
     data = synthetic_dataset(8, 3, 32, 32, 10, 3);
     BatchIterator it(data, 8, 1);
     EXPECT_TRUE(it.next(*engine, batch).is_ok());
-    const CostModel* model = rt->tier(rt->tier_count() - 1).cost_model();
+    const CostModel* model = rt->tier(static_cast<TierIndex>(rt->tier_count() - 1)).cost_model();
     predictor = std::make_unique<Predictor>(
         model != nullptr ? *model : CostModel(find_preset("cxl").value(), FastBandwidth{1, 1, 1, ""}));
     EXPECT_TRUE(rt->add_observer(predictor.get()).is_ok());

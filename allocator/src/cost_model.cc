@@ -250,7 +250,8 @@ unsigned engine_threads() {
 
 FastBandwidth measure_dram_streams(std::size_t buffer_bytes, unsigned threads, int repetitions) {
   threads = std::max(1U, threads);
-  buffer_bytes = std::max<std::size_t>(buffer_bytes / (64 * threads) * (64 * threads), 64 * threads);
+  const std::size_t unit = std::size_t{64} * threads;
+  buffer_bytes = std::max<std::size_t>(buffer_bytes / unit * unit, unit);
   void* buffer = mmap(nullptr, buffer_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (buffer == MAP_FAILED) {
     spdlog::warn("could not map {} bytes to measure DRAM bandwidth; assuming 10 GB/s", buffer_bytes);

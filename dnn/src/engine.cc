@@ -83,8 +83,10 @@ void Engine::release(Tensor& tensor) {
   Tensor dropped = std::move(tensor);  // its destructor frees the object
 }
 
-Status Engine::bind(std::string_view layer, const dnnl::primitive& primitive, const std::vector<Arg>& reads,
-                    const std::vector<Arg>& writes, std::unordered_map<int, dnnl::memory>** args) {
+Result<std::unordered_map<int, dnnl::memory>*> Engine::bind(std::string_view layer,
+                                                            const dnnl::primitive& primitive,
+                                                            const std::vector<Arg>& reads,
+                                                            const std::vector<Arg>& writes) {
   ids_.clear();
   for (const auto* list : {&reads, &writes}) {
     for (const auto& [index, tensor] : *list) {
@@ -119,16 +121,15 @@ Status Engine::bind(std::string_view layer, const dnnl::primitive& primitive, co
       }
     }
   }
-  *args = &memories;
-  return Status::ok();
+  return &memories;
 }
 
 Status Engine::run(std::string_view layer, const dnnl::primitive& primitive, const std::vector<Arg>& reads,
                    const std::vector<Arg>& writes) {
-  std::unordered_map<int, dnnl::memory>* args = nullptr;
-  TENSORTIER_RETURN_IF_ERROR(bind(layer, primitive, reads, writes, &args));
+  Result<std::unordered_map<int, dnnl::memory>*> args = bind(layer, primitive, reads, writes);
+  if (!args) return args.status();
   try {
-    primitive.execute(stream_, *args);
+    primitive.execute(stream_, *args.value());
     stream_.wait();
   } catch (const dnnl::error& e) {
     if (runtime_ != nullptr) (void)runtime_->layer_end();

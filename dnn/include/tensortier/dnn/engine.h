@@ -119,8 +119,11 @@ class Engine {
   struct BoundArgs {
     std::unordered_map<int, dnnl::memory> memories;
   };
-  Status bind(std::string_view layer, const dnnl::primitive& primitive, const std::vector<Arg>& reads,
-              const std::vector<Arg>& writes, std::unordered_map<int, dnnl::memory>** args);
+  // Marks the layer begun and returns the primitive's memory arguments, rebound.
+  Result<std::unordered_map<int, dnnl::memory>*> bind(std::string_view layer,
+                                                      const dnnl::primitive& primitive,
+                                                      const std::vector<Arg>& reads,
+                                                      const std::vector<Arg>& writes);
 
   Runtime* runtime_;  // null: plain allocation, no marks
   dnnl::engine engine_;
