@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "stats.h"  // bench/: median
 #include "tensortier/dnn/data.h"
 #include "tensortier/dnn/models.h"
 #include "test_util.h"
@@ -150,10 +151,7 @@ struct Stepper {
   std::unique_ptr<Predictor> predictor;
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using bench::median;
 
 // Fast-only and slow-only steps interleaved in one process (machine noise falls on both), median
 // of 7 each after a warm-up step.

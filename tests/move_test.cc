@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "stats.h"  // bench/: median
 #include "tensortier/runtime.h"
 #include "tensortier/tensortier.h"
 #include "test_util.h"
@@ -21,17 +22,12 @@ namespace {
 
 using testing::TempDir;
 
-std::unique_ptr<ObjectAllocator> allocator_for(const std::string& spec) {
-  auto configs = parse_tier_spec(spec);
-  EXPECT_TRUE(configs) << configs.status().to_string();
-  std::vector<std::unique_ptr<Tier>> tiers;
-  for (const TierConfig& c : configs.value()) {
-    auto tier = open_tier(c);
-    EXPECT_TRUE(tier) << tier.status().to_string();
-    if (!tier) return nullptr;
-    tiers.push_back(std::move(tier).value());
-  }
-  return std::make_unique<ObjectAllocator>(std::move(tiers));
+using testing::allocator_for;
+
+// Every range back to its tier: nothing mapped on any tier.
+void expect_all_released(ObjectAllocator& alloc) {
+  alloc.release_cache();
+  for (const TierUsage& u : alloc.usage()) EXPECT_EQ(u.mapped_bytes, 0u) << u.name;
 }
 
 void fill(void* p, std::size_t bytes, unsigned seed) {
@@ -115,8 +111,7 @@ TEST(Move, EveryDirectionBetweenEveryTierKindKeepsTheBytes) {
       }
     }
   }
-  alloc->release_cache();
-  for (const TierUsage& u : alloc->usage()) EXPECT_EQ(u.mapped_bytes, 0u) << u.name;
+  expect_all_released(*alloc);
 }
 
 TEST(Move, MethodsFollowTheTierKinds) {
@@ -146,8 +141,7 @@ TEST(Move, OwnerStaysWithMovePagesAndFollowsTheMappingWithRemap) {
   ASSERT_TRUE(alloc->move(obj->id, 2));
   EXPECT_EQ(alloc->info_by_id(obj->id)->owner, 2u);  // c's mapping now sits at the address
   ASSERT_TRUE(alloc->free(obj->address).is_ok());
-  alloc->release_cache();
-  for (const TierUsage& u : alloc->usage()) EXPECT_EQ(u.mapped_bytes, 0u) << u.name;
+  expect_all_released(*alloc);
 }
 
 TEST(Move, InjectedFailureLeavesEverythingAsItWas) {
@@ -211,8 +205,7 @@ TEST(Move, FreeDuringAMoveIsSafe) {
     EXPECT_FALSE(alloc->info_by_id(obj->id));
     const auto usage = alloc->usage();
     EXPECT_EQ(usage[0].live_bytes + usage[1].live_bytes, 0u);
-    alloc->release_cache();
-    for (const TierUsage& u : alloc->usage()) EXPECT_EQ(u.mapped_bytes, 0u) << u.name;
+    expect_all_released(*alloc);
   }
 }
 
@@ -461,10 +454,9 @@ TEST(Emulation, SlowTierLayersCostWhatTheModelPredicts) {
     return ns;
   };
   auto median_of = [&](int n) {
-    std::vector<std::uint64_t> t;
-    for (int i = 0; i < n; ++i) t.push_back(run_layer());
-    std::sort(t.begin(), t.end());
-    return static_cast<double>(t[t.size() / 2]);
+    std::vector<double> t;
+    for (int i = 0; i < n; ++i) t.push_back(static_cast<double>(run_layer()));
+    return bench::median(t);
   };
   const double fast = median_of(5);
   ASSERT_TRUE(rt->move(a->id, 1));

@@ -14,15 +14,7 @@ namespace tensortier {
 namespace {
 
 std::unique_ptr<ObjectAllocator> make(const std::string& spec) {
-  auto configs = parse_tier_spec(spec);
-  EXPECT_TRUE(configs) << configs.status().to_string();
-  std::vector<std::unique_ptr<Tier>> tiers;
-  for (const auto& c : configs.value()) {
-    auto tier = open_tier(c);
-    EXPECT_TRUE(tier) << tier.status().to_string();
-    tiers.push_back(std::move(tier).value());
-  }
-  return std::make_unique<ObjectAllocator>(std::move(tiers));
+  return testing::allocator_for(spec);
 }
 
 std::uintptr_t page_of(const void* p) {

@@ -1,4 +1,5 @@
-// Helpers shared by the tests: temporary directories and per-thread page-fault counts.
+// Helpers shared by the tests: temporary directories, per-thread page-fault counts, and an
+// ObjectAllocator over the tiers of a spec.
 #pragma once
 
 #include <sys/resource.h>
@@ -6,7 +7,14 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "tensortier/allocator/object_allocator.h"
+#include "tensortier/allocator/tier_spec.h"
 
 namespace tensortier::testing {
 
@@ -34,6 +42,21 @@ inline long thread_page_faults() {
   rusage usage{};
   getrusage(RUSAGE_THREAD, &usage);
   return usage.ru_minflt + usage.ru_majflt;
+}
+
+// An allocator over the tiers `spec` names; null (with a test failure) when one cannot open.
+inline std::unique_ptr<ObjectAllocator> allocator_for(const std::string& spec) {
+  auto configs = parse_tier_spec(spec);
+  EXPECT_TRUE(configs) << configs.status().to_string();
+  if (!configs) return nullptr;
+  std::vector<std::unique_ptr<Tier>> tiers;
+  for (const TierConfig& c : configs.value()) {
+    auto tier = open_tier(c);
+    EXPECT_TRUE(tier) << tier.status().to_string();
+    if (!tier) return nullptr;
+    tiers.push_back(std::move(tier).value());
+  }
+  return std::make_unique<ObjectAllocator>(std::move(tiers));
 }
 
 }  // namespace tensortier::testing

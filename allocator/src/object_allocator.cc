@@ -53,28 +53,40 @@ ObjectAllocator::~ObjectAllocator() {
   }
 }
 
+void ObjectAllocator::retire(ObjectId id, const Range& range) {
+  table_.erase(range.slot);
+  give_back_range(range.tier, range.base, range.bytes, range.owner);
+  live_.erase(id);
+}
+
 void ObjectAllocator::release_range(TierIndex placement, TierIndex owner, void* address, std::size_t bytes) {
   tiers_[owner]->unmap_range(address, bytes);
   tiers_[placement]->unreserve(bytes);
 }
 
-Result<ObjectAllocator::CachedRange> ObjectAllocator::take_range(TierIndex t, std::size_t bytes) {
+Result<ObjectAllocator::Range> ObjectAllocator::take_range(TierIndex t, std::size_t bytes) {
   TierState& state = tier_state_[t];
+  Range range;
+  range.bytes = bytes;
+  range.tier = t;
   if (auto it = state.cache.find(bytes); it != state.cache.end()) {
-    const CachedRange range = it->second;
+    range.base = static_cast<std::byte*>(it->second.address);
+    range.owner = it->second.owner;
     state.cache.erase(it);
     state.usage.cached_bytes -= bytes;
     ++state.usage.reused_ranges;
     return range;
   }
-  Result<void*> range = tiers_[t]->allocate(bytes);
-  if (!range && range.status().code() == StatusCode::kOutOfMemory) {
+  Result<void*> mapped = tiers_[t]->allocate(bytes);
+  if (!mapped && mapped.status().code() == StatusCode::kOutOfMemory) {
     release_cache_locked(t);
-    range = tiers_[t]->allocate(bytes);
+    mapped = tiers_[t]->allocate(bytes);
   }
-  if (!range) return range.status();
+  if (!mapped) return mapped.status();
   ++state.usage.new_ranges;
-  return CachedRange{range.value(), t};
+  range.base = static_cast<std::byte*>(mapped.value());
+  range.owner = t;
+  return range;
 }
 
 void ObjectAllocator::give_back_range(TierIndex t, void* address, std::size_t bytes, TierIndex owner) {
@@ -130,14 +142,11 @@ Result<ObjectAllocator::Range> ObjectAllocator::place_small(Live& live, TierInde
                          [&](const std::unique_ptr<Chunk>& c) { return fits(*c); });
   Chunk* chunk = it != group->chunks.end() ? it->get() : nullptr;
   if (chunk == nullptr) {
-    Result<CachedRange> range = take_range(t, kGroupChunkBytes);  // may drop empty chunks of groups_
+    Result<Range> range = take_range(t, kGroupChunkBytes);  // may drop empty chunks of groups_
     if (!range) return range.status();
     group = &groups_[{live.info.group, t}];
     auto fresh = std::make_unique<Chunk>();
-    fresh->range.base = static_cast<std::byte*>(range->address);
-    fresh->range.bytes = kGroupChunkBytes;
-    fresh->range.tier = t;
-    fresh->range.owner = range->owner;
+    fresh->range = range.value();
     fresh->group = live.info.group;
     fresh->range.slot = table_.insert(
         SpanView{live.info.group, as_uint(fresh->range.base), kGroupChunkBytes, t, /*is_group=*/true});
@@ -196,15 +205,7 @@ Result<ObjectInfo> ObjectAllocator::allocate(std::string_view name, std::size_t 
   for (TierIndex t = preferred; t < tiers_.size(); ++t) {
     Result<Range> placed = [&]() -> Result<Range> {
       try {
-        if (live.info.small) return place_small(live, t);
-        Result<CachedRange> range = take_range(t, live.info.reserved_bytes);
-        if (!range) return range.status();
-        Range r;
-        r.base = static_cast<std::byte*>(range->address);
-        r.bytes = live.info.reserved_bytes;
-        r.tier = t;
-        r.owner = range->owner;
-        return r;
+        return live.info.small ? place_small(live, t) : take_range(t, live.info.reserved_bytes);
       } catch (const std::exception& e) {  // the object table could not grow
         return internal_error(fmt::format("object table: {}", e.what()));
       }
@@ -266,9 +267,7 @@ Status ObjectAllocator::free(const void* address) {
     live.range.free_pending = true;  // the mover releases it when its copy ends
     live.range.abort_move = true;
   } else {
-    table_.erase(live.range.slot);
-    give_back_range(t, live.range.base, live.range.bytes, live.range.owner);
-    live_.erase(it);
+    retire(id, live.range);
   }
   return Status::ok();
 }
@@ -295,14 +294,13 @@ Result<ObjectId> ObjectAllocator::id_of(const void* address) const {
   return it->second;
 }
 
-std::size_t ObjectAllocator::ids_of(std::span<const void* const> addresses, std::vector<ObjectId>* ids,
-                                    std::vector<std::size_t>* bytes) const {
+std::size_t ObjectAllocator::ids_of(std::span<const void* const> addresses,
+                                    std::vector<ObjectId>* ids) const {
   std::lock_guard lock(mutex_);
   for (std::size_t i = 0; i < addresses.size(); ++i) {
     auto it = by_address_.find(addresses[i]);
     if (it == by_address_.end()) return i;
     ids->push_back(it->second);
-    if (bytes != nullptr) bytes->push_back(live_.at(it->second).info.bytes);
   }
   return addresses.size();
 }
@@ -354,7 +352,8 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
     std::unique_lock lock(mutex_);
     const auto deadline = std::chrono::steady_clock::now() + options.pin_wait;
     Live* live = nullptr;
-    while (true) {
+    bool timed_out = false;
+    while (true) {  // looked up afresh after every wait: it may be freed meanwhile
       auto it = live_.find(id);
       if (it == live_.end() || it->second.range.free_pending)
         return not_found(fmt::format("move of object {}: no such live object", id));
@@ -364,15 +363,12 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
         return unavailable(
             fmt::format("move of '{}': it is already moving; wait for that move", live->info.name));
       if (r.pins == 0) break;
-      if (moved_or_unpinned_.wait_until(lock, deadline) == std::cv_status::timeout) {
-        auto again = live_.find(id);
-        if (again != live_.end() && again->second.unit().pins != 0) {
-          return unavailable(
-              fmt::format("move of '{}': a running layer kept it pinned for {} ms; try after the layer",
-                          again->second.info.name,
-                          std::chrono::duration_cast<std::chrono::milliseconds>(options.pin_wait).count()));
-        }
+      if (timed_out) {
+        return unavailable(fmt::format(
+            "move of '{}': a running layer kept it pinned for {} ms; try after the layer", live->info.name,
+            std::chrono::duration_cast<std::chrono::milliseconds>(options.pin_wait).count()));
       }
+      timed_out = moved_or_unpinned_.wait_until(lock, deadline) == std::cv_status::timeout;
     }
     Range& r = live->unit();
     chunk = live->chunk;
@@ -459,9 +455,7 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
     if (result.method == MoveMethod::kMovePages) tiers_[to]->unreserve(bytes);
     ++tier_state_[to].usage.failed_moves;
     if (freed) {  // the free that came during the move completes now
-      table_.erase(r.slot);
-      give_back_range(r.tier, r.base, r.bytes, r.owner);
-      live_.erase(id);
+      retire(id, r);
       return unavailable(fmt::format("move of object {}: it was freed while moving", id));
     }
     const std::string name = live != nullptr ? live->info.name : fmt::format("chunk of object {}", id);
@@ -543,11 +537,7 @@ void ObjectAllocator::commit_move(ObjectId id, Live* live, Chunk* chunk, MoveMet
   }
   result.address = chunk != nullptr ? result.address : static_cast<void*>(r.base);
   result.moved = true;
-  if (r.free_pending) {  // freed while moving: released now, on its new tier
-    table_.erase(r.slot);
-    give_back_range(r.tier, r.base, r.bytes, r.owner);
-    live_.erase(id);
-  }
+  if (r.free_pending) retire(id, r);  // freed while moving: released now, on its new tier
 }
 
 Result<PinResult> ObjectAllocator::pin(std::span<const ObjectId> ids, std::span<PinnedObject> out,

@@ -96,13 +96,11 @@ Result<std::unordered_map<int, dnnl::memory>*> Engine::bind(std::string_view lay
       ids_.push_back(tensor->id());
     }
   }
-  addresses_.assign(ids_.size(), nullptr);
   if (runtime_ != nullptr) {
     // Pins the objects and gives their addresses now: objects may have moved since the last step.
-    TENSORTIER_RETURN_IF_ERROR(runtime_->layer_begin(
-        layer, std::span<const ObjectId>(ids_.data(), reads.size()),
-        std::span<const ObjectId>(ids_.data() + reads.size(), writes.size()), addresses_));
+    TENSORTIER_RETURN_IF_ERROR(begin_layer(layer, reads.size()));
   } else {
+    addresses_.assign(ids_.size(), nullptr);
     std::size_t i = 0;
     for (const auto* list : {&reads, &writes}) {
       for (const auto& [index, tensor] : *list) addresses_[i++] = tensor->address();
@@ -122,6 +120,13 @@ Result<std::unordered_map<int, dnnl::memory>*> Engine::bind(std::string_view lay
     }
   }
   return &memories;
+}
+
+Status Engine::begin_layer(std::string_view layer, std::size_t read_count) {
+  addresses_.assign(ids_.size(), nullptr);
+  return runtime_->layer_begin(layer, std::span<const ObjectId>(ids_.data(), read_count),
+                               std::span<const ObjectId>(ids_.data() + read_count, ids_.size() - read_count),
+                               addresses_);
 }
 
 Status Engine::run(std::string_view layer, const dnnl::primitive& primitive, const std::vector<Arg>& reads,
@@ -161,11 +166,8 @@ Status Engine::host_layer(std::string_view layer, const std::vector<const Tensor
   ids_.clear();
   for (const Tensor* t : reads) ids_.push_back(t->id());
   for (const Tensor* t : writes) ids_.push_back(t->id());
-  addresses_.assign(ids_.size(), nullptr);
   // The body reaches the tensors through Tensor::address(), current while they are pinned.
-  TENSORTIER_RETURN_IF_ERROR(runtime_->layer_begin(
-      layer, std::span<const ObjectId>(ids_.data(), reads.size()),
-      std::span<const ObjectId>(ids_.data() + reads.size(), writes.size()), addresses_));
+  TENSORTIER_RETURN_IF_ERROR(begin_layer(layer, reads.size()));
   body();
   return runtime_->layer_end();
 }

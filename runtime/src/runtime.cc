@@ -362,7 +362,7 @@ Status Runtime::layer_begin(std::string_view name, std::span<const void* const> 
   std::vector<ObjectId> ids;
   ids.reserve(reads.size() + writes.size());
   for (const auto& [pointers, role] : {std::pair{reads, "reads"}, std::pair{writes, "writes"}}) {
-    const std::size_t bad = allocator_.ids_of(pointers, &ids, nullptr);
+    const std::size_t bad = allocator_.ids_of(pointers, &ids);
     if (bad != pointers.size()) {
       return not_found(fmt::format("layer '{}' {} {}, which is not the start of a live object", name, role,
                                    pointers[bad]));

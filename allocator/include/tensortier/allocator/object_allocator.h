@@ -175,11 +175,10 @@ class ObjectAllocator {
   Result<ObjectInfo> info_by_id(ObjectId id) const;
   // Its id alone (no copy of the name).
   Result<ObjectId> id_of(const void* address) const;
-  // Ids and sizes of the live objects starting at `addresses`, under one lock: what a layer mark
-  // needs. Appends to `ids` and `bytes`; returns the index of the first address that is not the
-  // start of a live object (nothing appended for it or after it), or addresses.size().
-  std::size_t ids_of(std::span<const void* const> addresses, std::vector<ObjectId>* ids,
-                     std::vector<std::size_t>* bytes) const;
+  // Ids of the live objects starting at `addresses`, under one lock: what a layer mark needs.
+  // Appends to `ids`; returns the index of the first address that is not the start of a live
+  // object (nothing appended for it or after it), or addresses.size().
+  std::size_t ids_of(std::span<const void* const> addresses, std::vector<ObjectId>* ids) const;
   // Every live object, in no particular order.
   std::vector<ObjectInfo> objects() const;
   // The span (object, or group chunk) holding any address. Lock-free, async-signal-safe.
@@ -267,7 +266,9 @@ class ObjectAllocator {
 
   // Takes `bytes` (whole pages) on tier `t`: a cached range of the same size, else a new one,
   // releasing the tier's cache first if the budget demands. Caller holds mutex_.
-  Result<CachedRange> take_range(TierIndex t, std::size_t bytes);
+  Result<Range> take_range(TierIndex t, std::size_t bytes);
+  // Drops a freed large object: its span, its range (to its tier's cache) and its entry.
+  void retire(ObjectId id, const Range& range);
   void give_back_range(TierIndex t, void* address, std::size_t bytes, TierIndex owner);
   void release_range(TierIndex placement, TierIndex owner, void* address, std::size_t bytes);
   void release_cache_locked(TierIndex t);

@@ -125,6 +125,10 @@ class Engine {
                                                       const std::vector<Arg>& reads,
                                                       const std::vector<Arg>& writes);
 
+  // runtime_->layer_begin over ids_ (the first `read_count` read, the rest written), filling
+  // addresses_.
+  Status begin_layer(std::string_view layer, std::size_t read_count);
+
   Runtime* runtime_;  // null: plain allocation, no marks
   dnnl::engine engine_;
   dnnl::stream stream_;
