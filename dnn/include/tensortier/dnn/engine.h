@@ -59,8 +59,10 @@ class Tensor {
   const std::string& name() const { return name_; }
   ObjectId id() const { return id_; }  // 0 for plain memory
   // The object's current address (looked up again only after a move gave some object a new one).
+  // Valid until the next move of this object: hold it only inside a layer, where the object is
+  // pinned, or while no mover runs. Single-threaded: the training thread's calls only.
   void* address() const;
-  float* data() const { return static_cast<float*>(address_); }
+  float* data() const { return static_cast<float*>(address()); }
   std::size_t bytes() const { return desc_.get_size(); }
   std::size_t elements() const { return bytes() / sizeof(float); }
   dnnl::memory::dims dims() const { return desc_.dims(); }
