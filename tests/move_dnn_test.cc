@@ -91,7 +91,8 @@ TEST_P(ChaosTest, RandomMovesBetweenEveryTwoLayersTrainBitIdentically) {
   const TrainRun still = train(model, "fast=dram:1GiB", input, width, false);
   testing::TempDir dir;
   const TrainRun moved = train(
-      model, fmt::format("fast=dram:1GiB,numa=numa:0:1GiB,slow=emulated:cxl:1GiB,heap=pmem:{}:1GiB", dir.path()),
+      model,
+      fmt::format("fast=dram:1GiB,numa=numa:0:1GiB,slow=emulated:cxl:1GiB,heap=pmem:{}:1GiB", dir.path()),
       input, width, true);
   EXPECT_GT(moved.moves, 1000u);
   EXPECT_GT(moved.relocations, 100u);  // objects really changed address (pmem), not only in place

@@ -3,9 +3,12 @@
 // figures), in two layouts: "plain" (node 1 is boot RAM) and "kmem" (node 1 is a KMEM DAX device
 // onlined as system RAM, as CXL and Optane are). The runner sets TENSORTIER_NUMA_VM_LAYOUT;
 // anywhere else every test skips and says why.
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -116,6 +119,139 @@ TEST(NumaVm, MovingAnObjectBetweenNodesKeepsItsAddressAndBytes) {
   }
 }
 
+void fill(void* address, std::size_t bytes, unsigned seed) {
+  auto* p = static_cast<unsigned char*>(address);
+  for (std::size_t i = 0; i < bytes; ++i) p[i] = static_cast<unsigned char>(i * 31 + seed);
+}
+
+// The first byte that differs from fill(seed)'s pattern, named.
+::testing::AssertionResult holds(const void* address, std::size_t bytes, unsigned seed) {
+  const auto* p = static_cast<const unsigned char*>(address);
+  for (std::size_t i = 0; i < bytes; ++i) {
+    if (p[i] != static_cast<unsigned char>(i * 31 + seed)) {
+      return ::testing::AssertionFailure() << "byte " << i << " is " << int{p[i]} << ", expected "
+                                           << int{static_cast<unsigned char>(i * 31 + seed)};
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+std::uint64_t live_on(const Runtime& rt, TierIndex tier) {
+  return rt.stats().tiers[tier].live_bytes;
+}
+
+TEST(NumaVm, RuntimeMovesBetweenNodesPutEveryPageOnTheDestinationAndUpdateBothBudgets) {
+  REQUIRE_NUMA_VM();
+  auto rt = Runtime::create({"fast=numa:0:64MiB,slow=numa:1:256MiB"});
+  ASSERT_TRUE(rt) << rt.status().to_string();
+  Runtime& r = *rt.value();
+  ASSERT_EQ(r.move_method(0, 1), MoveMethod::kMovePages);
+  constexpr std::size_t kBytes = 6 << 20;
+  auto object = r.allocate("moved", kBytes, kDefaultGroup, /*preferred=*/1);
+  ASSERT_TRUE(object) << object.status().to_string();
+  // Only the first half is touched before the move: the rest faults in after it, and must land on
+  // the destination too (the range's policy was rebound, not only its present pages moved).
+  fill(object->address, kBytes / 2, 7);
+  for (TierIndex to : {0u, 1u, 0u}) {
+    auto moved = r.move(object->id, to);
+    ASSERT_TRUE(moved) << moved.status().to_string();
+    EXPECT_TRUE(moved->moved);
+    EXPECT_EQ(moved->address, object->address) << "numa to numa moves in place";
+    if (to == 1u) continue;
+    EXPECT_EQ(live_on(r, 0), kBytes);
+    EXPECT_EQ(live_on(r, 1), 0u);
+    EXPECT_EQ(r.object(object->id)->tier, 0u);
+  }
+  fill(object->address, kBytes, 7);  // faults the second half in
+  EXPECT_TRUE(all_pages_on(object->address, kBytes, 0));
+  EXPECT_TRUE(holds(object->address, kBytes, 7));
+  ASSERT_TRUE(r.move(object->id, 1));
+  EXPECT_TRUE(all_pages_on(object->address, kBytes, 1));
+  EXPECT_TRUE(holds(object->address, kBytes, 7));
+  EXPECT_EQ(live_on(r, 0), 0u);
+  EXPECT_EQ(live_on(r, 1), kBytes);
+  EXPECT_EQ(r.stats().moves, 4u);
+  // A small object moves with its chunk, every page of it.
+  auto small = r.allocate("small", 300, kDefaultGroup, /*preferred=*/0);
+  ASSERT_TRUE(small) << small.status().to_string();
+  fill(small->address, 300, 3);
+  auto moved = r.move(small->id, 1);
+  ASSERT_TRUE(moved) << moved.status().to_string();
+  EXPECT_EQ(moved->address, small->address);
+  EXPECT_TRUE(all_pages_on(small->address, 300, 1));
+  EXPECT_TRUE(holds(small->address, 300, 3));
+  EXPECT_TRUE(r.free(object->address).is_ok());
+  EXPECT_TRUE(r.free(small->address).is_ok());
+  EXPECT_EQ(live_on(r, 0) + live_on(r, 1), 0u);
+}
+
+// A failed move between nodes (an injected failure after the pages moved) puts them back: the
+// pages, the placement and the budgets agree.
+TEST(NumaVm, AFailedMoveBetweenNodesLeavesEveryPageWhereItWas) {
+  REQUIRE_NUMA_VM();
+  auto rt = Runtime::create({"fast=numa:0:64MiB,slow=numa:1:256MiB"});
+  ASSERT_TRUE(rt) << rt.status().to_string();
+  Runtime& r = *rt.value();
+  constexpr std::size_t kBytes = 4 << 20;
+  auto object = r.allocate("stays", kBytes, kDefaultGroup, 0);
+  ASSERT_TRUE(object) << object.status().to_string();
+  fill(object->address, kBytes, 9);
+  r.set_move_failure_hook([](ObjectId, TierIndex) { return true; });
+  EXPECT_FALSE(r.move(object->id, 1));
+  r.set_move_failure_hook({});
+  EXPECT_EQ(r.object(object->id)->tier, 0u);
+  EXPECT_TRUE(all_pages_on(object->address, kBytes, 0));
+  EXPECT_TRUE(holds(object->address, kBytes, 9));
+  EXPECT_EQ(live_on(r, 0), kBytes);
+  EXPECT_EQ(live_on(r, 1), 0u);
+  EXPECT_EQ(r.stats().failed_moves, 1u);
+}
+
+// A mover thread asks for moves of the object back and forth while the training thread runs
+// layers on it: every layer sees the bytes the previous one wrote, at the address it was given.
+TEST(NumaVm, LayersSeeCorrectBytesWhileMovesAreRequested) {
+  REQUIRE_NUMA_VM();
+  RuntimeOptions options("fast=numa:0:64MiB,slow=numa:1:256MiB");
+  options.profile.enabled = false;  // moves are refused during a profiled step
+  auto rt = Runtime::create(options);
+  ASSERT_TRUE(rt) << rt.status().to_string();
+  Runtime& r = *rt.value();
+  constexpr std::size_t kBytes = 2 << 20;
+  auto object = r.allocate("shared", kBytes, kDefaultGroup, 1);
+  ASSERT_TRUE(object) << object.status().to_string();
+  fill(object->address, kBytes, 0);
+  std::atomic<bool> stop{false};
+  std::atomic<int> moves{0};
+  std::thread mover([&] {
+    for (TierIndex to = 0; !stop.load(); to ^= 1u) {
+      if (auto moved = r.move(object->id, to); moved && moved->moved) moves.fetch_add(1);
+    }
+  });
+  const ObjectId id = object->id;
+  std::vector<void*> addresses(2);  // the object as read, then as written
+  unsigned seed = 0;
+  for (int step = 0; step < 4; ++step) {
+    ASSERT_TRUE(r.step_begin().is_ok());
+    for (int layer = 0; layer < 25; ++layer) {
+      ASSERT_TRUE(
+          r.layer_begin("rw", std::span<const ObjectId>(&id, 1), std::span<const ObjectId>(&id, 1), addresses)
+              .is_ok());
+      ASSERT_EQ(addresses[0], object->address);
+      ASSERT_EQ(addresses[1], object->address);
+      EXPECT_TRUE(holds(addresses[0], kBytes, seed)) << "step " << step << " layer " << layer;
+      fill(addresses[0], kBytes, ++seed);
+      ASSERT_TRUE(r.layer_end().is_ok());
+    }
+    ASSERT_TRUE(r.step_end().is_ok());
+  }
+  stop = true;
+  mover.join();
+  EXPECT_GT(moves.load(), 0) << "no move ran between the layers";
+  const TierIndex placed = r.object(id)->tier;
+  EXPECT_TRUE(all_pages_on(object->address, kBytes, static_cast<int>(placed)));
+  EXPECT_TRUE(holds(object->address, kBytes, seed));
+}
+
 TEST(NumaVm, DaxKmemTierAllocatesOnTheKmemNode) {
   REQUIRE_NUMA_VM();
   if (layout() != "kmem") GTEST_SKIP() << "layout '" << layout() << "': node 1 is boot RAM, not KMEM DAX";
@@ -124,6 +260,31 @@ TEST(NumaVm, DaxKmemTierAllocatesOnTheKmemNode) {
   auto object = rt.value()->allocate("kmem", 4 << 20, kDefaultGroup, /*preferred=*/1);
   ASSERT_TRUE(object) << object.status().to_string();
   EXPECT_TRUE(all_pages_on(object->address, object->reserved_bytes, 1));
+}
+
+// A memkind heap tier on the KMEM DAX node: moves to and from it give the object a new address,
+// with every page on the destination node and the bytes intact.
+TEST(NumaVm, MovesToAndFromTheDaxKmemTierLandOnTheirNode) {
+  REQUIRE_NUMA_VM();
+  if (layout() != "kmem") GTEST_SKIP() << "layout '" << layout() << "': node 1 is boot RAM, not KMEM DAX";
+  auto rt = Runtime::create({"fast=numa:0:64MiB,slow=daxkmem:256MiB"});
+  ASSERT_TRUE(rt) << rt.status().to_string();
+  Runtime& r = *rt.value();
+  EXPECT_EQ(r.move_method(0, 1), MoveMethod::kNewAddress);
+  constexpr std::size_t kBytes = 4 << 20;
+  auto object = r.allocate("kmem", kBytes, kDefaultGroup, 0);
+  ASSERT_TRUE(object) << object.status().to_string();
+  fill(object->address, kBytes, 5);
+  for (TierIndex to : {1u, 0u, 1u}) {
+    auto moved = r.move(object->id, to);
+    ASSERT_TRUE(moved) << moved.status().to_string();
+    EXPECT_EQ(r.address_of(object->id).value(), moved->address);
+    EXPECT_TRUE(all_pages_on(moved->address, kBytes, static_cast<int>(to)));
+    EXPECT_TRUE(holds(moved->address, kBytes, 5));
+    EXPECT_EQ(live_on(r, to), kBytes);
+    EXPECT_EQ(live_on(r, to ^ 1u), 0u);
+  }
+  EXPECT_TRUE(r.free(r.address_of(object->id).value()).is_ok());
 }
 
 }  // namespace

@@ -391,6 +391,9 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
     }
     r.moving = true;
     r.abort_move = false;
+    // Pages migrated by the kernel keep their address and bytes under concurrent use, and a
+    // half-undone migration would leave pages on the wrong node: such a move always completes.
+    r.abortable = result.method != MoveMethod::kMovePages;
     tier_state_[to].usage.in_flight_bytes += r.bytes;
     base = r.base;
     bytes = r.bytes;
@@ -436,6 +439,9 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
     }
     injected = status.is_ok() && hook && hook(id, to);
   }
+  if (injected && result.method == MoveMethod::kMovePages) {  // the pages go back where they were
+    (void)os::rebind_to_node(base, bytes, *tiers_[result.from]->numa_node());
+  }
 
   // Phase 3, under the lock: commit, or roll back and leave the object where it was.
   std::lock_guard lock(mutex_);
@@ -446,11 +452,13 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
   r.moving = false;
   moved_or_unpinned_.notify_all();
   const bool freed = r.free_pending;
-  if (status.is_ok() && !injected && !r.abort_move && result.method == MoveMethod::kRemap) {
+  const bool aborted = r.abort_move && r.abortable;
+  r.abort_move = false;
+  if (status.is_ok() && !injected && !aborted && result.method == MoveMethod::kRemap) {
     status = os::remap_over(destination, base, bytes);
     if (status.is_ok()) destination = nullptr;  // its mapping now lives at base
   }
-  if (!status.is_ok() || injected || r.abort_move) {
+  if (!status.is_ok() || injected || aborted) {
     if (destination != nullptr) tiers_[to]->deallocate(destination, bytes);
     if (result.method == MoveMethod::kMovePages) tiers_[to]->unreserve(bytes);
     ++tier_state_[to].usage.failed_moves;
@@ -462,8 +470,7 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
     if (injected)
       return internal_error(fmt::format("move of '{}' to tier '{}': injected failure; it stays on '{}'", name,
                                         tiers_[to]->name(), tiers_[r.tier]->name()));
-    if (r.abort_move) {
-      r.abort_move = false;
+    if (aborted) {
       return unavailable(
           fmt::format("move of '{}' to tier '{}': a layer needed it before the copy ended; it stays on '{}'",
                       name, tiers_[to]->name(), tiers_[r.tier]->name()));
@@ -567,9 +574,11 @@ Result<PinResult> ObjectAllocator::pin(std::span<const ObjectId> ids, std::span<
     const auto deadline = std::chrono::steady_clock::now() + wait;
     while (any_moving() && moved_or_unpinned_.wait_until(lock, deadline) != std::cv_status::timeout) {
     }
-    for (ObjectId id : ids) {  // past the bound: the move fails and the object stays put
+    // Past the bound a copy fails and the object stays put; a move_pages migration goes on beside
+    // the layer (the kernel keeps the bytes right) and completes.
+    for (ObjectId id : ids) {
       Range* r = unit_of(id);
-      if (r != nullptr && r->moving && !r->abort_move) {
+      if (r != nullptr && r->moving && r->abortable && !r->abort_move) {
         r->abort_move = true;
         ++result.aborted_moves;
       }

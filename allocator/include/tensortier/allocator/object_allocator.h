@@ -32,8 +32,10 @@
 //   injected failure, a layer that would not wait for it) leaves the object where it was, intact,
 //   and is counted; an object freed while it moves is released when the move ends.
 // - A pinned object does not move: move() waits for its pins to go (bounded). pin() waits
-//   (bounded) for a move of the object already in flight and, past the bound, makes that move
-//   fail so the pin never waits longer. A layer pins what it declares.
+//   (bounded) for a move of the object already in flight and, past the bound, makes a copying
+//   move fail so the pin never waits longer; a kMovePages move is not made to fail (the kernel
+//   keeps the bytes right while the layer uses them, and undoing it half-way would strand pages
+//   on the wrong node): it completes beside the layer. A layer pins what it declares.
 //
 // Ownership: the allocator owns its tiers and all object memory; an object's memory is the
 // caller's to use from allocate() until free(). Destroying the allocator releases everything; no
@@ -236,6 +238,7 @@ class ObjectAllocator {
     std::uint32_t pins = 0;
     bool moving = false;
     bool abort_move = false;    // a pin stopped waiting: the move in flight must fail
+    bool abortable = true;      // false for move_pages: it completes (address kept, bytes intact)
     bool free_pending = false;  // freed while moving: released when the move ends
   };
   struct Chunk {  // shared pages of one group
