@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -12,6 +13,11 @@
 
 namespace tensortier {
 namespace {
+
+// The alignment Tier::map_reserved gives a range of `bytes`.
+std::size_t range_alignment(std::size_t bytes) {
+  return bytes >= kHugePageBytes ? kHugePageBytes : kPageBytes;
+}
 
 std::uintptr_t as_uint(const void* p) {
   return reinterpret_cast<std::uintptr_t>(p);
@@ -347,6 +353,7 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
   std::byte* base = nullptr;
   std::size_t bytes = 0;
   Chunk* chunk = nullptr;
+  std::optional<CachedRange> cached_destination;  // a kRemap destination from the cache of `to`
   // Phase 1, under the lock: wait for pins, check, reserve the destination, mark the range moving.
   {
     std::unique_lock lock(mutex_);
@@ -383,7 +390,18 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
                       "in place ({} to {} needs a new address); use dram, numa or emulated tiers",
                       live->info.name, tiers_[r.tier]->name(), tiers_[to]->name()));
     }
-    if (Status s = reserve_for_move(to, r.bytes); !s.is_ok()) {
+    // A copy into an anonymous tier first takes a range of the same size from the destination's
+    // cache: its pages are already faulted in (moves back and forth then fault no page).
+    if (result.method == MoveMethod::kRemap) {
+      TierState& state = tier_state_[to];
+      if (auto it = state.cache.find(r.bytes); it != state.cache.end()) {
+        cached_destination = it->second;
+        state.cache.erase(it);
+        state.usage.cached_bytes -= r.bytes;
+        ++state.usage.reused_ranges;
+      }
+    }
+    if (Status s = cached_destination ? Status::ok() : reserve_for_move(to, r.bytes); !s.is_ok()) {
       ++tier_state_[to].usage.failed_moves;
       return out_of_memory(fmt::format("move of '{}' ({}) to tier '{}': {}; it stays on '{}'",
                                        live->info.name, format_bytes(r.bytes), tiers_[to]->name(),
@@ -408,6 +426,9 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
   if (result.method == MoveMethod::kMovePages) {
     status = os::rebind_to_node(base, bytes, *tiers_[to]->numa_node());
     if (!status.is_ok()) (void)os::rebind_to_node(base, bytes, *tiers_[result.from]->numa_node());
+  } else if (cached_destination) {
+    destination = cached_destination->address;
+    std::memcpy(destination, base, bytes);
   } else {
     Result<void*> mapped = tiers_[to]->map_reserved(bytes);
     if (mapped) {
@@ -454,12 +475,21 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
   const bool freed = r.free_pending;
   const bool aborted = r.abort_move && r.abortable;
   r.abort_move = false;
+  void* old_pages = nullptr;  // kRemap: where the source's pages went (kept, cached on `from`)
   if (status.is_ok() && !injected && !aborted && result.method == MoveMethod::kRemap) {
-    status = os::remap_over(destination, base, bytes);
-    if (status.is_ok()) destination = nullptr;  // its mapping now lives at base
+    Result<void*> replaced = os::replace_mapping(destination, base, bytes, range_alignment(bytes));
+    status = replaced.status();
+    if (replaced) {
+      old_pages = replaced.value();
+      destination = nullptr;  // its mapping now lives at base
+    }
   }
   if (!status.is_ok() || injected || aborted) {
-    if (destination != nullptr) tiers_[to]->deallocate(destination, bytes);
+    if (destination != nullptr && cached_destination) {
+      give_back_range(to, destination, bytes, cached_destination->owner);
+    } else if (destination != nullptr) {
+      tiers_[to]->deallocate(destination, bytes);
+    }
     if (result.method == MoveMethod::kMovePages) tiers_[to]->unreserve(bytes);
     ++tier_state_[to].usage.failed_moves;
     if (freed) {  // the free that came during the move completes now
@@ -478,6 +508,12 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
     return Status(status.code(), fmt::format("move of '{}' to tier '{}': {}; it stays on '{}'", name,
                                              tiers_[to]->name(), status.message(), tiers_[r.tier]->name()));
   }
+  if (result.method == MoveMethod::kRemap) {
+    // The source's pages stay mapped for reuse, cached on their placement; the mapping at the
+    // object's address is the destination's range now.
+    give_back_range(result.from, old_pages, bytes, r.owner);
+    r.owner = cached_destination ? cached_destination->owner : to;
+  }
   commit_move(id, live, chunk, result.method, destination, result);
   return result;
 }
@@ -493,10 +529,8 @@ void ObjectAllocator::commit_move(ObjectId id, Live* live, Chunk* chunk, MoveMet
     case MoveMethod::kMovePages:  // same mapping, pages and policy on the new node
       tiers_[from]->unreserve(r.bytes);
       break;
-    case MoveMethod::kRemap:  // the destination's mapping now sits at the old address
-      tiers_[from]->unreserve(r.bytes);
-      r.owner = to;
-      break;
+    case MoveMethod::kRemap:  // the destination's mapping now sits at the old address (move() set
+      break;                  // the owner and cached the source's pages)
     case MoveMethod::kNewAddress:
       r.owner = to;
       r.base = static_cast<std::byte*>(destination);

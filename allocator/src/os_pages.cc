@@ -84,12 +84,24 @@ Status bind_to_node(void* address, std::size_t bytes, int node) {
   return bind_range(address, bytes, node, MPOL_MF_STRICT);
 }
 
-Status remap_over(void* from, void* to, std::size_t bytes) {
-  if (mremap(from, bytes, bytes, MREMAP_MAYMOVE | MREMAP_FIXED, to) == MAP_FAILED) {
+Result<void*> replace_mapping(void* replacement, void* at, std::size_t bytes, std::size_t alignment) {
+  // An aligned place for the old pages, so that huge pages stay huge (mremap moves whole PMDs
+  // only between 2 MiB-aligned addresses).
+  Result<void*> aside = map_anonymous(bytes, alignment);
+  if (!aside) return aside;
+  if (mremap(at, bytes, bytes, MREMAP_MAYMOVE | MREMAP_FIXED, aside.value()) == MAP_FAILED) {
+    const int error = errno;
+    unmap(aside.value(), bytes);
     return internal_error(
-        fmt::format("mremap of {} bytes over {} failed: {}", bytes, to, strerrordesc_np(errno)));
+        fmt::format("mremap of {} bytes at {} aside failed: {}", bytes, at, strerrordesc_np(error)));
   }
-  return Status::ok();
+  if (mremap(replacement, bytes, bytes, MREMAP_MAYMOVE | MREMAP_FIXED, at) == MAP_FAILED) {
+    const int error = errno;
+    (void)mremap(aside.value(), bytes, bytes, MREMAP_MAYMOVE | MREMAP_FIXED, at);  // put it back
+    return internal_error(
+        fmt::format("mremap of {} bytes over {} failed: {}", bytes, at, strerrordesc_np(error)));
+  }
+  return aside;
 }
 
 // The address of each page of [address, address + bytes), as move_pages takes them.

@@ -38,8 +38,10 @@ Status move_to_node(void* address, std::size_t bytes, int node);
 // stragglers (move_to_node). The bytes and addresses stay the same.
 Status rebind_to_node(void* address, std::size_t bytes, int node);
 
-// Moves the mapping at [from, from + bytes) over [to, to + bytes) (mremap MREMAP_FIXED): the
-// pages at `to` are released, `to` now holds `from`'s pages and policy, and `from` is unmapped.
-Status remap_over(void* from, void* to, std::size_t bytes);
+// Puts the mapping at `replacement` at `at` (both `bytes` long) and returns the address, aligned
+// to `alignment`, that the mapping which was at `at` has now, its pages kept (mremap both ways:
+// no byte is copied). Between the two mremaps `at` is unmapped for a moment: the caller makes
+// sure nothing uses it. On failure both mappings are where they were.
+Result<void*> replace_mapping(void* replacement, void* at, std::size_t bytes, std::size_t alignment);
 
 }  // namespace tensortier::os

@@ -22,9 +22,11 @@
 //   tier its bytes are on now; budgets and usage follow placement. How it moves depends on the
 //   two tiers (move_method()):
 //     both NUMA-node tiers          kMovePages: pages migrate, policy rebound; address and owner stay
-//     both anonymous mappings       kRemap: copied into the destination's new mapping, which is
-//                                   mremap'd over the address; the address stays, the owner becomes
-//                                   the destination (the mapping there is the destination's now)
+//     both anonymous mappings       kRemap: copied into a range of the destination (one of the
+//                                   same size from its cache when there is one, else a new one),
+//                                   which is mremap'd over the address; the address stays, the owner
+//                                   becomes that range's; the source's pages are mremap'd aside and
+//                                   cached on the source tier, so moves back and forth fault nothing
 //     a memkind heap on either side kNewAddress: copied to a new address on the destination (the
 //                                   old range goes back to its tier); small objects cannot move so
 //     A move reserves the destination's budget first (kOutOfMemory when it has no room), copies
