@@ -1,7 +1,8 @@
-// bench_training: step time of a model on the dnn engine, through the runtime and, side by side
-// in the same process, with plain aligned allocation (the runtime's own cost); page faults per
-// steady-state step. Steps of the two alternate so that machine noise hits both alike.
-// Prints one JSON line per mode (for bench/compare_pytorch.sh) after a table.
+// bench_training: step time of a model on the dnn engine, through the runtime on one or more tier
+// specs and, side by side in the same process, with plain aligned allocation (the runtime's own
+// cost); page faults and emulated charge per steady-state step. Steps of all modes alternate so
+// that machine noise hits them alike. Every mode with an emulated tier is named "emulated" with
+// its preset. Prints one JSON line per mode (for bench/compare_*.sh) after a table.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -29,77 +30,131 @@ long page_faults() {
 }
 
 struct Run {
-  std::string mode;
+  std::string mode;  // "runtime" (the first spec), "runtime:<spec>" (others), "plain"
+  std::string tiers;
+  std::unique_ptr<Runtime> runtime;  // null for plain
   Engine engine;
   std::unique_ptr<Network> net;
+  std::unique_ptr<BatchIterator> batches;
   Batch batch;
   std::vector<double> step_ms;
   std::vector<double> faults;
+  std::vector<double> charge_ms;
 };
+
+// "emulated <preset description>" for each emulated tier of the runtime, else "".
+std::string emulated_note(const Runtime& rt) {
+  std::string note;
+  for (TierIndex t = 0; t < rt.tier_count(); ++t) {
+    if (const CostModel* model = rt.tier(t).cost_model(); model != nullptr)
+      note += fmt::format("{}tier '{}': emulated, {}", note.empty() ? "" : "; ", rt.tier(t).name(),
+                          model->describe());
+  }
+  return note;
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Step time of the dnn engine: through the runtime vs plain allocation"};
-  std::string model = "resnet18", tiers = "fast=dram:8GiB";
-  int batch = 32, steps = 10, warmup = 3, size = 32;
+  CLI::App app{
+      "Step time of the dnn engine: through the runtime (one or more tier specs) vs plain allocation"};
+  std::string model = "resnet18";
+  std::vector<std::string> tiers{"fast=dram:8GiB"};
+  int batch = 32, steps = 10, warmup = 3, size = 32, width = 64;
   app.add_option("--model", model, "Model")->capture_default_str();
-  app.add_option("--batch", batch, "Batch size")->capture_default_str();
-  app.add_option("--image-size", size, "Input height and width (3 channels)")->capture_default_str();
-  app.add_option("--steps", steps, "Measured steps per mode")->capture_default_str();
-  app.add_option("--warmup", warmup, "Unmeasured steps first")->capture_default_str();
-  app.add_option("--tiers", tiers, "Tier spec of the runtime mode")->capture_default_str();
+  app.add_option("--batch", batch, "Batch size")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--image-size", size, "Input height and width (3 channels)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--width", width, "Model width (channels of the first stage)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--steps", steps, "Measured steps per mode")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--warmup", warmup, "Unmeasured steps first")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--tiers", tiers,
+                 "Tier spec of a runtime mode; repeat for more modes (ratios are to the first)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::warn);
 
-  auto rt = Runtime::create({tiers});
-  if (!rt) {
-    fmt::print(stderr, "bench_training: {}\n", rt.status().to_string());
-    return 1;
-  }
   const dnnl::memory::dims input{batch, 3, size, size};
   const Dataset data = synthetic_dataset(static_cast<std::size_t>(batch) * 4, 3, size, size, 10, 1);
   std::vector<Run> runs;
-  runs.push_back(Run{"runtime", Engine(*rt.value()), nullptr, {}, {}, {}});
-  runs.push_back(Run{"plain", Engine::without_runtime(), nullptr, {}, {}, {}});
+  for (const std::string& spec : tiers) {
+    RuntimeOptions options(spec);
+    options.profile.enabled = false;  // step time, not the profiler's
+    auto rt = Runtime::create(options);
+    if (!rt) {
+      fmt::print(stderr, "bench_training: --tiers '{}': {}\n", spec, rt.status().to_string());
+      return 1;
+    }
+    Engine engine(*rt.value());
+    runs.push_back(Run{runs.empty() ? "runtime" : "runtime:" + spec,
+                       spec,
+                       std::move(rt).value(),
+                       std::move(engine),
+                       nullptr,
+                       nullptr,
+                       {},
+                       {},
+                       {},
+                       {}});
+  }
+  runs.push_back(Run{"plain", "", nullptr, Engine::without_runtime(), nullptr, nullptr, {}, {}, {}, {}});
   for (Run& r : runs) {
-    auto net = make_model(model, {10, 64});
+    auto net = make_model(model, {10, width});
     if (!net) return fmt::print(stderr, "{}\n", net.status().to_string()), 1;
     r.net = std::move(net).value();
     if (Status s = r.net->build(r.engine, input, 1); !s.is_ok())
       return fmt::print(stderr, "{}\n", s.to_string()), 1;
+    r.batches = std::make_unique<BatchIterator>(data, static_cast<std::size_t>(batch), 1);
   }
-  BatchIterator it_runtime(data, static_cast<std::size_t>(batch), 1),
-      it_plain(data, static_cast<std::size_t>(batch), 1);
   const SgdOptions sgd{0.01F, 0.9F, 5e-4F};
   for (int step = 0; step < warmup + steps; ++step) {
     for (Run& r : runs) {
-      const bool marked = r.engine.runtime() != nullptr;
-      if (!(marked ? it_runtime : it_plain).next(r.engine, r.batch).is_ok()) return 1;
+      if (!r.batches->next(r.engine, r.batch).is_ok()) return 1;
       const long f0 = page_faults();
       const auto t0 = std::chrono::steady_clock::now();
-      if (marked) (void)rt.value()->step_begin();
+      if (r.runtime) (void)r.runtime->step_begin();
       auto result = r.net->train_step(r.engine, r.batch, sgd);
-      if (marked) (void)rt.value()->step_end();
+      if (r.runtime) (void)r.runtime->step_end();
       const double ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       if (!result) return fmt::print(stderr, "{}\n", result.status().to_string()), 1;
       if (step >= warmup) {
         r.step_ms.push_back(ms);
         r.faults.push_back(static_cast<double>(page_faults() - f0));
+        r.charge_ms.push_back(
+            r.runtime ? static_cast<double>(r.runtime->stats().last_step_emulated_charge_ns) / 1e6 : 0.0);
       }
     }
   }
-  fmt::print("{} batch {} input {}x{}x3, {} steps after {} warm-up, modes alternating\n", model, batch, size,
-             size, steps, warmup);
-  fmt::print("{:<8} {:>16} {:>22}\n", "mode", "median ms/step", "median faults/step");
-  for (const Run& r : runs)
-    fmt::print("{:<8} {:>16.1f} {:>22.0f}\n", r.mode, median(r.step_ms), median(r.faults));
-  fmt::print("runtime / plain step time: {:.3f}\n", median(runs[0].step_ms) / median(runs[1].step_ms));
+  fmt::print("{} width {} batch {} input {}x{}x3, {} steps after {} warm-up, modes alternating\n", model,
+             width, batch, size, size, steps, warmup);
+  fmt::print("{:<4} {:>16} {:>12} {:>12} {:>18}  {}\n", "mode", "median ms/step", "/ first", "/ plain",
+             "emulated ms/step", "tiers");
+  const double first = median(runs.front().step_ms), plain = median(runs.back().step_ms);
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const Run& r = runs[i];
+    fmt::print("{:<4} {:>16.1f} {:>12.3f} {:>12.3f} {:>18.1f}  {}\n", i, median(r.step_ms),
+               median(r.step_ms) / first, median(r.step_ms) / plain, median(r.charge_ms),
+               r.runtime ? r.tiers : "plain aligned_alloc");
+  }
+  for (const Run& r : runs) {
+    if (r.runtime && !emulated_note(*r.runtime).empty())
+      fmt::print("  {}: {}\n", r.tiers, emulated_note(*r.runtime));
+  }
+  fmt::print("runtime / plain step time: {:.3f}\n", first / plain);
   for (const Run& r : runs) {
     fmt::print(
-        "JSON {{\"model\": \"{}\", \"mode\": \"{}\", \"median_ms\": {:.3f}, \"median_faults\": {:.0f}}}\n",
-        model, r.mode, median(r.step_ms), median(r.faults));
+        "JSON {{\"model\": \"{}\", \"mode\": \"{}\", \"tiers\": \"{}\", \"median_ms\": {:.3f}, "
+        "\"median_faults\": {:.0f}, \"median_emulated_ms\": {:.3f}, \"emulated\": \"{}\"}}\n",
+        model, r.mode, r.tiers, median(r.step_ms), median(r.faults), median(r.charge_ms),
+        r.runtime ? emulated_note(*r.runtime) : "");
   }
   return 0;
 }
