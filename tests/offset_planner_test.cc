@@ -1,0 +1,135 @@
+// The offset planner: valid plans (no two buffers alive together overlap), exact on inputs whose
+// optimum is known, bad input refused, and on google/minimalloc's eleven hard instances
+// (tests/data/minimalloc) a region within a stated factor of max-live.
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "tensortier/allocator/offset_planner.h"
+
+namespace tensortier {
+namespace {
+
+TEST(OffsetPlanner, BuffersNeverAliveTogetherShareOffsetZero) {
+  const std::vector<PlannedBuffer> buffers{{0, 2, 100}, {2, 4, 300}, {4, 9, 200}};
+  auto plan = plan_offsets(buffers);
+  ASSERT_TRUE(plan) << plan.status().to_string();
+  EXPECT_EQ(plan->offsets, (std::vector<std::uint64_t>{0, 0, 0}));
+  EXPECT_EQ(plan->region_bytes, 300u);
+  EXPECT_EQ(max_live_bytes(buffers), 300u);
+}
+
+TEST(OffsetPlanner, BuffersAllAliveTogetherStack) {
+  const std::vector<PlannedBuffer> buffers{{0, 5, 100}, {1, 6, 300}, {2, 4, 200}};
+  auto plan = plan_offsets(buffers);
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(plan->region_bytes, 600u);
+  EXPECT_EQ(check_offset_plan(buffers, *plan), "");
+}
+
+TEST(OffsetPlanner, AGapLeftByAnEarlierBufferIsReused) {
+  // a and c are alive together, b only between them: best fit puts d into b's gap, not on top.
+  const std::vector<PlannedBuffer> buffers{{0, 10, 400}, {0, 3, 300}, {0, 10, 200}, {5, 10, 250}};
+  auto plan = plan_offsets(buffers);
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(check_offset_plan(buffers, *plan), "");
+  EXPECT_EQ(plan->region_bytes, max_live_bytes(buffers));  // 900: optimal
+}
+
+TEST(OffsetPlanner, OffsetsFollowTheAlignment) {
+  const std::vector<PlannedBuffer> buffers{{0, 3, 100}, {1, 4, 5000}, {2, 3, 1}};
+  auto plan = plan_offsets(buffers, {4096});
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(check_offset_plan(buffers, *plan, 4096), "");
+  EXPECT_EQ(plan->region_bytes, 4u * 4096);  // 4 KiB + 8 KiB + 4 KiB, all alive at time 2
+  EXPECT_EQ(max_live_bytes(buffers, 4096), 4u * 4096);
+}
+
+TEST(OffsetPlanner, BadInputIsRefusedNamingIt) {
+  const std::vector<PlannedBuffer> empty_life{{0, 3, 100}, {4, 4, 10}};
+  auto plan = plan_offsets(empty_life);
+  ASSERT_FALSE(plan);
+  EXPECT_NE(plan.status().message().find("buffer 1"), std::string::npos) << plan.status().to_string();
+  const std::vector<PlannedBuffer> no_bytes{{0, 3, 0}};
+  EXPECT_FALSE(plan_offsets(no_bytes));
+  EXPECT_FALSE(plan_offsets(std::vector<PlannedBuffer>{{0, 1, 8}}, {3}));
+  auto none = plan_offsets(std::vector<PlannedBuffer>{});
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->region_bytes, 0u);
+}
+
+TEST(OffsetPlanner, CheckNamesAnOverlap) {
+  const std::vector<PlannedBuffer> buffers{{0, 3, 100}, {1, 4, 100}};
+  OffsetPlan bad;
+  bad.offsets = {0, 50};
+  bad.region_bytes = 150;
+  EXPECT_NE(check_offset_plan(buffers, bad).find("buffers 0 and 1"), std::string::npos);
+}
+
+TEST(OffsetPlanner, RandomInstancesGiveValidPlansNoSmallerThanMaxLive) {
+  std::mt19937 rng(5);
+  for (int instance = 0; instance < 50; ++instance) {
+    std::vector<PlannedBuffer> buffers(1 + rng() % 200);
+    for (auto& b : buffers) {
+      b.lower = rng() % 100;
+      b.upper = b.lower + 1 + rng() % 30;
+      b.bytes = 1 + rng() % 100000;
+    }
+    auto plan = plan_offsets(buffers, {64});
+    ASSERT_TRUE(plan);
+    ASSERT_EQ(check_offset_plan(buffers, *plan, 64), "") << "instance " << instance;
+    EXPECT_GE(plan->region_bytes, max_live_bytes(buffers, 64));
+  }
+}
+
+std::vector<PlannedBuffer> read_minimalloc_csv(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<PlannedBuffer> buffers;
+  std::string line;
+  std::getline(in, line);  // id,lower,upper,size
+  while (std::getline(in, line)) {
+    std::stringstream row(line);
+    std::string id, lower, upper, size;
+    std::getline(row, id, ',');
+    std::getline(row, lower, ',');
+    std::getline(row, upper, ',');
+    std::getline(row, size, ',');
+    buffers.push_back({std::stoull(lower), std::stoull(upper), std::stoull(size)});
+  }
+  return buffers;
+}
+
+// The README of tests/data/minimalloc: best fit in one order needs 1.31-1.41x of max-live on
+// these instances; the exact solver packs each within 1,048,576 bytes. Four orders and the local
+// search must stay valid and do better (seen: 1.08-1.33x, mean 1.21x); the table goes to the log.
+TEST(OffsetPlanner, MinimallocChallengingInstances) {
+  std::vector<double> ratios;
+  for (char name = 'A'; name <= 'K'; ++name) {
+    const std::string path = fmt::format("{}/{}.1048576.csv", TENSORTIER_MINIMALLOC_DIR, name);
+    const std::vector<PlannedBuffer> buffers = read_minimalloc_csv(path);
+    ASSERT_FALSE(buffers.empty()) << path;
+    auto plan = plan_offsets(buffers);
+    ASSERT_TRUE(plan) << plan.status().to_string();
+    ASSERT_EQ(check_offset_plan(buffers, *plan), "") << name;
+    const std::uint64_t live = max_live_bytes(buffers);
+    const double ratio = static_cast<double>(plan->region_bytes) / static_cast<double>(live);
+    ratios.push_back(ratio);
+    std::printf("minimalloc %c: %zu buffers, max-live %llu, region %llu (%.3fx max-live, %.3fx the exact "
+                "solver's 1048576), order: %s\n",
+                name, buffers.size(), static_cast<unsigned long long>(live),
+                static_cast<unsigned long long>(plan->region_bytes), ratio,
+                static_cast<double>(plan->region_bytes) / 1048576.0, plan->ordering.c_str());
+    EXPECT_LE(ratio, 1.35) << name << ": little better than best fit in one order (1.31-1.41)";
+  }
+  double sum = 0;
+  for (double r : ratios) sum += r;
+  EXPECT_LE(sum / static_cast<double>(ratios.size()), 1.25) << "mean region over max-live";
+}
+
+}  // namespace
+}  // namespace tensortier
