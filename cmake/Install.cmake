@@ -1,10 +1,10 @@
 # Installs the libraries, public headers, a CMake package config (find_package(tensortier)) and a
 # pkg-config file (pkg-config --cflags --libs tensortier).
 include(CMakePackageConfigHelpers)
-install(TARGETS tensortier_allocator tensortier_profiler tensortier_runtime EXPORT tensortierTargets
+install(TARGETS tensortier_allocator tensortier_profiler tensortier_migrator tensortier_runtime EXPORT tensortierTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
-install(DIRECTORY allocator/include/ profiler/include/ runtime/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(DIRECTORY allocator/include/ profiler/include/ migrator/include/ runtime/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(EXPORT tensortierTargets NAMESPACE tensortier::
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/tensortier)
 configure_package_config_file(cmake/tensortierConfig.cmake.in

@@ -138,6 +138,16 @@ void ObjectAllocator::release_cache() {
   for (TierIndex t = 0; t < tiers_.size(); ++t) release_cache_locked(t);
 }
 
+Status ObjectAllocator::set_budget(TierIndex t, std::uint64_t bytes) {
+  if (t >= tiers_.size())
+    return invalid_argument(fmt::format("set_budget: tier {} does not exist ({} tiers)", t, tiers_.size()));
+  if (bytes == 0) return invalid_argument(fmt::format("set_budget: a budget of 0 bytes for tier '{}'", tiers_[t]->name()));
+  std::lock_guard lock(mutex_);
+  tiers_[t]->set_budget_bytes(bytes);
+  if (tiers_[t]->used_bytes() > bytes) release_cache_locked(t);
+  return Status::ok();
+}
+
 // Places a small object in a chunk of its group on tier t with room (not one that is moving: its
 // bytes are being copied), else a new chunk. Returns the object's own range (base, bytes).
 Result<ObjectAllocator::Range> ObjectAllocator::place_small(Live& live, TierIndex t) {

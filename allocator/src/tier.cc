@@ -17,17 +17,19 @@ Tier::Tier(std::string name, TierKind kind, std::uint64_t budget_bytes)
 
 std::uint64_t Tier::free_bytes() const {
   const std::uint64_t used = used_bytes();
-  return used >= budget_bytes_ ? 0 : budget_bytes_ - used;
+  const std::uint64_t budget = budget_bytes();
+  return used >= budget ? 0 : budget - used;
 }
 
 Status Tier::reserve(std::size_t bytes) {
   // Reserve budget first, so concurrent allocations never overshoot it together.
   std::uint64_t used = used_bytes_.load(std::memory_order_relaxed);
+  const std::uint64_t budget = budget_bytes();
   do {
-    if (used + bytes > budget_bytes_) {
+    if (used + bytes > budget) {
       return out_of_memory(fmt::format("tier '{}' has {} of its {} budget free; {} asked", name_,
-                                       format_bytes(budget_bytes_ - std::min(used, budget_bytes_)),
-                                       format_bytes(budget_bytes_), format_bytes(bytes)));
+                                       format_bytes(budget - std::min(used, budget)), format_bytes(budget),
+                                       format_bytes(bytes)));
     }
   } while (!used_bytes_.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed));
   const std::uint64_t now = used + bytes;
@@ -81,7 +83,7 @@ std::uint64_t BandwidthTimeline::reserve(std::uint64_t earliest_start_ns, std::u
 
 std::string Tier::describe() const {
   return fmt::format("{}: {} ({}), budget {}", name_, to_string(kind_), backend(),
-                     format_bytes(budget_bytes_));
+                     format_bytes(budget_bytes()));
 }
 
 std::string format_bytes(std::uint64_t bytes) {

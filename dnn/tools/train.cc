@@ -42,7 +42,20 @@ struct Options {
   std::string profile_granularity;  // empty: the runtime's default (2MiB)
   std::string profile_json;
   std::string profile_writes;  // empty: the runtime's default (page protection)
+  std::string policy;          // empty: TENSORTIER_POLICY, else none
+  std::string fast_budget;     // empty: TENSORTIER_FAST_BUDGET, else the fast tier's budget
 };
+
+// The migration's line for a step: bytes moved each way in the last step, moves dropped late,
+// failed moves, layers' waits, the emulated charge; empty with no policy running.
+std::string migration_use(const Runtime& rt) {
+  const RuntimeStats s = rt.stats();
+  if (s.policy.empty()) return {};
+  return fmt::format(" | {} in {} out {} late {} failed {} charge {:.1f} ms", s.policy,
+                     format_bytes(s.migration.last_step_bytes_in), format_bytes(s.migration.last_step_bytes_out),
+                     s.migration.last_step_late, s.migration.last_step_failed,
+                     static_cast<double>(s.last_step_emulated_charge_ns) / 1e6);
+}
 
 // Applies the --profile* flags over the runtime's settings (flags win over the environment).
 Status apply_profile_flags(const Options& o, Runtime& rt) {
@@ -165,10 +178,21 @@ int main(int argc, char** argv) {
   app.add_option(
       "--profile-json", o.profile_json,
       "Write the first step profile there as JSON (docs/PROFILE.md; tools/tensortier-profile reads it)");
+  app.add_option("--policy", o.policy,
+                 "Migration policy from the step after the profiled one: fast-only, slow-only, first-touch, "
+                 "interleave or sentinel (default: TENSORTIER_POLICY, else none)");
+  app.add_option("--fast-budget", o.fast_budget,
+                 "The fast tier's budget under the policy: a size (512MiB) or a share of the profiled peak "
+                 "(20%) (default: TENSORTIER_FAST_BUDGET, else the tier's own)");
   CLI11_PARSE(app, argc, argv);
 
   spdlog::set_level(spdlog::level::warn);
-  auto created = Runtime::create({o.tiers});
+  RuntimeOptions runtime_options(o.tiers);
+  runtime_options.policy = o.policy;
+  runtime_options.fast_budget = o.fast_budget;
+  if (!o.policy.empty() && o.profile == "off")
+    return fail(invalid_argument("--policy plans from the profiled step: it cannot run with --profile off"));
+  auto created = Runtime::create(runtime_options);
   if (!created) return fail(created.status());
   Runtime& rt = *created.value();
   if (Status s = apply_profile_flags(o, rt); !s.is_ok()) return fail(s);
@@ -233,7 +257,7 @@ int main(int argc, char** argv) {
     const std::string line = fmt::format("step {}/{} epoch {} loss {:.4f} acc {:.1f}% {:.1f} ms/step {}",
                                          step, total, epoch, loss_sum / static_cast<double>(window),
                                          100.0 * static_cast<double>(correct) / static_cast<double>(seen),
-                                         step_ms_sum / static_cast<double>(window), fast_tier_use(rt));
+                                         step_ms_sum / static_cast<double>(window), fast_tier_use(rt) + migration_use(rt));
     if (tty) {
       const int width = 24;
       const auto filled = static_cast<int>(static_cast<double>(width) * static_cast<double>(step) /
@@ -248,6 +272,17 @@ int main(int argc, char** argv) {
   }
   if (tty) fmt::print("\n");
   fmt::print("trained in {:.1f} s\n", ms_since(start) / 1000.0);
+  if (const migrator::Plan* plan = rt.plan(); plan != nullptr) {
+    const RuntimeStats stats = rt.stats();
+    fmt::print("policy {}: fast budget {}{}; over the run {} moves ({} in, {} out), {} dropped late, {} failed, "
+               "{} keys not alive, mover CPU {:.1f} ms; layers waited {:.1f} ms for {} moves\n",
+               plan->policy, format_bytes(plan->fast_budget_bytes),
+               plan->interval_layers != 0 ? fmt::format(", interval {} layers", plan->interval_layers) : "",
+               stats.migration.moves, format_bytes(stats.migration.bytes_in), format_bytes(stats.migration.bytes_out),
+               stats.migration.late_dropped, stats.migration.failed_moves, stats.migration.missing,
+               static_cast<double>(stats.migration.mover_cpu_ns) / 1e6, static_cast<double>(stats.move_wait_ns) / 1e6,
+               stats.late_moves);
+  }
   // The training step's profile (before the test steps, which are another kind of step).
   if (auto profile = rt.profile()) {
     print_profile(*profile);

@@ -87,12 +87,77 @@ Result<profiler::ProfileOptions> resolve_profile_options(const RuntimeOptions& o
   return p;
 }
 
+namespace {
+
+// The fast budget of a migration: a share of the profiled peak ("20%") or a size; empty: none.
+struct FastBudget {
+  double share = 0;         // of the profiled peak, when > 0
+  std::uint64_t bytes = 0;  // else this, when > 0
+};
+
+Result<FastBudget> parse_fast_budget(std::string_view text, std::string_view what) {
+  FastBudget budget;
+  if (text.empty()) return budget;
+  if (text.back() == '%') {
+    double percent = 0;
+    const std::string_view number = text.substr(0, text.size() - 1);
+    const auto [end, error] = std::from_chars(number.data(), number.data() + number.size(), percent);
+    if (error != std::errc() || end != number.data() + number.size() || !(percent > 0) || percent > 100) {
+      return invalid_argument(fmt::format("{} '{}': a share of the profiled peak is a number above 0 and at most "
+                                          "100 followed by %, e.g. 20%",
+                                          what, text));
+    }
+    budget.share = percent / 100;
+    return budget;
+  }
+  Result<std::uint64_t> bytes = parse_size_bytes(text);
+  if (!bytes || bytes.value() == 0) {
+    return invalid_argument(fmt::format("{} '{}': give a size (e.g. 512MiB) or a share of the profiled peak "
+                                        "(e.g. 20%){}",
+                                        what, text, bytes ? "" : ": " + bytes.status().message()));
+  }
+  budget.bytes = bytes.value();
+  return budget;
+}
+
+}  // namespace
+
+Result<std::pair<std::string, std::string>> resolve_migration(const RuntimeOptions& options) {
+  std::string policy = options.policy, budget = options.fast_budget;
+  std::string policy_from = "RuntimeOptions::policy", budget_from = "RuntimeOptions::fast_budget";
+  if (const char* env = std::getenv("TENSORTIER_POLICY"); policy.empty() && env != nullptr && *env != '\0') {
+    policy = env;
+    policy_from = "TENSORTIER_POLICY";
+  }
+  if (const char* env = std::getenv("TENSORTIER_FAST_BUDGET"); budget.empty() && env != nullptr && *env != '\0') {
+    budget = env;
+    budget_from = "TENSORTIER_FAST_BUDGET";
+  }
+  if (!policy.empty()) {
+    const auto& names = migrator::policy_names();
+    if (std::find(names.begin(), names.end(), policy) == names.end()) {
+      std::string known;
+      for (const std::string& name : names) known += (known.empty() ? "" : ", ") + name;
+      return invalid_argument(fmt::format("{} '{}' is not a policy (known: {})", policy_from, policy, known));
+    }
+  }
+  TENSORTIER_RETURN_IF_ERROR(parse_fast_budget(budget, budget_from).status());
+  return std::pair{policy, budget};
+}
+
 Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) {
   auto resolved = resolve_tier_spec(options);
   if (!resolved) return resolved.status();
   Result<profiler::ProfileOptions> profile = resolve_profile_options(options);
   if (!profile) return profile.status();
+  auto migration = resolve_migration(options);
+  if (!migration) return migration.status();
   auto& [configs, source] = resolved.value();
+  if (!migration->first.empty() && configs.size() < 2) {
+    return invalid_argument(fmt::format("policy '{}' moves objects between a fast and a slow tier, but the tier "
+                                        "spec '{}' has {} tier; give two (e.g. fast=dram:2GiB,slow=emulated:optane:8GiB)",
+                                        migration->first, format_tier_spec(configs), configs.size()));
+  }
   std::vector<std::unique_ptr<Tier>> tiers;
   for (const TierConfig& config : configs) {
     Result<std::unique_ptr<Tier>> tier = open_tier(config);
@@ -103,6 +168,8 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
   auto runtime = std::unique_ptr<Runtime>(
       new Runtime(std::move(tiers), format_tier_spec(configs), source, std::move(profile).value()));
   runtime->layer_move_wait_ = options.layer_move_wait;
+  runtime->policy_ = migration->first;
+  runtime->fast_budget_ = migration->second;
   return runtime;
 }
 
@@ -122,6 +189,12 @@ Runtime::Runtime(std::vector<std::unique_ptr<Tier>> tiers, std::string spec, std
 }
 
 Runtime::~Runtime() {
+  if (executor_ != nullptr) {  // first: its thread moves objects through this runtime
+    advisor_.store(nullptr, std::memory_order_release);
+    running_.store(nullptr, std::memory_order_release);
+    executor_->stop();
+    remove_observer(executor_.get());
+  }
   std::lock_guard lock(alloc_events_mutex_);
   if (profiler_ != nullptr) {
     remove_observer(profiler_.get());
@@ -173,6 +246,10 @@ Result<ObjectInfo> Runtime::allocate(std::string_view name, std::size_t bytes, G
   if (in_step_.load(std::memory_order_acquire) &&
       training_thread_.load(std::memory_order_relaxed) == static_cast<std::uintptr_t>(pthread_self())) {
     key = step_key(step_ordinal_.fetch_add(1, std::memory_order_relaxed));
+    if (PlacementAdvisor* advisor = advisor_.load(std::memory_order_acquire); advisor != nullptr) {
+      if (std::optional<TierIndex> tier = advisor->placement(key, bytes); tier && *tier < tier_count())
+        preferred = *tier;
+    }
   }
   std::lock_guard lock(alloc_events_mutex_);
   Result<ObjectInfo> info = allocator_.allocate(name, bytes, group, preferred, key);
@@ -313,8 +390,71 @@ void Runtime::finish_profile(std::uint64_t step_duration_ns) {
   }
   profiles_[signature_] = profile;
   last_profile_ = std::move(profile);
-  std::lock_guard gate(move_gate_mutex_);
-  moves_blocked_ = false;
+  {
+    std::lock_guard gate(move_gate_mutex_);
+    moves_blocked_ = false;
+  }
+  if (!policy_.empty() && executor_ == nullptr) start_migration(*last_profile_);
+}
+
+void Runtime::start_migration(const profiler::StepProfile& profile) {
+  const TierIndex fast = 0, slow = static_cast<TierIndex>(allocator_.tier_count() - 1);
+  const FastBudget parsed = parse_fast_budget(fast_budget_, "fast budget").value();  // checked in create()
+  std::uint64_t budget = allocator_.tier(fast).budget_bytes();
+  if (parsed.share > 0) {
+    budget = static_cast<std::uint64_t>(parsed.share * static_cast<double>(profile.peak_live_bytes));
+  } else if (parsed.bytes > 0) {
+    budget = parsed.bytes;
+  }
+  // The references run on the tiers as they are: fast-only with all of the fast tier (the
+  // baseline every other policy is measured against), slow-only with nothing planned fast.
+  if (policy_ == "fast-only" || policy_ == "slow-only") budget = allocator_.tier(fast).budget_bytes();
+  budget = std::max<std::uint64_t>(budget, kGroupChunkBytes);
+  auto inputs = migrator::inputs_from_profile(profile, fast, slow, budget);
+  if (!inputs) {
+    spdlog::warn("policy '{}' does not run: {}", policy_, inputs.status().message());
+    return;
+  }
+  if (const CostModel* model = allocator_.tier(slow).cost_model(); model != nullptr) {
+    inputs->move_in_gbps = model->slow_read_gbps();
+    inputs->move_out_gbps = model->slow_write_gbps();
+    inputs->slow_access_ns_per_byte =
+        static_cast<double>(model->layer_charge_ns(1 << 20, 0) + model->layer_charge_ns(0, 1 << 20)) / 2.0 /
+        static_cast<double>(1 << 20);
+  }
+  auto plan = migrator::make_plan(policy_, inputs.value());
+  if (!plan) {
+    spdlog::warn("policy '{}' does not run: {}", policy_, plan.status().message());
+    return;
+  }
+  if (std::string problem = migrator::simulate(plan.value(), inputs.value()); !problem.empty())
+    spdlog::warn("policy '{}': {}", policy_, problem);
+  if (Status s = allocator_.set_budget(fast, budget); !s.is_ok()) spdlog::warn("policy '{}': {}", policy_, s.message());
+  const std::uint32_t layers = inputs->layers;
+  executor_ = std::make_unique<migrator::Executor>(
+      std::move(plan).value(), layers, [this](ObjectId id, TierIndex to) { return move(id, to); },
+      [this] { return layers_begun_.load(std::memory_order_acquire); });
+  const std::uint64_t failed = executor_->place_persistent(allocator_.objects());
+  const migrator::Plan& p = executor_->plan();
+  spdlog::info(
+      "policy {}: fast budget {} ({} of the profiled peak {}){}; predicted per step: {} in, {} out, {} read or "
+      "written on the slow tier, {:.1f} ms added; {} persistent objects failed to reach their start tier",
+      policy_, format_bytes(budget),
+      fmt::format("{:.0f}%", 100.0 * static_cast<double>(budget) / static_cast<double>(std::max<std::uint64_t>(1, profile.peak_live_bytes))),
+      format_bytes(profile.peak_live_bytes),
+      p.interval_layers != 0 ? fmt::format(", interval {} layers, short-lived region {}", p.interval_layers,
+                                           format_bytes(p.region_bytes))
+                             : "",
+      format_bytes(p.bytes_in), format_bytes(p.bytes_out), format_bytes(p.slow_access_bytes),
+      p.predicted_extra_ns / 1e6, failed);
+  if (Status s = add_observer(executor_.get()); !s.is_ok()) {
+    spdlog::warn("policy '{}' does not run: {}", policy_, s.message());
+    executor_.reset();
+    return;
+  }
+  advisor_.store(executor_.get(), std::memory_order_release);
+  running_.store(executor_.get(), std::memory_order_release);
+  executor_->start();
 }
 
 Status Runtime::step_begin() {
@@ -325,7 +465,9 @@ Status Runtime::step_begin() {
   layers_begun_.store(0, std::memory_order_release);
   step_ordinal_.store(0, std::memory_order_relaxed);
   training_thread_.store(static_cast<std::uintptr_t>(pthread_self()), std::memory_order_relaxed);
-  if (profile_due()) {
+  const bool profiled = profile_due();
+  if (executor_ != nullptr) executor_->set_paused(profiled);  // the profiled step runs unplanned
+  if (profiled) {
     profile_requested_ = false;
     start_profile();
   }
@@ -489,6 +631,10 @@ RuntimeStats Runtime::stats() const {
   s.tier_emulated_charge_ns = tier_charge_ns_;
   s.emulated_charge_ns = charge_ns_;
   s.last_step_emulated_charge_ns = last_step_charge_ns_;
+  if (const migrator::Executor* executor = running_.load(std::memory_order_acquire); executor != nullptr) {
+    s.policy = executor->plan().policy;
+    s.migration = executor->stats();
+  }
   s.late_moves = late_moves_;
   s.aborted_moves = aborted_moves_;
   s.move_wait_ns = move_wait_ns_;

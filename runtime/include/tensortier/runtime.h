@@ -61,6 +61,8 @@
 #include "tensortier/allocator/object_allocator.h"
 #include "tensortier/allocator/step_observer.h"
 #include "tensortier/allocator/tier.h"
+#include "tensortier/migrator/executor.h"
+#include "tensortier/migrator/plan.h"
 #include "tensortier/profiler/counters.h"
 #include "tensortier/profiler/step_profiler.h"
 #include "tensortier/status.h"
@@ -77,6 +79,13 @@ struct RuntimeOptions {
   // Longest a layer waits at layer_begin for a move of one of its objects already in flight;
   // past it the move fails and the object stays where it was.
   std::chrono::nanoseconds layer_move_wait{std::chrono::milliseconds(100)};
+  // Migration (migrator/): the policy that runs from the step after the profiled one (empty:
+  // none; migrator::policy_names() lists them), between the fastest and the slowest tier, and
+  // the fast tier's budget for it: empty (the tier's own), a size ("512MiB") or a share of the
+  // profiled step's peak of live bytes ("20%"). Where they are empty, TENSORTIER_POLICY and
+  // TENSORTIER_FAST_BUDGET give them (so a linked program can be run under a policy unchanged).
+  std::string policy;
+  std::string fast_budget;
 };
 
 // One layer's execution as marked by the program.
@@ -101,6 +110,8 @@ struct RuntimeStats {
   std::uint64_t move_wait_ns = 0;   // layers' time waiting for moves
   std::uint64_t moves = 0;          // moves done through move()
   std::uint64_t failed_moves = 0;   // moves through move() that failed (the object stayed)
+  std::string policy;               // the migration policy running ("" when none)
+  migrator::ExecutorStats migration;  // its executor's counts (zero when none)
 };
 
 class Runtime {
@@ -188,6 +199,8 @@ class Runtime {
   Status set_profile_options(const profiler::ProfileOptions& options);
 
   RuntimeStats stats() const;
+  // The plan the migration executor runs; null before it starts (or with no policy).
+  const migrator::Plan* plan() const { return executor_ ? &executor_->plan() : nullptr; }
 
  private:
   Runtime(std::vector<std::unique_ptr<Tier>> tiers, std::string spec, std::string source,
@@ -195,6 +208,9 @@ class Runtime {
   bool profile_due() const;
   void start_profile();
   void finish_profile(std::uint64_t step_duration_ns);
+  // Plans `policy_` from the profile and starts its executor; on failure, says why and runs on
+  // without migration.
+  void start_migration(const profiler::StepProfile& profile);
   template <typename Event>
   void notify(Event&& event);
 
@@ -241,6 +257,13 @@ class Runtime {
   std::uint64_t charge_ns_ = 0, last_step_charge_ns_ = 0, late_moves_ = 0, aborted_moves_ = 0,
                 move_wait_ns_ = 0, moves_ = 0, failed_moves_ = 0;
 
+  // Migration: the executor runs from the step after the profile (start_migration).
+  std::string policy_;
+  std::string fast_budget_;
+  std::unique_ptr<migrator::Executor> executor_;           // the training thread's
+  std::atomic<const migrator::Executor*> running_{nullptr};  // the same, for stats() on any thread
+  std::atomic<PlacementAdvisor*> advisor_{nullptr};
+
   // Profiling: the profiler is an observer while it records a step.
   profiler::ProfileOptions profile_options_;
   std::unique_ptr<profiler::StepProfiler> profiler_;
@@ -254,6 +277,11 @@ class Runtime {
 // RuntimeOptions::profile with the TENSORTIER_PROFILE* variables applied. Errors name the
 // variable and its bad value.
 Result<profiler::ProfileOptions> resolve_profile_options(const RuntimeOptions& options);
+
+// The migration policy and fast budget Runtime::create would use (options with TENSORTIER_POLICY
+// and TENSORTIER_FAST_BUDGET applied), checked: an unknown policy or a malformed budget is an
+// error naming where it came from. (policy, fast budget); empty strings when none.
+Result<std::pair<std::string, std::string>> resolve_migration(const RuntimeOptions& options);
 
 // Resolves the tier spec the way Runtime::create does, without opening tiers: (configs, source).
 Result<std::pair<std::vector<TierConfig>, std::string>> resolve_tier_spec(const RuntimeOptions& options);

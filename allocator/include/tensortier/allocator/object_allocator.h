@@ -222,6 +222,10 @@ class ObjectAllocator {
   void reset_peak_live_bytes();
   // Returns every cached range to its tier (for a caller about to change budgets or shut down).
   void release_cache();
+  // Sets tier `t`'s budget (a policy's fast budget); when it holds more than that, its cache goes
+  // back first. Live objects stay where they are: the tier refuses new bytes until it is under
+  // the budget again. Errors: kInvalidArgument for a tier that does not exist or a budget of 0.
+  Status set_budget(TierIndex t, std::uint64_t bytes);
   // Called, under the allocator's lock, with the span of each range about to go back to its tier
   // (a released cache entry, a dropped empty group chunk): the profiler unprotects it there, as
   // the tier may hand the memory out again at once. Must not call the allocator. Set it before

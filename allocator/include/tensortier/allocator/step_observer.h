@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string_view>
 
@@ -63,6 +64,15 @@ class StepObserver {
   // Before memory goes back to its tier (ObjectAllocator's release observer).
   virtual void on_release(const SpanView& /*span*/) {}
   virtual void on_move(const MoveResult& /*move*/) {}
+};
+
+// Where an object about to be allocated should go, asked by the runtime on the allocating thread
+// just before it allocates (the migrator's executor answers from its plan). nullopt: the caller's
+// preferred tier. Must be thread-safe and must not call the runtime.
+class PlacementAdvisor {
+ public:
+  virtual ~PlacementAdvisor() = default;
+  virtual std::optional<TierIndex> placement(ObjectKey key, std::size_t bytes) = 0;
 };
 
 }  // namespace tensortier

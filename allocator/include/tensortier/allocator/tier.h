@@ -66,7 +66,10 @@ class Tier {
 
   const std::string& name() const { return name_; }
   TierKind kind() const { return kind_; }
-  std::uint64_t budget_bytes() const { return budget_bytes_; }
+  std::uint64_t budget_bytes() const { return budget_bytes_.load(std::memory_order_relaxed); }
+  // A new budget (a policy's fast budget, say). Bytes already used stay; if they pass the new
+  // budget, later reservations fail until enough is given back.
+  void set_budget_bytes(std::uint64_t bytes) { budget_bytes_.store(bytes, std::memory_order_relaxed); }
   std::uint64_t used_bytes() const { return used_bytes_.load(std::memory_order_relaxed); }
   std::uint64_t peak_bytes() const { return peak_bytes_.load(std::memory_order_relaxed); }
   // Bytes that an allocation of `bytes` could still get within the budget.
@@ -109,7 +112,7 @@ class Tier {
  private:
   std::string name_;
   TierKind kind_;
-  std::uint64_t budget_bytes_;
+  std::atomic<std::uint64_t> budget_bytes_;
   std::atomic<std::uint64_t> used_bytes_{0};
   std::atomic<std::uint64_t> peak_bytes_{0};
 };

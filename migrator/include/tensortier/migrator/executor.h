@@ -1,0 +1,113 @@
+// The executor: runs a Plan step after step. It is a step observer of the runtime (it hears layer
+// ends, allocations and frees) and its placement advisor (an object is born where the plan wants
+// it), and owns one mover thread that takes the plan's moves from a queue (TBB's
+// concurrent_bounded_queue) and carries them out through the move function it was given (the
+// runtime's move, which pins, charges emulated tiers and counts).
+//
+// A move is handed to the mover when the layer it follows ends. The mover drops a move whose
+// layer has already begun (it would only stall that layer or arrive too late to help) and moves
+// of a step that is over; a move that fails leaves the object where it was (the runtime
+// guarantees it), so results never depend on the executor, only speed does. Every such case is
+// counted.
+//
+// States: stopped (no thread), running, paused (no move is handed out and the plan places nothing;
+// the runtime pauses it while a step is profiled).
+//
+// Ownership: the executor owns its thread and its copy of the plan; the move and layer functions
+// must stay valid until stop() (the destructor stops). Thread safety: the observer and advisor
+// calls come from the runtime's threads as StepObserver documents; start/stop/set_paused from
+// the thread that owns the executor; stats() and state() from any thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "tensortier/allocator/step_observer.h"
+#include "tensortier/migrator/plan.h"
+
+namespace tensortier::migrator {
+
+enum class ExecutorState { kStopped, kRunning, kPaused };
+
+struct ExecutorStats {
+  std::uint64_t steps = 0;          // steps begun while running
+  std::uint64_t moves = 0;          // moves done (the object changed tier)
+  std::uint64_t bytes_in = 0;       // moved into the fast tier
+  std::uint64_t bytes_out = 0;      // moved out of it
+  std::uint64_t failed_moves = 0;   // the move function refused or failed (the object stayed)
+  std::uint64_t late_dropped = 0;   // dropped: the layer that needed it had begun
+  std::uint64_t stale_dropped = 0;  // dropped: its step was over
+  std::uint64_t missing = 0;        // the planned key named no live object
+  std::uint64_t mover_cpu_ns = 0;   // CPU time of the mover thread
+  // The last completed step's share of the above.
+  std::uint64_t last_step_bytes_in = 0, last_step_bytes_out = 0, last_step_failed = 0, last_step_late = 0;
+};
+
+class Executor final : public StepObserver, public PlacementAdvisor {
+ public:
+  using MoveFn = std::function<Result<MoveResult>(ObjectId, TierIndex)>;
+  using LayersBegunFn = std::function<std::uint32_t()>;  // layers begun in the current step
+
+  Executor(Plan plan, std::uint32_t layers, MoveFn move, LayersBegunFn layers_begun);
+  ~Executor() override;
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  void start();
+  void stop();
+  void set_paused(bool paused);
+  ExecutorState state() const { return state_.load(std::memory_order_acquire); }
+  ExecutorStats stats() const;
+  const Plan& plan() const { return plan_; }
+
+  // Moves each persistent object (given by id and key) to where the plan starts it, now, on the
+  // calling thread: outs first, then ins. Returns how many failed (they stay where they are).
+  std::uint64_t place_persistent(const std::vector<ObjectInfo>& objects);
+
+  // StepObserver
+  void on_step_begin(std::uint64_t step) override;
+  void on_step_end(const StepEndEvent& event) override;
+  void on_layer_end(const LayerEndEvent& event) override;
+  void on_allocate(const ObjectInfo& object, const SpanView& span) override;
+  void on_free(ObjectId id, const SpanView& span) override;
+  // PlacementAdvisor
+  std::optional<TierIndex> placement(ObjectKey key, std::size_t bytes) override;
+
+ private:
+  struct Job {
+    bool stop = false;
+    ObjectId id = 0;
+    TierIndex to = 0;
+    std::uint64_t step = 0;      // the step whose layer needs it
+    std::uint32_t needed_by = 0;  // that layer
+  };
+  struct Queue;  // TBB's queue, kept out of this header
+  void enqueue(std::uint32_t after_layer);
+  void run();
+  std::optional<ObjectId> id_of(ObjectKey key);
+
+  Plan plan_;
+  std::uint32_t layers_;
+  MoveFn move_;
+  LayersBegunFn layers_begun_;
+  std::multimap<std::uint32_t, const PlannedMove*> by_layer_;  // after_layer -> moves (immutable)
+  std::unique_ptr<Queue> queue_;
+  std::thread mover_;
+  std::atomic<ExecutorState> state_{ExecutorState::kStopped};
+  std::atomic<std::uint64_t> step_{0};  // the step in progress
+  std::mutex ids_mutex_;
+  std::unordered_map<ObjectKey, ObjectId> ids_;   // step keys of live objects -> their ids
+  std::unordered_map<ObjectId, ObjectKey> keys_;  // the reverse
+  mutable std::mutex stats_mutex_;
+  ExecutorStats stats_;
+  ExecutorStats step_start_;  // stats_ when the current step began
+};
+
+}  // namespace tensortier::migrator

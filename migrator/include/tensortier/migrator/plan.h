@@ -1,0 +1,113 @@
+// Plans: where each object of a training step lives, and which moves run when. A policy is a pure
+// function from PlanInputs (one profiled step, two tiers, a fast-tier budget, move and slow-access
+// rates) to a Plan written in object keys, so it holds for every step of the profiled kind.
+//
+// Time is counted in layer boundaries: boundary i is just before layer i begins; an object alive
+// over layers [born, freed) exists from boundary `born` to boundary `freed`. A move "after layer
+// i" is handed to the mover when layer i ends and is needed by layer `needed_by`; a move after
+// the last layer prepares the next step (the step repeats).
+//
+// Policies (policy_names()):
+//   fast-only, slow-only  references: every object on one tier, no moves;
+//   first-touch           the OS default: each object on the fast tier if it fits when it is
+//                         born (persistent objects first, in key order), else slow; no moves;
+//   interleave            objects spread over the tiers in the ratio of the fast budget to the
+//                         step's peak, as numactl --interleave or memkind's memtier would, within
+//                         the budget; no moves;
+//   sentinel              short-lived objects (profile class kShort) fast for their whole life in
+//                         a region the offset planner sizes; the others managed per migration
+//                         interval: an object used in interval k is fast during k and, prefetched,
+//                         during k-1, moved in when k-1 starts and out after its last use in the
+//                         last interval that needs it; what does not fit stays slow (hottest kept
+//                         fast). The interval length is the one whose predicted cost (move time the
+//                         intervals' compute cannot hide, plus slow accesses) is least.
+// Small objects (under a page, sharing group chunks) are not planned: they stay where the runtime
+// puts them (the fast tier first) and the plan keeps room for them (small_reserve_bytes).
+//
+// Thread safety: pure functions; a Plan is a value.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tensortier/allocator/object_allocator.h"
+#include "tensortier/profiler/step_profile.h"
+#include "tensortier/status.h"
+
+namespace tensortier::migrator {
+
+inline constexpr std::uint32_t kStepStart = std::numeric_limits<std::uint32_t>::max();
+
+// One planned object as the policies see it.
+struct PlanObject {
+  ObjectKey key = 0;
+  std::uint64_t bytes = 0;              // whole pages it owns (what it takes of a tier's budget)
+  std::uint32_t born = 0;               // first boundary it exists at (0: before the step)
+  std::uint32_t freed = 0;              // boundary it is gone at (`layers`: alive after the step)
+  bool persistent = false;              // alive before and after the step
+  bool short_lived = false;             // profile class kShort
+  std::vector<std::uint32_t> uses;      // layers that declare it (read or written), ascending
+};
+
+struct PlanInputs {
+  std::uint32_t layers = 0;
+  std::vector<PlanObject> objects;      // objects of a page or more
+  std::vector<std::uint64_t> layer_ns;  // each layer's time on fast memory (no emulated charge)
+  TierIndex fast = 0;
+  TierIndex slow = 1;
+  std::uint64_t fast_budget_bytes = 0;    // the most bytes the fast tier may hold
+  std::uint64_t small_reserve_bytes = 0;  // kept for small objects' chunks (not planned)
+  std::uint64_t peak_bytes = 0;           // the step's peak of planned bytes alive at once
+  double move_in_gbps = 10;               // moves into fast memory (GB/s = bytes/ns)
+  double move_out_gbps = 10;              // moves out of it
+  double slow_access_ns_per_byte = 0.1;   // what one byte declared on the slow tier adds to a layer
+};
+
+// Inputs from a step profile: objects of a page or more with their lifetimes and the layers that
+// declare them; layer times (the unprofiled time where the profile has it); the small-object
+// reserve (each group's peak of small bytes in whole 64 KiB chunks, plus one chunk). Rates and
+// the budget are the caller's. Errors: kInvalidArgument for a profile with no layers, a fast
+// tier equal to the slow one, or a budget of 0.
+Result<PlanInputs> inputs_from_profile(const profiler::StepProfile& profile, TierIndex fast, TierIndex slow,
+                                       std::uint64_t fast_budget_bytes);
+
+struct PlannedMove {
+  ObjectKey key = 0;
+  TierIndex to = 0;
+  std::uint32_t after_layer = kStepStart;  // handed to the mover when this layer ends
+  std::uint32_t needed_by = 0;             // the layer that needs it there (layers: the next step)
+  std::uint64_t bytes = 0;
+};
+
+struct Plan {
+  std::string policy;
+  TierIndex fast = 0, slow = 1;
+  std::uint64_t fast_budget_bytes = 0;
+  std::map<ObjectKey, TierIndex> start;  // where each persistent object is when a step begins
+  std::map<ObjectKey, TierIndex> birth;  // where each object born in the step is allocated
+  std::vector<PlannedMove> moves;        // by after_layer (kStepStart last: it means "before layer 0")
+  std::uint32_t interval_layers = 0;     // sentinel's migration interval (0: none)
+  std::uint64_t region_bytes = 0;        // sentinel's short-lived region (offset planner)
+  // Predictions (simulate()).
+  std::uint64_t peak_fast_bytes = 0;
+  std::uint64_t bytes_in = 0, bytes_out = 0;  // moved into / out of fast memory per step
+  std::uint64_t slow_access_bytes = 0;        // declared bytes the layers find on the slow tier
+  double predicted_extra_ns = 0;              // unhidden move time + slow accesses, per step
+};
+
+const std::vector<std::string>& policy_names();
+
+// The plan `policy` makes. Errors: kInvalidArgument naming an unknown policy and the known ones.
+Result<Plan> make_plan(std::string_view policy, const PlanInputs& inputs);
+
+// Plays the plan over one step (and into the next): fills its predictions and returns "" when it
+// is valid, else what is wrong (a move of an object not alive then, a layer boundary where the
+// fast tier would pass its budget, naming the boundary and the bytes).
+std::string simulate(Plan& plan, const PlanInputs& inputs);
+
+}  // namespace tensortier::migrator

@@ -1,0 +1,182 @@
+#include "tensortier/migrator/executor.h"
+
+#include <time.h>
+
+#include <tbb/concurrent_queue.h>
+
+namespace tensortier::migrator {
+namespace {
+
+std::uint64_t thread_cpu_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ULL + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+}  // namespace
+
+struct Executor::Queue {
+  tbb::concurrent_bounded_queue<Job> jobs;
+};
+
+Executor::Executor(Plan plan, std::uint32_t layers, MoveFn move, LayersBegunFn layers_begun)
+    : plan_(std::move(plan)),
+      layers_(layers),
+      move_(std::move(move)),
+      layers_begun_(std::move(layers_begun)),
+      queue_(std::make_unique<Queue>()) {
+  for (const PlannedMove& m : plan_.moves) by_layer_.emplace(m.after_layer, &m);
+}
+
+Executor::~Executor() {
+  stop();
+}
+
+void Executor::start() {
+  if (state() != ExecutorState::kStopped) return;
+  state_.store(ExecutorState::kRunning, std::memory_order_release);
+  mover_ = std::thread([this] { run(); });
+}
+
+void Executor::stop() {
+  if (state() == ExecutorState::kStopped) return;
+  Job stop_job;
+  stop_job.stop = true;
+  queue_->jobs.push(stop_job);
+  if (mover_.joinable()) mover_.join();
+  state_.store(ExecutorState::kStopped, std::memory_order_release);
+}
+
+void Executor::set_paused(bool paused) {
+  ExecutorState expected = paused ? ExecutorState::kRunning : ExecutorState::kPaused;
+  state_.compare_exchange_strong(expected, paused ? ExecutorState::kPaused : ExecutorState::kRunning,
+                                 std::memory_order_acq_rel);
+}
+
+ExecutorStats Executor::stats() const {
+  std::lock_guard lock(stats_mutex_);
+  return stats_;
+}
+
+std::uint64_t Executor::place_persistent(const std::vector<ObjectInfo>& objects) {
+  std::uint64_t failed = 0;
+  for (int pass = 0; pass < 2; ++pass) {  // outs of the fast tier first, so the ins find room
+    for (const ObjectInfo& o : objects) {
+      auto want = plan_.start.find(o.key);
+      if (want == plan_.start.end() || want->second == o.tier) continue;
+      if ((want->second == plan_.fast) != (pass == 1)) continue;
+      auto moved = move_(o.id, want->second);
+      if (!moved) ++failed;
+    }
+  }
+  return failed;
+}
+
+std::optional<ObjectId> Executor::id_of(ObjectKey key) {
+  if (!is_step_key(key)) return key;  // objects made outside steps are keyed by their id
+  std::lock_guard lock(ids_mutex_);
+  auto it = ids_.find(key);
+  if (it == ids_.end()) return std::nullopt;
+  return it->second;
+}
+
+void Executor::enqueue(std::uint32_t after_layer) {
+  const std::uint64_t step = step_.load(std::memory_order_acquire);
+  auto [lo, hi] = by_layer_.equal_range(after_layer);
+  std::uint64_t missing = 0;
+  for (auto it = lo; it != hi; ++it) {
+    const PlannedMove& m = *it->second;
+    std::optional<ObjectId> id = id_of(m.key);
+    if (!id) {
+      ++missing;
+      continue;
+    }
+    Job job;
+    job.id = *id;
+    job.to = m.to;
+    job.step = m.needed_by >= layers_ ? step + 1 : step;
+    job.needed_by = m.needed_by >= layers_ ? m.needed_by - layers_ : m.needed_by;
+    queue_->jobs.push(job);
+  }
+  if (missing != 0) {
+    std::lock_guard lock(stats_mutex_);
+    stats_.missing += missing;
+  }
+}
+
+void Executor::run() {
+  while (true) {
+    Job job;
+    queue_->jobs.pop(job);
+    if (job.stop) break;
+    const std::uint64_t now = step_.load(std::memory_order_acquire);
+    bool late = false, stale = job.step < now;
+    if (!stale && job.step == now && layers_begun_() > job.needed_by) late = true;
+    if (stale || late) {
+      std::lock_guard lock(stats_mutex_);
+      ++(stale ? stats_.stale_dropped : stats_.late_dropped);
+      continue;
+    }
+    Result<MoveResult> moved = move_(job.id, job.to);
+    std::lock_guard lock(stats_mutex_);
+    if (!moved) {
+      ++stats_.failed_moves;
+    } else if (moved->moved) {
+      ++stats_.moves;
+      (moved->to == plan_.fast ? stats_.bytes_in : stats_.bytes_out) += moved->bytes;
+    }
+    stats_.mover_cpu_ns = thread_cpu_ns();
+  }
+  std::lock_guard lock(stats_mutex_);
+  stats_.mover_cpu_ns = thread_cpu_ns();
+}
+
+void Executor::on_step_begin(std::uint64_t step) {
+  step_.store(step, std::memory_order_release);
+  {
+    std::lock_guard lock(stats_mutex_);
+    step_start_ = stats_;
+  }
+  if (state() != ExecutorState::kRunning) return;
+  {
+    std::lock_guard lock(stats_mutex_);
+    ++stats_.steps;
+  }
+  enqueue(kStepStart);
+}
+
+void Executor::on_step_end(const StepEndEvent&) {
+  std::lock_guard lock(stats_mutex_);
+  stats_.last_step_bytes_in = stats_.bytes_in - step_start_.bytes_in;
+  stats_.last_step_bytes_out = stats_.bytes_out - step_start_.bytes_out;
+  stats_.last_step_failed = stats_.failed_moves - step_start_.failed_moves;
+  stats_.last_step_late = stats_.late_dropped - step_start_.late_dropped;
+}
+
+void Executor::on_layer_end(const LayerEndEvent& event) {
+  if (state() == ExecutorState::kRunning) enqueue(event.index);
+}
+
+void Executor::on_allocate(const ObjectInfo& object, const SpanView&) {
+  if (!is_step_key(object.key)) return;
+  std::lock_guard lock(ids_mutex_);
+  ids_[object.key] = object.id;
+  keys_[object.id] = object.key;
+}
+
+void Executor::on_free(ObjectId id, const SpanView&) {
+  std::lock_guard lock(ids_mutex_);
+  auto it = keys_.find(id);
+  if (it == keys_.end()) return;
+  ids_.erase(it->second);
+  keys_.erase(it);
+}
+
+std::optional<TierIndex> Executor::placement(ObjectKey key, std::size_t) {
+  if (state() != ExecutorState::kRunning) return std::nullopt;
+  auto it = plan_.birth.find(key);
+  if (it == plan_.birth.end()) return std::nullopt;
+  return it->second;
+}
+
+}  // namespace tensortier::migrator

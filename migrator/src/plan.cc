@@ -1,0 +1,391 @@
+#include "tensortier/migrator/plan.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+#include "tensortier/allocator/offset_planner.h"
+
+namespace tensortier::migrator {
+namespace {
+
+constexpr std::uint64_t kChunkBytes = kGroupChunkBytes;
+
+std::uint64_t round_to_pages(std::uint64_t bytes) {
+  return (bytes + kPageBytes - 1) / kPageBytes * kPageBytes;
+}
+
+// Objects in the order an allocator would place them: persistent ones first (key order), then
+// by birth boundary (key order within one).
+std::vector<std::size_t> birth_order(const PlanInputs& in) {
+  std::vector<std::size_t> order(in.objects.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    const PlanObject& x = in.objects[a];
+    const PlanObject& y = in.objects[b];
+    return std::tuple(!x.persistent, x.born, x.key) < std::tuple(!y.persistent, y.born, y.key);
+  });
+  return order;
+}
+
+void place(Plan& plan, const PlanObject& o, TierIndex tier) {
+  (o.persistent ? plan.start : plan.birth)[o.key] = tier;
+}
+
+Plan everything_on(const PlanInputs& in, std::string policy, TierIndex tier) {
+  Plan plan;
+  plan.policy = std::move(policy);
+  for (const PlanObject& o : in.objects) place(plan, o, tier);
+  return plan;
+}
+
+// first-touch and interleave: births in allocation order; `decide(bytes, fits)` says whether an
+// object goes fast, told whether the budget has room for it at that moment (deaths at a boundary
+// come before its births); no moves.
+template <typename Decide>
+Plan by_birth(const PlanInputs& in, std::string policy, Decide decide) {
+  Plan plan;
+  plan.policy = std::move(policy);
+  const std::uint64_t room = in.fast_budget_bytes > in.small_reserve_bytes ? in.fast_budget_bytes - in.small_reserve_bytes : 0;
+  std::multimap<std::uint32_t, std::uint64_t> deaths;  // boundary -> fast bytes freed there
+  std::uint64_t fast = 0;
+  for (std::size_t i : birth_order(in)) {
+    const PlanObject& o = in.objects[i];
+    const std::uint32_t t = o.persistent ? 0 : o.born;
+    while (!deaths.empty() && deaths.begin()->first <= t) {
+      fast -= deaths.begin()->second;
+      deaths.erase(deaths.begin());
+    }
+    const bool to_fast = decide(o.bytes, fast + o.bytes <= room);
+    place(plan, o, to_fast ? in.fast : in.slow);
+    if (to_fast) {
+      fast += o.bytes;
+      if (!o.persistent) deaths.emplace(o.freed, o.bytes);
+    }
+  }
+  return plan;
+}
+
+Plan first_touch(const PlanInputs& in) {
+  return by_birth(in, "first-touch", [](std::uint64_t, bool fits) { return fits; });
+}
+
+Plan interleave(const PlanInputs& in) {
+  const std::uint64_t room = in.fast_budget_bytes > in.small_reserve_bytes ? in.fast_budget_bytes - in.small_reserve_bytes : 0;
+  const double ratio =
+      in.peak_bytes == 0 ? 1.0 : std::min(1.0, static_cast<double>(room) / static_cast<double>(in.peak_bytes));
+  double fast_assigned = 0, assigned = 0;
+  return by_birth(in, "interleave", [&](std::uint64_t bytes, bool fits) {
+    const double b = static_cast<double>(bytes);
+    assigned += b;
+    const bool fast = fits && fast_assigned + b <= ratio * assigned;
+    if (fast) fast_assigned += b;
+    return fast;
+  });
+}
+
+// Sentinel with migration intervals of `n` layers. `region` bytes of the budget hold the short-
+// lived objects.
+Plan sentinel_with(const PlanInputs& in, std::uint32_t n, std::uint64_t region) {
+  Plan plan;
+  plan.policy = "sentinel";
+  plan.interval_layers = n;
+  plan.region_bytes = region;
+  const std::uint32_t intervals = (in.layers + n - 1) / n;
+  const std::uint64_t reserved = in.small_reserve_bytes + region;
+  const std::uint64_t room = in.fast_budget_bytes > reserved ? in.fast_budget_bytes - reserved : 0;
+  auto interval_of = [n](std::uint32_t layer) { return layer / n; };
+
+  // Managed objects and, per interval, those used in it with their use counts.
+  std::vector<std::size_t> managed;
+  std::vector<std::map<std::size_t, std::uint32_t>> used(intervals);  // object -> uses in the interval
+  for (std::size_t i = 0; i < in.objects.size(); ++i) {
+    const PlanObject& o = in.objects[i];
+    if (o.short_lived) {
+      place(plan, o, in.fast);
+      continue;
+    }
+    managed.push_back(i);
+    for (std::uint32_t layer : o.uses) ++used[interval_of(layer)][i];
+  }
+  // F_k: what is fast during interval k: first its own objects, hottest (uses per byte) first,
+  // then the next interval's (prefetch) while they fit; only objects alive in interval k.
+  std::vector<std::set<std::size_t>> fast_in(intervals);
+  auto alive_in = [&](const PlanObject& o, std::uint32_t k) {
+    if (o.persistent) return true;
+    const std::uint32_t first = k * n, last = std::min(in.layers, (k + 1) * n);  // layers [first, last)
+    return o.born < last && o.freed > first;
+  };
+  for (std::uint32_t k = 0; k < intervals; ++k) {
+    std::uint64_t fast = 0;
+    for (std::uint32_t j : {k, k + 1}) {
+      const bool wrap = j == intervals;  // the next step's first interval: persistent objects only
+      if (j > intervals) continue;
+      std::vector<std::pair<double, std::size_t>> ranked;
+      for (const auto& [i, uses] : used[wrap ? 0 : j]) {
+        const PlanObject& o = in.objects[i];
+        if ((wrap && !o.persistent) || !alive_in(o, k) || fast_in[k].contains(i)) continue;
+        ranked.emplace_back(-static_cast<double>(uses) / static_cast<double>(o.bytes), i);
+      }
+      std::sort(ranked.begin(), ranked.end());
+      for (const auto& [score, i] : ranked) {
+        if (fast + in.objects[i].bytes > room) continue;
+        fast += in.objects[i].bytes;
+        fast_in[k].insert(i);
+      }
+    }
+  }
+  // Per object: where it is in each interval it lives in, and the moves between.
+  for (std::size_t i : managed) {
+    const PlanObject& o = in.objects[i];
+    const std::uint32_t first_k = o.persistent ? 0 : interval_of(o.born);
+    const std::uint32_t last_k = o.persistent ? intervals : interval_of(o.freed - 1);  // inclusive
+    auto fast_at = [&](std::uint32_t k) { return fast_in[k == intervals ? 0 : k].contains(i); };
+    place(plan, o, fast_at(first_k) ? in.fast : in.slow);
+    for (std::uint32_t k = first_k + 1; k <= last_k; ++k) {
+      const bool was = fast_at(k - 1), is = fast_at(k);
+      if (was == is) continue;
+      PlannedMove m;
+      m.key = o.key;
+      m.bytes = o.bytes;
+      const std::uint32_t start = k == intervals ? in.layers : k * n;  // first layer of interval k
+      if (is) {  // in when interval k begins... prefetched: F_k holds it because k or k+1 uses it
+        m.to = in.fast;
+        m.after_layer = start - 1;
+        auto next_use = std::lower_bound(o.uses.begin(), o.uses.end(), k == intervals ? 0 : start);
+        m.needed_by = k == intervals ? in.layers + (next_use != o.uses.end() ? *next_use : 0)
+                                     : (next_use != o.uses.end() ? *next_use : start);
+      } else {  // out after its last use in interval k-1, else when k-1 ends
+        m.to = in.slow;
+        auto after = std::lower_bound(o.uses.begin(), o.uses.end(), start);
+        const bool used_in_previous = after != o.uses.begin() && *(after - 1) >= (k - 1) * n;
+        m.after_layer = used_in_previous ? *(after - 1) : start - 1;
+        m.needed_by = start;
+      }
+      plan.moves.push_back(m);
+    }
+  }
+  std::stable_sort(plan.moves.begin(), plan.moves.end(), [](const PlannedMove& a, const PlannedMove& b) {
+    return std::tuple(a.after_layer, a.to != 0) < std::tuple(b.after_layer, b.to != 0);
+  });
+  return plan;
+}
+
+Result<Plan> sentinel(const PlanInputs& in) {
+  // The short-lived region: their lifetimes packed by the offset planner.
+  std::vector<PlannedBuffer> short_lived;
+  for (const PlanObject& o : in.objects) {
+    if (o.short_lived && o.freed > o.born) short_lived.push_back({o.born, o.freed, o.bytes});
+  }
+  auto region = plan_offsets(short_lived, {kPageBytes});
+  if (!region) return region.status();
+  Plan best;
+  bool have = false;
+  for (std::uint32_t n = 1; n <= std::max(1U, in.layers); ++n) {
+    Plan plan = sentinel_with(in, n, region->region_bytes);
+    if (!simulate(plan, in).empty()) continue;
+    if (!have || plan.predicted_extra_ns < best.predicted_extra_ns) {
+      best = std::move(plan);
+      have = true;
+    }
+  }
+  if (!have) {  // no interval fits the budget: the short-lived region alone is too big
+    best = sentinel_with(in, std::max(1U, in.layers), region->region_bytes);
+    (void)simulate(best, in);
+  }
+  return best;
+}
+
+}  // namespace
+
+const std::vector<std::string>& policy_names() {
+  static const std::vector<std::string> names{"fast-only", "slow-only", "first-touch", "interleave", "sentinel"};
+  return names;
+}
+
+Result<PlanInputs> inputs_from_profile(const profiler::StepProfile& profile, TierIndex fast, TierIndex slow,
+                                       std::uint64_t fast_budget_bytes) {
+  if (profile.layers.empty()) return invalid_argument("plan: the step profile has no layers");
+  if (fast == slow) return invalid_argument(fmt::format("plan: the fast and the slow tier are both tier {}", fast));
+  if (fast_budget_bytes == 0) return invalid_argument("plan: a fast budget of 0 bytes");
+  PlanInputs in;
+  in.layers = static_cast<std::uint32_t>(profile.layers.size());
+  in.fast = fast;
+  in.slow = slow;
+  in.fast_budget_bytes = fast_budget_bytes;
+  std::unordered_map<ObjectId, std::size_t> index;
+  std::map<GroupId, std::vector<std::int64_t>> small_delta;  // group -> live small bytes change per boundary
+  for (const profiler::ObjectProfile& o : profile.objects) {
+    const std::uint32_t born = o.born_at_layer.value_or(0);
+    const std::uint32_t freed = std::min(o.freed_at_layer.value_or(in.layers), in.layers);
+    if (o.small || o.reserved_bytes == 0) {
+      auto& delta = small_delta[o.group];
+      delta.resize(in.layers + 2, 0);
+      delta[born] += static_cast<std::int64_t>(o.bytes);
+      delta[freed + 1] -= static_cast<std::int64_t>(o.bytes);
+      continue;
+    }
+    PlanObject p;
+    p.key = o.key;
+    p.bytes = round_to_pages(o.reserved_bytes);
+    p.born = born;
+    p.freed = freed;
+    p.persistent = !o.born_at_layer && !o.freed_at_layer;
+    p.short_lived = o.lifetime == profiler::LifetimeClass::kShort;
+    index.emplace(o.id, in.objects.size());
+    in.objects.push_back(std::move(p));
+  }
+  for (const auto& [group, delta] : small_delta) {
+    std::int64_t live = 0, peak = 0;
+    for (std::int64_t d : delta) peak = std::max(peak, live += d);
+    in.small_reserve_bytes += (static_cast<std::uint64_t>(peak) + kChunkBytes - 1) / kChunkBytes * kChunkBytes + kChunkBytes;
+  }
+  in.layer_ns.resize(in.layers);
+  for (std::uint32_t l = 0; l < in.layers; ++l) {
+    const profiler::LayerProfile& layer = profile.layers[l];
+    const std::uint64_t measured = layer.unprofiled_duration_ns != 0 ? layer.unprofiled_duration_ns : layer.duration_ns;
+    in.layer_ns[l] = measured > layer.emulated_charge_ns ? measured - layer.emulated_charge_ns : 0;
+    for (const auto* ids : {&layer.declared_reads, &layer.declared_writes}) {
+      for (ObjectId id : *ids) {
+        auto it = index.find(id);
+        if (it == index.end()) continue;
+        auto& uses = in.objects[it->second].uses;
+        if (uses.empty() || uses.back() != l) uses.push_back(l);
+      }
+    }
+  }
+  std::vector<PlannedBuffer> lives;
+  for (const PlanObject& o : in.objects) {
+    if (o.freed > o.born || o.persistent) lives.push_back({o.born, std::max(o.freed, o.born + 1), o.bytes});
+  }
+  in.peak_bytes = max_live_bytes(lives);
+  return in;
+}
+
+Result<Plan> make_plan(std::string_view policy, const PlanInputs& in) {
+  Plan plan;
+  if (policy == "fast-only") {
+    plan = everything_on(in, "fast-only", in.fast);
+  } else if (policy == "slow-only") {
+    plan = everything_on(in, "slow-only", in.slow);
+  } else if (policy == "first-touch") {
+    plan = first_touch(in);
+  } else if (policy == "interleave") {
+    plan = interleave(in);
+  } else if (policy == "sentinel") {
+    auto s = sentinel(in);
+    if (!s) return s.status();
+    plan = std::move(s).value();
+  } else {
+    std::string known;
+    for (const std::string& name : policy_names()) known += (known.empty() ? "" : ", ") + name;
+    return invalid_argument(fmt::format("unknown policy '{}' (known: {})", policy, known));
+  }
+  plan.fast = in.fast;
+  plan.slow = in.slow;
+  plan.fast_budget_bytes = in.fast_budget_bytes;
+  (void)simulate(plan, in);  // predictions; fast-only may pass a budget it was never meant to keep
+  return plan;
+}
+
+std::string simulate(Plan& plan, const PlanInputs& in) {
+  std::unordered_map<ObjectKey, const PlanObject*> by_key;
+  for (const PlanObject& o : in.objects) by_key.emplace(o.key, &o);
+  std::unordered_map<ObjectKey, TierIndex> tier;  // objects that exist now
+  std::uint64_t fast = 0;
+  plan.peak_fast_bytes = plan.bytes_in = plan.bytes_out = plan.slow_access_bytes = 0;
+  std::string problem;
+  auto note = [&](std::string p) {
+    if (problem.empty()) problem = std::move(p);
+  };
+  auto set_tier = [&](const PlanObject& o, TierIndex t) {
+    auto [it, fresh] = tier.try_emplace(o.key, t);
+    if (!fresh && it->second == in.fast) fast -= o.bytes;
+    it->second = t;
+    if (t == in.fast) fast += o.bytes;
+  };
+  for (const PlanObject& o : in.objects) {
+    if (!o.persistent) continue;
+    auto s = plan.start.find(o.key);
+    set_tier(o, s != plan.start.end() ? s->second : in.fast);
+  }
+  std::multimap<std::uint32_t, const PlannedMove*> moves;  // boundary -> move
+  for (const PlannedMove& m : plan.moves) moves.emplace(m.after_layer == kStepStart ? 0 : m.after_layer + 1, &m);
+  std::multimap<std::uint32_t, const PlanObject*> births, deaths;
+  for (const PlanObject& o : in.objects) {
+    if (o.persistent) continue;
+    births.emplace(o.born, &o);
+    deaths.emplace(o.freed, &o);
+  }
+  std::vector<std::vector<const PlanObject*>> users(in.layers);  // layer -> objects it declares
+  for (const PlanObject& o : in.objects) {
+    for (std::uint32_t l : o.uses) {
+      if (l < in.layers) users[l].push_back(&o);
+    }
+  }
+  // The mover, one move at a time: when it is free, and when each move needed by a layer ends.
+  double clock_ns = 0, mover_free_ns = 0, compute_ns = 0;
+  std::multimap<std::uint32_t, double> arrivals;  // layer -> when a move it needs ends
+  for (std::uint32_t t = 0; t <= in.layers; ++t) {
+    for (auto [it, end] = deaths.equal_range(t); it != end; ++it) {
+      auto found = tier.find(it->second->key);
+      if (found == tier.end()) continue;
+      if (found->second == in.fast) fast -= it->second->bytes;
+      tier.erase(found);
+    }
+    for (auto [it, end] = births.equal_range(t); it != end; ++it) {
+      auto b = plan.birth.find(it->second->key);
+      set_tier(*it->second, b != plan.birth.end() ? b->second : in.fast);
+    }
+    for (int pass = 0; pass < 2; ++pass) {  // outs first, then ins
+      for (auto [it, end] = moves.equal_range(t); it != end; ++it) {
+        const PlannedMove& m = *it->second;
+        if ((m.to == in.fast) != (pass == 1)) continue;
+        auto o = by_key.find(m.key);
+        if (o == by_key.end() || !tier.contains(m.key)) {
+          note(fmt::format("a move of key {:#x} after layer {} finds it not alive", m.key, static_cast<std::int64_t>(m.after_layer)));
+          continue;
+        }
+        if (tier[m.key] == m.to) continue;
+        set_tier(*o->second, m.to);
+        const double ns = static_cast<double>(m.bytes) / (m.to == in.fast ? in.move_in_gbps : in.move_out_gbps);
+        mover_free_ns = std::max(mover_free_ns, clock_ns) + ns;
+        (m.to == in.fast ? plan.bytes_in : plan.bytes_out) += m.bytes;
+        if (m.to == in.fast && m.needed_by < in.layers) arrivals.emplace(m.needed_by, mover_free_ns);
+      }
+    }
+    plan.peak_fast_bytes = std::max(plan.peak_fast_bytes, fast);
+    if (fast + in.small_reserve_bytes > in.fast_budget_bytes) {
+      note(fmt::format("at the boundary before layer {} the fast tier would hold {} bytes (+{} for small objects) "
+                       "over its budget of {}", t, fast, in.small_reserve_bytes, in.fast_budget_bytes));
+    }
+    if (t == in.layers) break;
+    // Layer t: waits for the moves it needs, then computes, with its slow accesses charged.
+    for (auto [it, end] = arrivals.equal_range(t); it != end; ++it) clock_ns = std::max(clock_ns, it->second);
+    std::uint64_t slow_bytes = 0;
+    for (const PlanObject* o : users[t]) {
+      auto found = tier.find(o->key);
+      if (found != tier.end() && found->second != in.fast) slow_bytes += o->bytes;
+    }
+    plan.slow_access_bytes += slow_bytes;
+    clock_ns += static_cast<double>(in.layer_ns[t]) + static_cast<double>(slow_bytes) * in.slow_access_ns_per_byte;
+    compute_ns += static_cast<double>(in.layer_ns[t]);
+  }
+  // The step repeats: persistent objects must end where the next step starts them.
+  for (const PlanObject& o : in.objects) {
+    if (!o.persistent) continue;
+    auto s = plan.start.find(o.key);
+    const TierIndex want = s != plan.start.end() ? s->second : in.fast;
+    if (tier[o.key] != want) {
+      note(fmt::format("key {:#x} ends the step on tier {} but the next step starts it on tier {}", o.key,
+                       tier[o.key], want));
+    }
+  }
+  plan.predicted_extra_ns = std::max(clock_ns, mover_free_ns) - compute_ns;
+  return problem;
+}
+
+}  // namespace tensortier::migrator
