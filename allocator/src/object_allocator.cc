@@ -96,6 +96,11 @@ Result<ObjectAllocator::Range> ObjectAllocator::take_range(TierIndex t, std::siz
 }
 
 void ObjectAllocator::give_back_range(TierIndex t, void* address, std::size_t bytes, TierIndex owner) {
+  if (tiers_[t]->used_bytes() > tiers_[t]->budget_bytes()) {  // over a lowered budget: no caching
+    if (release_observer_) release_observer_(SpanView{0, as_uint(address), bytes, t, false});
+    release_range(t, owner, address, bytes);
+    return;
+  }
   tier_state_[t].cache.emplace(bytes, CachedRange{address, owner});
   tier_state_[t].usage.cached_bytes += bytes;
 }

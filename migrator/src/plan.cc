@@ -182,18 +182,30 @@ Result<Plan> sentinel(const PlanInputs& in) {
   }
   auto region = plan_offsets(short_lived, {kPageBytes});
   if (!region) return region.status();
+  // With the region (Sentinel's way), and, where the budget is too small for it, without (the
+  // short-lived objects then managed per interval like the rest); the valid plan predicted
+  // cheapest wins, ties to the longer interval (fewer moves).
   Plan best;
   bool have = false;
-  for (std::uint32_t n = 1; n <= std::max(1U, in.layers); ++n) {
-    Plan plan = sentinel_with(in, n, region->region_bytes);
-    if (!simulate(plan, in).empty()) continue;
-    if (!have || plan.predicted_extra_ns < best.predicted_extra_ns) {
-      best = std::move(plan);
-      have = true;
+  for (const bool with_region : {true, false}) {
+    PlanInputs variant = in;
+    if (!with_region) {
+      for (PlanObject& o : variant.objects) o.short_lived = false;
+    }
+    const std::uint64_t region_bytes = with_region ? region->region_bytes : 0;
+    for (std::uint32_t n = 1; n <= std::max(1U, in.layers); ++n) {
+      Plan plan = sentinel_with(variant, n, region_bytes);
+      if (!simulate(plan, in).empty()) continue;
+      if (!have || plan.predicted_extra_ns <= best.predicted_extra_ns) {
+        best = std::move(plan);
+        have = true;
+      }
     }
   }
-  if (!have) {  // no interval fits the budget: the short-lived region alone is too big
-    best = sentinel_with(in, std::max(1U, in.layers), region->region_bytes);
+  if (!have) {  // nothing fits: everything managed, one interval (what does not fit stays slow)
+    PlanInputs variant = in;
+    for (PlanObject& o : variant.objects) o.short_lived = false;
+    best = sentinel_with(variant, std::max(1U, in.layers), 0);
     (void)simulate(best, in);
   }
   return best;
@@ -241,7 +253,7 @@ Result<PlanInputs> inputs_from_profile(const profiler::StepProfile& profile, Tie
   for (const auto& [group, delta] : small_delta) {
     std::int64_t live = 0, peak = 0;
     for (std::int64_t d : delta) peak = std::max(peak, live += d);
-    in.small_reserve_bytes += (static_cast<std::uint64_t>(peak) + kChunkBytes - 1) / kChunkBytes * kChunkBytes + kChunkBytes;
+    in.small_reserve_bytes += (static_cast<std::uint64_t>(peak) + kChunkBytes - 1) / kChunkBytes * kChunkBytes;
   }
   in.layer_ns.resize(in.layers);
   for (std::uint32_t l = 0; l < in.layers; ++l) {

@@ -400,9 +400,16 @@ void Runtime::finish_profile(std::uint64_t step_duration_ns) {
 void Runtime::start_migration(const profiler::StepProfile& profile) {
   const TierIndex fast = 0, slow = static_cast<TierIndex>(allocator_.tier_count() - 1);
   const FastBudget parsed = parse_fast_budget(fast_budget_, "fast budget").value();  // checked in create()
+  auto inputs = migrator::inputs_from_profile(profile, fast, slow, allocator_.tier(fast).budget_bytes());
+  if (!inputs) {
+    spdlog::warn("policy '{}' does not run: {}", policy_, inputs.status().message());
+    return;
+  }
+  // A share is of the step's peak footprint as a tier holds it: whole pages, small objects' chunks.
+  const std::uint64_t footprint = inputs->peak_bytes + inputs->small_reserve_bytes;
   std::uint64_t budget = allocator_.tier(fast).budget_bytes();
   if (parsed.share > 0) {
-    budget = static_cast<std::uint64_t>(parsed.share * static_cast<double>(profile.peak_live_bytes));
+    budget = static_cast<std::uint64_t>(parsed.share * static_cast<double>(footprint));
   } else if (parsed.bytes > 0) {
     budget = parsed.bytes;
   }
@@ -410,11 +417,7 @@ void Runtime::start_migration(const profiler::StepProfile& profile) {
   // baseline every other policy is measured against), slow-only with nothing planned fast.
   if (policy_ == "fast-only" || policy_ == "slow-only") budget = allocator_.tier(fast).budget_bytes();
   budget = std::max<std::uint64_t>(budget, kGroupChunkBytes);
-  auto inputs = migrator::inputs_from_profile(profile, fast, slow, budget);
-  if (!inputs) {
-    spdlog::warn("policy '{}' does not run: {}", policy_, inputs.status().message());
-    return;
-  }
+  inputs->fast_budget_bytes = budget;
   if (const CostModel* model = allocator_.tier(slow).cost_model(); model != nullptr) {
     inputs->move_in_gbps = model->slow_read_gbps();
     inputs->move_out_gbps = model->slow_write_gbps();
@@ -437,11 +440,11 @@ void Runtime::start_migration(const profiler::StepProfile& profile) {
   const std::uint64_t failed = executor_->place_persistent(allocator_.objects());
   const migrator::Plan& p = executor_->plan();
   spdlog::info(
-      "policy {}: fast budget {} ({} of the profiled peak {}){}; predicted per step: {} in, {} out, {} read or "
+      "policy {}: fast budget {} ({} of the profiled peak footprint {}){}; predicted per step: {} in, {} out, {} read or "
       "written on the slow tier, {:.1f} ms added; {} persistent objects failed to reach their start tier",
       policy_, format_bytes(budget),
-      fmt::format("{:.0f}%", 100.0 * static_cast<double>(budget) / static_cast<double>(std::max<std::uint64_t>(1, profile.peak_live_bytes))),
-      format_bytes(profile.peak_live_bytes),
+      fmt::format("{:.0f}%", 100.0 * static_cast<double>(budget) / static_cast<double>(std::max<std::uint64_t>(1, footprint))),
+      format_bytes(footprint),
       p.interval_layers != 0 ? fmt::format(", interval {} layers, short-lived region {}", p.interval_layers,
                                            format_bytes(p.region_bytes))
                              : "",

@@ -15,7 +15,8 @@
 // - Freed ranges stay mapped in a per-tier cache and serve the next allocation of the same size,
 //   so a training step that repeats the last one's allocations takes no page fault. A tier's
 //   budget counts its cached ranges too (they hold physical memory); when a new range does not
-//   fit, the cache of that tier is released first.
+//   fit, the cache of that tier is released first; a tier holding more than its budget (after
+//   set_budget lowered it) caches nothing.
 //
 // - An object (a small one: its whole chunk) can move to another tier (move()). Each range has
 //   an *owner*, the tier whose mapping it is and to which it is freed, and a *placement*, the

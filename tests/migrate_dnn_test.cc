@@ -1,0 +1,205 @@
+// Policies under a training engine: for every policy and fast budgets of 100%, 50%, 20% and 10%
+// of the profiled peak, training is bit-identical to fast-only; the fast tier never holds more
+// than its budget at any layer boundary once the policy runs; with 5% of moves failing at random,
+// training completes identical. Plans made from real step profiles are valid, and the offset
+// planner packs the short-lived objects of those steps within 2% of their max-live bytes.
+#include <random>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "tensortier/allocator/offset_planner.h"
+#include "tensortier/dnn/data.h"
+#include "tensortier/dnn/models.h"
+#include "tensortier/migrator/plan.h"
+
+namespace tensortier::dnn {
+namespace {
+
+// At every layer boundary of a step the policy runs in: the fast tier's bytes against its budget.
+class BudgetWatch final : public StepObserver {
+ public:
+  explicit BudgetWatch(Runtime& rt) : rt_(rt) {}
+  void on_layer_begin(const LayerEvent&) override { check(); }
+  void on_layer_end(const LayerEndEvent&) override { check(); }
+  std::uint64_t checks = 0, over = 0, worst_bytes = 0, budget_bytes = 0;
+
+ private:
+  void check() {
+    if (rt_.plan() == nullptr) return;
+    const TierUsage fast = rt_.stats().tiers[0];
+    ++checks;
+    if (fast.mapped_bytes > fast.budget_bytes) {
+      ++over;
+      worst_bytes = std::max(worst_bytes, fast.mapped_bytes);
+    }
+    budget_bytes = fast.budget_bytes;
+  }
+  Runtime& rt_;
+};
+
+struct TrainRun {
+  std::vector<double> losses;
+  std::vector<float> params;
+  RuntimeStats stats;
+  std::uint64_t checks = 0, over = 0;
+  std::string plan_problem;
+};
+
+constexpr int kSteps = 10;
+
+TrainRun train(const std::string& model, const std::string& policy, const std::string& budget,
+          double failure_rate = 0) {
+  TrainRun out;
+  RuntimeOptions options("fast=dram:1GiB,slow=emulated:cxl:4GiB");
+  options.policy = policy;
+  options.fast_budget = budget;
+  auto rt = Runtime::create(options);
+  EXPECT_TRUE(rt) << rt.status().to_string();
+  if (!rt) return out;
+  Runtime& r = *rt.value();
+  std::mt19937 rng(3);
+  if (failure_rate > 0) {
+    r.set_move_failure_hook([&rng, failure_rate](ObjectId, TierIndex) {
+      return std::uniform_real_distribution<double>(0, 1)(rng) < failure_rate;
+    });
+  }
+  Engine engine(r);
+  const bool lenet = model == "lenet5";
+  // Batches big enough that 10% of the footprint holds the small objects' chunks.
+  const dnnl::memory::dims input = lenet ? dnnl::memory::dims{48, 1, 28, 28} : dnnl::memory::dims{6, 3, 16, 16};
+  auto net = make_model(model, {4, lenet ? 6 : 8});
+  EXPECT_TRUE(net) << net.status().to_string();
+  EXPECT_TRUE(net.value()->build(engine, input, 42).is_ok());
+  Dataset data = synthetic_dataset(static_cast<std::size_t>(input[0]) * 3, static_cast<int>(input[1]),
+                                   static_cast<int>(input[2]), static_cast<int>(input[3]), 4, 7);
+  BatchIterator it(data, static_cast<std::size_t>(input[0]), 3);
+  Batch batch;
+  BudgetWatch watch(r);
+  EXPECT_TRUE(r.add_observer(&watch).is_ok());
+  for (int step = 0; step < kSteps; ++step) {
+    EXPECT_TRUE(it.next(engine, batch).is_ok());
+    EXPECT_TRUE(r.step_begin().is_ok());
+    auto result = net.value()->train_step(engine, batch, {0.05F, 0.9F, 1e-4F});
+    EXPECT_TRUE(result) << result.status().to_string();
+    EXPECT_TRUE(r.step_end().is_ok());
+    out.losses.push_back(result ? result->loss : -1);
+  }
+  r.remove_observer(&watch);
+  for (auto& [name, p] : net.value()->params())
+    out.params.insert(out.params.end(), p->value.data(), p->value.data() + p->value.elements());
+  out.stats = r.stats();
+  out.checks = watch.checks;
+  out.over = watch.over;
+  EXPECT_NE(r.plan(), nullptr) << policy << " did not start";
+  return out;
+}
+
+class PolicyTest : public ::testing::TestWithParam<std::tuple<const char*, const char*>> {};
+
+TEST_P(PolicyTest, TrainsBitIdenticallyToFastOnlyWithinTheBudget) {
+  const auto [model, policy] = GetParam();
+  const TrainRun reference = train(model, "fast-only", "");
+  ASSERT_EQ(reference.losses.size(), static_cast<std::size_t>(kSteps));
+  EXPECT_LT(reference.losses.back(), reference.losses.front() * 1.5);  // a real run
+  for (const char* budget : {"100%", "50%", "20%", "10%"}) {
+    SCOPED_TRACE(fmt::format("{} {} at {}", model, policy, budget));
+    const TrainRun run = train(model, policy, budget);
+    EXPECT_EQ(run.losses, reference.losses);
+    EXPECT_EQ(run.params, reference.params);
+    EXPECT_EQ(run.stats.policy, policy);
+    EXPECT_GT(run.checks, 100u) << "the budget was checked at layer boundaries";
+    if (std::string(policy) != "fast-only") {
+      EXPECT_EQ(run.over, 0u) << "layer boundaries where the fast tier held more than its budget";
+    }
+    if (std::string(policy) == "sentinel" && std::string(budget) != "100%") {
+      EXPECT_GT(run.stats.migration.moves, 0u) << "sentinel moved nothing";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, PolicyTest,
+                         ::testing::Combine(::testing::Values("lenet5", "resnet18"),
+                                            ::testing::Values("slow-only", "first-touch", "interleave", "sentinel")));
+
+TEST(Policies, FivePercentOfMovesFailingChangesNothingButSpeed) {
+  const TrainRun reference = train("resnet18", "fast-only", "");
+  const TrainRun run = train("resnet18", "sentinel", "20%", 0.05);
+  EXPECT_EQ(run.losses, reference.losses);
+  EXPECT_EQ(run.params, reference.params);
+  EXPECT_GT(run.stats.migration.failed_moves, 0u) << "the hook made no move fail";
+  EXPECT_GT(run.stats.migration.moves, 0u);
+}
+
+// Plans from the profiles of real steps: valid (within budget, every move of a live object), and
+// the short-lived objects' region close to their max-live bytes.
+TEST(Policies, PlansFromRealProfilesAreValidAndTheRegionIsTight) {
+  for (const std::string model : {"lenet5", "resnet18", "vgg11"}) {
+    RuntimeOptions options("fast=dram:1GiB,slow=emulated:cxl:4GiB");
+    auto rt = Runtime::create(options);
+    ASSERT_TRUE(rt);
+    Engine engine(*rt.value());
+    const bool lenet = model == "lenet5";
+    const dnnl::memory::dims input = lenet ? dnnl::memory::dims{64, 1, 28, 28} : dnnl::memory::dims{8, 3, 32, 32};
+    auto net = make_model(model, {10, lenet ? 6 : 16});
+    ASSERT_TRUE(net);
+    ASSERT_TRUE(net.value()->build(engine, input, 1).is_ok());
+    Dataset data = synthetic_dataset(static_cast<std::size_t>(input[0]) * 2, static_cast<int>(input[1]),
+                                     static_cast<int>(input[2]), static_cast<int>(input[3]), 10, 2);
+    BatchIterator it(data, static_cast<std::size_t>(input[0]), 1);
+    Batch batch;
+    for (int step = 0; step < 3; ++step) {
+      ASSERT_TRUE(it.next(engine, batch).is_ok());
+      ASSERT_TRUE(rt.value()->step_begin().is_ok());
+      ASSERT_TRUE(net.value()->train_step(engine, batch, {0.01F, 0.9F, 0}));
+      ASSERT_TRUE(rt.value()->step_end().is_ok());
+    }
+    auto profile = rt.value()->profile();
+    ASSERT_NE(profile, nullptr);
+    std::vector<PlannedBuffer> short_lived;
+    for (const auto& o : profile->objects) {
+      if (o.lifetime == profiler::LifetimeClass::kShort && o.reserved_bytes > 0)
+        short_lived.push_back({*o.born_at_layer, *o.freed_at_layer, o.reserved_bytes});
+    }
+    auto region = plan_offsets(short_lived, {kPageBytes});
+    ASSERT_TRUE(region);
+    const std::uint64_t live = max_live_bytes(short_lived, kPageBytes);
+    EXPECT_LE(static_cast<double>(region->region_bytes), 1.02 * static_cast<double>(live))
+        << model << ": region " << region->region_bytes << " for max-live " << live;
+    for (double share : {1.0, 0.5, 0.2, 0.1}) {
+      auto inputs = migrator::inputs_from_profile(*profile, 0, 1, 1);
+      ASSERT_TRUE(inputs) << inputs.status().to_string();
+      inputs->fast_budget_bytes =
+          static_cast<std::uint64_t>(share * static_cast<double>(inputs->peak_bytes + inputs->small_reserve_bytes));
+      for (const std::string& policy : migrator::policy_names()) {
+        auto plan = migrator::make_plan(policy, *inputs);
+        ASSERT_TRUE(plan) << plan.status().to_string();
+        const std::string problem = migrator::simulate(*plan, *inputs);
+        if (policy == "fast-only" && share < 1.0) continue;  // it ignores budgets by design
+        EXPECT_EQ(problem, "") << model << " " << policy << " at " << share;
+      }
+    }
+  }
+}
+
+TEST(Policies, AnUnknownPolicyIsRefusedNamingTheKnownOnes) {
+  RuntimeOptions options("fast=dram:1GiB,slow=emulated:cxl:4GiB");
+  options.policy = "lru";
+  auto rt = Runtime::create(options);
+  ASSERT_FALSE(rt);
+  EXPECT_NE(rt.status().message().find("'lru' is not a policy (known: fast-only"), std::string::npos)
+      << rt.status().to_string();
+  options.policy = "sentinel";
+  options.fast_budget = "120%";
+  EXPECT_FALSE(Runtime::create(options));
+  options.fast_budget = "zero";
+  EXPECT_FALSE(Runtime::create(options));
+  RuntimeOptions one_tier("fast=dram:1GiB");
+  one_tier.policy = "sentinel";
+  auto single = Runtime::create(one_tier);
+  ASSERT_FALSE(single);
+  EXPECT_NE(single.status().message().find("has 1 tier"), std::string::npos) << single.status().to_string();
+}
+
+}  // namespace
+}  // namespace tensortier::dnn
