@@ -1,0 +1,137 @@
+// The migrator without a training engine: plans on hand-made inputs (what each policy must do),
+// and the executor's mover thread beside a training thread that runs layers over objects whose
+// bytes it checks (run under ThreadSanitizer in CI: label "threaded").
+#include <atomic>
+#include <cstring>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "tensortier/migrator/plan.h"
+#include "tensortier/runtime.h"
+
+namespace tensortier::migrator {
+namespace {
+
+constexpr std::uint64_t kMiB = 1 << 20;
+
+// Ten layers; two persistent objects used early and late, and a chain of activations.
+PlanInputs chain_inputs(std::uint64_t budget) {
+  PlanInputs in;
+  in.layers = 10;
+  in.layer_ns.assign(10, 1'000'000);  // 1 ms each
+  in.fast_budget_bytes = budget;
+  in.move_in_gbps = in.move_out_gbps = 10;
+  in.slow_access_ns_per_byte = 0.5;
+  in.objects.push_back({1, 4 * kMiB, 0, 10, true, false, {0, 9}});  // weights: first and last layer
+  in.objects.push_back({2, 4 * kMiB, 0, 10, true, false, {4, 5}});  // weights: the middle
+  for (std::uint32_t l = 0; l < 10; ++l) {  // activation l: born before layer l, used by l and l+1
+    in.objects.push_back({step_key(l), 2 * kMiB, l, std::min(l + 2, 10U), false, true,
+                          l + 1 < 10 ? std::vector<std::uint32_t>{l, l + 1} : std::vector<std::uint32_t>{l}});
+  }
+  in.peak_bytes = 12 * kMiB;
+  return in;
+}
+
+TEST(Plan, EveryPolicyIsValidAtEveryBudgetThatHoldsTheShortLived) {
+  for (std::uint64_t budget : {12 * kMiB, 8 * kMiB, 5 * kMiB}) {
+    const PlanInputs in = chain_inputs(budget);
+    for (const std::string& policy : policy_names()) {
+      auto plan = make_plan(policy, in);
+      ASSERT_TRUE(plan) << plan.status().to_string();
+      const std::string problem = simulate(*plan, in);
+      if (policy == "fast-only" && budget < 12 * kMiB) {
+        EXPECT_NE(problem, "") << "fast-only ignores the budget: the simulator must say so";
+        continue;
+      }
+      EXPECT_EQ(problem, "") << policy << " at " << budget;
+      EXPECT_LE(plan->peak_fast_bytes, budget) << policy;
+    }
+  }
+}
+
+TEST(Plan, FirstTouchFillsFastInBirthOrderAndNeverMoves) {
+  const PlanInputs in = chain_inputs(5 * kMiB);
+  auto plan = make_plan("first-touch", in);
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(plan->start.at(1), 0u);  // the first persistent object fits
+  EXPECT_EQ(plan->start.at(2), 1u);  // the second does not
+  EXPECT_TRUE(plan->moves.empty());
+}
+
+TEST(Plan, SentinelMovesPersistentObjectsInBeforeTheirLayersAndBeatsFirstTouch) {
+  const PlanInputs in = chain_inputs(8 * kMiB);
+  auto sentinel = make_plan("sentinel", in);
+  auto first_touch = make_plan("first-touch", in);
+  ASSERT_TRUE(sentinel && first_touch);
+  EXPECT_FALSE(sentinel->moves.empty());
+  EXPECT_LT(sentinel->slow_access_bytes, first_touch->slow_access_bytes);
+  EXPECT_LT(sentinel->predicted_extra_ns, first_touch->predicted_extra_ns);
+  for (const PlannedMove& m : sentinel->moves) {
+    if (m.to != in.fast || m.needed_by >= in.layers) continue;
+    EXPECT_TRUE(m.after_layer == kStepStart || m.after_layer < m.needed_by)
+        << "a move in must start before the layer that needs it";
+  }
+}
+
+TEST(Plan, UnknownPolicyAndBadInputsAreRefused) {
+  auto plan = make_plan("lru", chain_inputs(8 * kMiB));
+  ASSERT_FALSE(plan);
+  EXPECT_NE(plan.status().message().find("known: fast-only"), std::string::npos);
+  profiler::StepProfile empty;
+  EXPECT_FALSE(inputs_from_profile(empty, 0, 1, kMiB));
+}
+
+// A training thread runs steps of layers over objects that the executor's mover thread moves
+// between the tiers: every layer finds the bytes the last one wrote.
+TEST(Executor, MoverThreadBesideTheTrainingThreadKeepsEveryByte) {
+  RuntimeOptions options("fast=dram:64MiB,slow=emulated:optane-server:256MiB");
+  options.policy = "sentinel";
+  options.fast_budget = "40%";
+  auto created = Runtime::create(options);
+  ASSERT_TRUE(created) << created.status().to_string();
+  Runtime& rt = *created.value();
+  constexpr int kObjects = 8;
+  constexpr std::size_t kBytes = 1 << 20;
+  std::vector<ObjectInfo> weights;
+  for (int i = 0; i < kObjects; ++i) {
+    auto o = rt.allocate("w", kBytes);
+    ASSERT_TRUE(o);
+    std::memset(o->address, i, kBytes);
+    weights.push_back(*o);
+  }
+  std::vector<unsigned char> generation(kObjects, 0);
+  for (int i = 0; i < kObjects; ++i) generation[static_cast<std::size_t>(i)] = static_cast<unsigned char>(i);
+  for (int step = 0; step < 12; ++step) {
+    ASSERT_TRUE(rt.step_begin().is_ok());
+    for (int layer = 0; layer < 3 * kObjects; ++layer) {  // weight i in layers 3i..3i+2
+      const int i = layer / 3;
+      auto act = rt.allocate("a", kBytes / 2);  // keyed by its ordinal in the step
+      ASSERT_TRUE(act);
+      const ObjectId ids[2] = {weights[static_cast<std::size_t>(i)].id, act->id};
+      std::vector<void*> addresses(3);  // w as read; w and the activation as written
+      ASSERT_TRUE(rt.layer_begin("layer", std::span<const ObjectId>(ids, 1), std::span<const ObjectId>(ids, 2), addresses)
+                      .is_ok());
+      auto* w = static_cast<unsigned char*>(addresses[0]);
+      unsigned char& g = generation[static_cast<std::size_t>(i)];
+      for (std::size_t b = 0; b < kBytes; b += 4096) ASSERT_EQ(w[b], g) << "step " << step << " layer " << layer;
+      ++g;
+      std::memset(w, g, kBytes);
+      std::memset(addresses[2], 1, kBytes / 2);
+      ASSERT_TRUE(rt.layer_end().is_ok());
+      ASSERT_TRUE(rt.free(rt.address_of(act->id).value()).is_ok());  // a temporary
+    }
+    ASSERT_TRUE(rt.step_end().is_ok());
+  }
+  ASSERT_NE(rt.plan(), nullptr) << "the policy did not start";
+  const RuntimeStats stats = rt.stats();
+  EXPECT_EQ(stats.policy, "sentinel");
+  EXPECT_GT(stats.migration.moves, 0u) << "nothing moved: the test proves nothing";
+  for (int i = 0; i < kObjects; ++i) {
+    const auto* w = static_cast<const unsigned char*>(rt.address_of(weights[static_cast<std::size_t>(i)].id).value());
+    EXPECT_EQ(w[kBytes - 1], generation[static_cast<std::size_t>(i)]);
+  }
+}
+
+}  // namespace
+}  // namespace tensortier::migrator
