@@ -75,6 +75,13 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup, "Unmeasured steps first")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  std::vector<std::string> policies;
+  std::string fast_budget;
+  app.add_option(
+      "--policy", policies,
+      "Run each tier spec under this migration policy; repeat for more (fast-only is the reference)");
+  app.add_option("--fast-budget", fast_budget,
+                 "The policies' fast budget: a size or a share of the footprint (20%)");
   app.add_option("--tiers", tiers,
                  "Tier spec of a runtime mode; repeat for more modes (ratios are to the first)")
       ->capture_default_str();
@@ -84,17 +91,32 @@ int main(int argc, char** argv) {
   const dnnl::memory::dims input{batch, 3, size, size};
   const Dataset data = synthetic_dataset(static_cast<std::size_t>(batch) * 4, 3, size, size, 10, 1);
   std::vector<Run> runs;
+  std::vector<std::pair<std::string, std::string>> modes;  // (tier spec, policy)
   for (const std::string& spec : tiers) {
+    if (policies.empty()) modes.emplace_back(spec, "");
+    for (const std::string& policy : policies) modes.emplace_back(spec, policy);
+  }
+  if (!policies.empty() && warmup < 3) {
+    fmt::print(stderr,
+               "bench_training: with --policy, --warmup must be at least 3 (step 1 is profiled, the policy "
+               "starts at step 2)\n");
+    return 1;
+  }
+  for (const auto& [spec, policy] : modes) {
     RuntimeOptions options(spec);
-    options.profile.enabled = false;  // step time, not the profiler's
+    options.profile.enabled = !policy.empty();  // a policy plans from the profile of step 1
+    options.policy = policy;
+    options.fast_budget = fast_budget;
     auto rt = Runtime::create(options);
     if (!rt) {
-      fmt::print(stderr, "bench_training: --tiers '{}': {}\n", spec, rt.status().to_string());
+      fmt::print(stderr, "bench_training: --tiers '{}'{}: {}\n", spec,
+                 policy.empty() ? "" : " --policy " + policy, rt.status().to_string());
       return 1;
     }
     Engine engine(*rt.value());
-    runs.push_back(Run{runs.empty() ? "runtime" : "runtime:" + spec,
-                       spec,
+    const std::string label = policy.empty() ? spec : spec + " " + policy;
+    runs.push_back(Run{runs.empty() ? "runtime" : "runtime:" + label,
+                       label,
                        std::move(rt).value(),
                        std::move(engine),
                        nullptr,
@@ -143,6 +165,23 @@ int main(int argc, char** argv) {
     fmt::print("{:<4} {:>16.1f} {:>12.3f} {:>12.3f} {:>18.1f}  {}\n", i, median(r.step_ms),
                median(r.step_ms) / first, median(r.step_ms) / plain, median(r.charge_ms),
                r.runtime ? r.tiers : "plain aligned_alloc");
+  }
+  for (const Run& r : runs) {
+    if (!r.runtime) continue;
+    const RuntimeStats stats = r.runtime->stats();
+    if (!stats.policy.empty()) {
+      const std::uint64_t steps_run = std::max<std::uint64_t>(1, stats.migration.steps);
+      fmt::print(
+          "  {}: per step {} in, {} out, {:.1f} dropped late, {:.1f} failed; mover CPU {:.1f} ms a step{}\n",
+          r.tiers, format_bytes(stats.migration.bytes_in / steps_run),
+          format_bytes(stats.migration.bytes_out / steps_run),
+          static_cast<double>(stats.migration.late_dropped) / static_cast<double>(steps_run),
+          static_cast<double>(stats.migration.failed_moves) / static_cast<double>(steps_run),
+          static_cast<double>(stats.migration.mover_cpu_ns) / 1e6 / static_cast<double>(steps_run),
+          r.runtime->plan() != nullptr && r.runtime->plan()->interval_layers != 0
+              ? fmt::format(", interval {} layers", r.runtime->plan()->interval_layers)
+              : "");
+    }
   }
   for (const Run& r : runs) {
     if (r.runtime && !emulated_note(*r.runtime).empty())

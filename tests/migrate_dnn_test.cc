@@ -49,7 +49,7 @@ struct TrainRun {
 constexpr int kSteps = 10;
 
 TrainRun train(const std::string& model, const std::string& policy, const std::string& budget,
-          double failure_rate = 0) {
+               double failure_rate = 0) {
   TrainRun out;
   RuntimeOptions options("fast=dram:1GiB,slow=emulated:cxl:4GiB");
   options.policy = policy;
@@ -67,7 +67,8 @@ TrainRun train(const std::string& model, const std::string& policy, const std::s
   Engine engine(r);
   const bool lenet = model == "lenet5";
   // Batches big enough that 10% of the footprint holds the small objects' chunks.
-  const dnnl::memory::dims input = lenet ? dnnl::memory::dims{48, 1, 28, 28} : dnnl::memory::dims{6, 3, 16, 16};
+  const dnnl::memory::dims input =
+      lenet ? dnnl::memory::dims{48, 1, 28, 28} : dnnl::memory::dims{6, 3, 16, 16};
   auto net = make_model(model, {4, lenet ? 6 : 8});
   EXPECT_TRUE(net) << net.status().to_string();
   EXPECT_TRUE(net.value()->build(engine, input, 42).is_ok());
@@ -120,7 +121,8 @@ TEST_P(PolicyTest, TrainsBitIdenticallyToFastOnlyWithinTheBudget) {
 
 INSTANTIATE_TEST_SUITE_P(Policies, PolicyTest,
                          ::testing::Combine(::testing::Values("lenet5", "resnet18"),
-                                            ::testing::Values("slow-only", "first-touch", "interleave", "sentinel")));
+                                            ::testing::Values("slow-only", "first-touch", "interleave",
+                                                              "sentinel")));
 
 TEST(Policies, FivePercentOfMovesFailingChangesNothingButSpeed) {
   const TrainRun reference = train("resnet18", "fast-only", "");
@@ -140,7 +142,8 @@ TEST(Policies, PlansFromRealProfilesAreValidAndTheRegionIsTight) {
     ASSERT_TRUE(rt);
     Engine engine(*rt.value());
     const bool lenet = model == "lenet5";
-    const dnnl::memory::dims input = lenet ? dnnl::memory::dims{64, 1, 28, 28} : dnnl::memory::dims{8, 3, 32, 32};
+    const dnnl::memory::dims input =
+        lenet ? dnnl::memory::dims{64, 1, 28, 28} : dnnl::memory::dims{8, 3, 32, 32};
     auto net = make_model(model, {10, lenet ? 6 : 16});
     ASSERT_TRUE(net);
     ASSERT_TRUE(net.value()->build(engine, input, 1).is_ok());
@@ -169,8 +172,8 @@ TEST(Policies, PlansFromRealProfilesAreValidAndTheRegionIsTight) {
     for (double share : {1.0, 0.5, 0.2, 0.1}) {
       auto inputs = migrator::inputs_from_profile(*profile, 0, 1, 1);
       ASSERT_TRUE(inputs) << inputs.status().to_string();
-      inputs->fast_budget_bytes =
-          static_cast<std::uint64_t>(share * static_cast<double>(inputs->peak_bytes + inputs->small_reserve_bytes));
+      inputs->fast_budget_bytes = static_cast<std::uint64_t>(
+          share * static_cast<double>(inputs->peak_bytes + inputs->small_reserve_bytes));
       for (const std::string& policy : migrator::policy_names()) {
         auto plan = migrator::make_plan(policy, *inputs);
         ASSERT_TRUE(plan) << plan.status().to_string();

@@ -110,11 +110,13 @@ TEST(Executor, MoverThreadBesideTheTrainingThreadKeepsEveryByte) {
       ASSERT_TRUE(act);
       const ObjectId ids[2] = {weights[static_cast<std::size_t>(i)].id, act->id};
       std::vector<void*> addresses(3);  // w as read; w and the activation as written
-      ASSERT_TRUE(rt.layer_begin("layer", std::span<const ObjectId>(ids, 1), std::span<const ObjectId>(ids, 2), addresses)
+      ASSERT_TRUE(rt.layer_begin("layer", std::span<const ObjectId>(ids, 1),
+                                 std::span<const ObjectId>(ids, 2), addresses)
                       .is_ok());
       auto* w = static_cast<unsigned char*>(addresses[0]);
       unsigned char& g = generation[static_cast<std::size_t>(i)];
-      for (std::size_t b = 0; b < kBytes; b += 4096) ASSERT_EQ(w[b], g) << "step " << step << " layer " << layer;
+      for (std::size_t b = 0; b < kBytes; b += 4096)
+        ASSERT_EQ(w[b], g) << "step " << step << " layer " << layer;
       ++g;
       std::memset(w, g, kBytes);
       std::memset(addresses[2], 1, kBytes / 2);
@@ -128,7 +130,8 @@ TEST(Executor, MoverThreadBesideTheTrainingThreadKeepsEveryByte) {
   EXPECT_EQ(stats.policy, "sentinel");
   EXPECT_GT(stats.migration.moves, 0u) << "nothing moved: the test proves nothing";
   for (int i = 0; i < kObjects; ++i) {
-    const auto* w = static_cast<const unsigned char*>(rt.address_of(weights[static_cast<std::size_t>(i)].id).value());
+    const auto* w =
+        static_cast<const unsigned char*>(rt.address_of(weights[static_cast<std::size_t>(i)].id).value());
     EXPECT_EQ(w[kBytes - 1], generation[static_cast<std::size_t>(i)]);
   }
 }

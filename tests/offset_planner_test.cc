@@ -119,11 +119,12 @@ TEST(OffsetPlanner, MinimallocChallengingInstances) {
     const std::uint64_t live = max_live_bytes(buffers);
     const double ratio = static_cast<double>(plan->region_bytes) / static_cast<double>(live);
     ratios.push_back(ratio);
-    std::printf("minimalloc %c: %zu buffers, max-live %llu, region %llu (%.3fx max-live, %.3fx the exact "
-                "solver's 1048576), order: %s\n",
-                name, buffers.size(), static_cast<unsigned long long>(live),
-                static_cast<unsigned long long>(plan->region_bytes), ratio,
-                static_cast<double>(plan->region_bytes) / 1048576.0, plan->ordering.c_str());
+    std::printf(
+        "minimalloc %c: %zu buffers, max-live %llu, region %llu (%.3fx max-live, %.3fx the exact "
+        "solver's 1048576), order: %s\n",
+        name, buffers.size(), static_cast<unsigned long long>(live),
+        static_cast<unsigned long long>(plan->region_bytes), ratio,
+        static_cast<double>(plan->region_bytes) / 1048576.0, plan->ordering.c_str());
     EXPECT_LE(ratio, 1.35) << name << ": little better than best fit in one order (1.31-1.41)";
   }
   double sum = 0;

@@ -146,7 +146,8 @@ void ObjectAllocator::release_cache() {
 Status ObjectAllocator::set_budget(TierIndex t, std::uint64_t bytes) {
   if (t >= tiers_.size())
     return invalid_argument(fmt::format("set_budget: tier {} does not exist ({} tiers)", t, tiers_.size()));
-  if (bytes == 0) return invalid_argument(fmt::format("set_budget: a budget of 0 bytes for tier '{}'", tiers_[t]->name()));
+  if (bytes == 0)
+    return invalid_argument(fmt::format("set_budget: a budget of 0 bytes for tier '{}'", tiers_[t]->name()));
   std::lock_guard lock(mutex_);
   tiers_[t]->set_budget_bytes(bytes);
   if (tiers_[t]->used_bytes() > bytes) release_cache_locked(t);

@@ -29,14 +29,16 @@ std::pair<std::vector<std::uint64_t>, std::uint64_t> best_fit(std::span<const Pl
   std::vector<std::uint64_t> offsets(buffers.size(), kUnplaced);
   std::vector<std::size_t> placed;
   placed.reserve(buffers.size());
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> busy;  // [offset, end) of time-overlapping placed buffers
+  std::vector<std::pair<std::uint64_t, std::uint64_t>>
+      busy;  // [offset, end) of time-overlapping placed buffers
   std::uint64_t region = 0;
   for (std::size_t i : order) {
     const PlannedBuffer& b = buffers[i];
     const std::uint64_t size = round_up(b.bytes, alignment);
     busy.clear();
     for (std::size_t j : placed) {
-      if (overlap_in_time(b, buffers[j])) busy.emplace_back(offsets[j], offsets[j] + round_up(buffers[j].bytes, alignment));
+      if (overlap_in_time(b, buffers[j]))
+        busy.emplace_back(offsets[j], offsets[j] + round_up(buffers[j].bytes, alignment));
     }
     std::sort(busy.begin(), busy.end());
     std::uint64_t cursor = 0, best = kUnplaced, best_gap = kUnplaced;
@@ -88,7 +90,8 @@ Result<OffsetPlan> plan_offsets(std::span<const PlannedBuffer> buffers, const Of
   const std::pair<const char*, Less> orders[] = {
       {"size descending",
        [](std::span<const PlannedBuffer> b, std::size_t x, std::size_t y) {
-         return std::tuple(b[y].bytes, b[y].upper - b[y].lower, x) < std::tuple(b[x].bytes, b[x].upper - b[x].lower, y);
+         return std::tuple(b[y].bytes, b[y].upper - b[y].lower, x) <
+                std::tuple(b[x].bytes, b[x].upper - b[x].lower, y);
        }},
       {"size x lifetime descending",
        [](std::span<const PlannedBuffer> b, std::size_t x, std::size_t y) {
@@ -99,7 +102,8 @@ Result<OffsetPlan> plan_offsets(std::span<const PlannedBuffer> buffers, const Of
        }},
       {"lifetime descending",
        [](std::span<const PlannedBuffer> b, std::size_t x, std::size_t y) {
-         return std::tuple(b[y].upper - b[y].lower, b[y].bytes, x) < std::tuple(b[x].upper - b[x].lower, b[x].bytes, y);
+         return std::tuple(b[y].upper - b[y].lower, b[y].bytes, x) <
+                std::tuple(b[x].upper - b[x].lower, b[x].bytes, y);
        }},
       {"birth ascending",
        [](std::span<const PlannedBuffer> b, std::size_t x, std::size_t y) {
@@ -118,7 +122,10 @@ Result<OffsetPlan> plan_offsets(std::span<const PlannedBuffer> buffers, const Of
       best_order = order;
     }
   };
-  for (const auto& [name, less] : orders) {
+  for (const auto& order_by : orders) {
+    const Less less =
+        order_by.second;  // not a structured binding: lambdas cannot capture those before clang 16
+    const char* const name = order_by.first;
     std::iota(order.begin(), order.end(), std::size_t{0});
     std::sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) { return less(buffers, x, y); });
     try_order(name);
@@ -150,7 +157,8 @@ std::string check_offset_plan(std::span<const PlannedBuffer> buffers, const Offs
   for (std::size_t i = 0; i < buffers.size(); ++i) {
     const std::uint64_t end_i = plan.offsets[i] + round_up(buffers[i].bytes, alignment_bytes);
     if (plan.offsets[i] % alignment_bytes != 0)
-      return fmt::format("buffer {} at offset {} is not {}-byte aligned", i, plan.offsets[i], alignment_bytes);
+      return fmt::format("buffer {} at offset {} is not {}-byte aligned", i, plan.offsets[i],
+                         alignment_bytes);
     if (end_i > plan.region_bytes)
       return fmt::format("buffer {} ends at {}, past the region's {} bytes", i, end_i, plan.region_bytes);
     for (std::size_t j = i + 1; j < buffers.size(); ++j) {

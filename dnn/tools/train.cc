@@ -52,9 +52,9 @@ std::string migration_use(const Runtime& rt) {
   const RuntimeStats s = rt.stats();
   if (s.policy.empty()) return {};
   return fmt::format(" | {} in {} out {} late {} failed {} charge {:.1f} ms", s.policy,
-                     format_bytes(s.migration.last_step_bytes_in), format_bytes(s.migration.last_step_bytes_out),
-                     s.migration.last_step_late, s.migration.last_step_failed,
-                     static_cast<double>(s.last_step_emulated_charge_ns) / 1e6);
+                     format_bytes(s.migration.last_step_bytes_in),
+                     format_bytes(s.migration.last_step_bytes_out), s.migration.last_step_late,
+                     s.migration.last_step_failed, static_cast<double>(s.last_step_emulated_charge_ns) / 1e6);
 }
 
 // Applies the --profile* flags over the runtime's settings (flags win over the environment).
@@ -254,10 +254,11 @@ int main(int argc, char** argv) {
     seen += r->count;
     ++window;
     const std::size_t epoch = (step - 1) / std::max<std::size_t>(1, batches.batches_per_epoch()) + 1;
-    const std::string line = fmt::format("step {}/{} epoch {} loss {:.4f} acc {:.1f}% {:.1f} ms/step {}",
-                                         step, total, epoch, loss_sum / static_cast<double>(window),
-                                         100.0 * static_cast<double>(correct) / static_cast<double>(seen),
-                                         step_ms_sum / static_cast<double>(window), fast_tier_use(rt) + migration_use(rt));
+    const std::string line =
+        fmt::format("step {}/{} epoch {} loss {:.4f} acc {:.1f}% {:.1f} ms/step {}", step, total, epoch,
+                    loss_sum / static_cast<double>(window),
+                    100.0 * static_cast<double>(correct) / static_cast<double>(seen),
+                    step_ms_sum / static_cast<double>(window), fast_tier_use(rt) + migration_use(rt));
     if (tty) {
       const int width = 24;
       const auto filled = static_cast<int>(static_cast<double>(width) * static_cast<double>(step) /
@@ -274,14 +275,15 @@ int main(int argc, char** argv) {
   fmt::print("trained in {:.1f} s\n", ms_since(start) / 1000.0);
   if (const migrator::Plan* plan = rt.plan(); plan != nullptr) {
     const RuntimeStats stats = rt.stats();
-    fmt::print("policy {}: fast budget {}{}; over the run {} moves ({} in, {} out), {} dropped late, {} failed, "
-               "{} keys not alive, mover CPU {:.1f} ms; layers waited {:.1f} ms for {} moves\n",
-               plan->policy, format_bytes(plan->fast_budget_bytes),
-               plan->interval_layers != 0 ? fmt::format(", interval {} layers", plan->interval_layers) : "",
-               stats.migration.moves, format_bytes(stats.migration.bytes_in), format_bytes(stats.migration.bytes_out),
-               stats.migration.late_dropped, stats.migration.failed_moves, stats.migration.missing,
-               static_cast<double>(stats.migration.mover_cpu_ns) / 1e6, static_cast<double>(stats.move_wait_ns) / 1e6,
-               stats.late_moves);
+    fmt::print(
+        "policy {}: fast budget {}{}; over the run {} moves ({} in, {} out), {} dropped late, {} failed, "
+        "{} keys not alive, mover CPU {:.1f} ms; layers waited {:.1f} ms for {} moves\n",
+        plan->policy, format_bytes(plan->fast_budget_bytes),
+        plan->interval_layers != 0 ? fmt::format(", interval {} layers", plan->interval_layers) : "",
+        stats.migration.moves, format_bytes(stats.migration.bytes_in),
+        format_bytes(stats.migration.bytes_out), stats.migration.late_dropped, stats.migration.failed_moves,
+        stats.migration.missing, static_cast<double>(stats.migration.mover_cpu_ns) / 1e6,
+        static_cast<double>(stats.move_wait_ns) / 1e6, stats.late_moves);
   }
   // The training step's profile (before the test steps, which are another kind of step).
   if (auto profile = rt.profile()) {

@@ -49,7 +49,8 @@ template <typename Decide>
 Plan by_birth(const PlanInputs& in, std::string policy, Decide decide) {
   Plan plan;
   plan.policy = std::move(policy);
-  const std::uint64_t room = in.fast_budget_bytes > in.small_reserve_bytes ? in.fast_budget_bytes - in.small_reserve_bytes : 0;
+  const std::uint64_t room =
+      in.fast_budget_bytes > in.small_reserve_bytes ? in.fast_budget_bytes - in.small_reserve_bytes : 0;
   std::multimap<std::uint32_t, std::uint64_t> deaths;  // boundary -> fast bytes freed there
   std::uint64_t fast = 0;
   for (std::size_t i : birth_order(in)) {
@@ -74,9 +75,11 @@ Plan first_touch(const PlanInputs& in) {
 }
 
 Plan interleave(const PlanInputs& in) {
-  const std::uint64_t room = in.fast_budget_bytes > in.small_reserve_bytes ? in.fast_budget_bytes - in.small_reserve_bytes : 0;
-  const double ratio =
-      in.peak_bytes == 0 ? 1.0 : std::min(1.0, static_cast<double>(room) / static_cast<double>(in.peak_bytes));
+  const std::uint64_t room =
+      in.fast_budget_bytes > in.small_reserve_bytes ? in.fast_budget_bytes - in.small_reserve_bytes : 0;
+  const double ratio = in.peak_bytes == 0
+                           ? 1.0
+                           : std::min(1.0, static_cast<double>(room) / static_cast<double>(in.peak_bytes));
   double fast_assigned = 0, assigned = 0;
   return by_birth(in, "interleave", [&](std::uint64_t bytes, bool fits) {
     const double b = static_cast<double>(bytes);
@@ -214,14 +217,16 @@ Result<Plan> sentinel(const PlanInputs& in) {
 }  // namespace
 
 const std::vector<std::string>& policy_names() {
-  static const std::vector<std::string> names{"fast-only", "slow-only", "first-touch", "interleave", "sentinel"};
+  static const std::vector<std::string> names{"fast-only", "slow-only", "first-touch", "interleave",
+                                              "sentinel"};
   return names;
 }
 
 Result<PlanInputs> inputs_from_profile(const profiler::StepProfile& profile, TierIndex fast, TierIndex slow,
                                        std::uint64_t fast_budget_bytes) {
   if (profile.layers.empty()) return invalid_argument("plan: the step profile has no layers");
-  if (fast == slow) return invalid_argument(fmt::format("plan: the fast and the slow tier are both tier {}", fast));
+  if (fast == slow)
+    return invalid_argument(fmt::format("plan: the fast and the slow tier are both tier {}", fast));
   if (fast_budget_bytes == 0) return invalid_argument("plan: a fast budget of 0 bytes");
   PlanInputs in;
   in.layers = static_cast<std::uint32_t>(profile.layers.size());
@@ -253,12 +258,14 @@ Result<PlanInputs> inputs_from_profile(const profiler::StepProfile& profile, Tie
   for (const auto& [group, delta] : small_delta) {
     std::int64_t live = 0, peak = 0;
     for (std::int64_t d : delta) peak = std::max(peak, live += d);
-    in.small_reserve_bytes += (static_cast<std::uint64_t>(peak) + kChunkBytes - 1) / kChunkBytes * kChunkBytes;
+    in.small_reserve_bytes +=
+        (static_cast<std::uint64_t>(peak) + kChunkBytes - 1) / kChunkBytes * kChunkBytes;
   }
   in.layer_ns.resize(in.layers);
   for (std::uint32_t l = 0; l < in.layers; ++l) {
     const profiler::LayerProfile& layer = profile.layers[l];
-    const std::uint64_t measured = layer.unprofiled_duration_ns != 0 ? layer.unprofiled_duration_ns : layer.duration_ns;
+    const std::uint64_t measured =
+        layer.unprofiled_duration_ns != 0 ? layer.unprofiled_duration_ns : layer.duration_ns;
     in.layer_ns[l] = measured > layer.emulated_charge_ns ? measured - layer.emulated_charge_ns : 0;
     for (const auto* ids : {&layer.declared_reads, &layer.declared_writes}) {
       for (ObjectId id : *ids) {
@@ -325,7 +332,8 @@ std::string simulate(Plan& plan, const PlanInputs& in) {
     set_tier(o, s != plan.start.end() ? s->second : in.fast);
   }
   std::multimap<std::uint32_t, const PlannedMove*> moves;  // boundary -> move
-  for (const PlannedMove& m : plan.moves) moves.emplace(m.after_layer == kStepStart ? 0 : m.after_layer + 1, &m);
+  for (const PlannedMove& m : plan.moves)
+    moves.emplace(m.after_layer == kStepStart ? 0 : m.after_layer + 1, &m);
   std::multimap<std::uint32_t, const PlanObject*> births, deaths;
   for (const PlanObject& o : in.objects) {
     if (o.persistent) continue;
@@ -358,12 +366,14 @@ std::string simulate(Plan& plan, const PlanInputs& in) {
         if ((m.to == in.fast) != (pass == 1)) continue;
         auto o = by_key.find(m.key);
         if (o == by_key.end() || !tier.contains(m.key)) {
-          note(fmt::format("a move of key {:#x} after layer {} finds it not alive", m.key, static_cast<std::int64_t>(m.after_layer)));
+          note(fmt::format("a move of key {:#x} after layer {} finds it not alive", m.key,
+                           static_cast<std::int64_t>(m.after_layer)));
           continue;
         }
         if (tier[m.key] == m.to) continue;
         set_tier(*o->second, m.to);
-        const double ns = static_cast<double>(m.bytes) / (m.to == in.fast ? in.move_in_gbps : in.move_out_gbps);
+        const double ns =
+            static_cast<double>(m.bytes) / (m.to == in.fast ? in.move_in_gbps : in.move_out_gbps);
         mover_free_ns = std::max(mover_free_ns, clock_ns) + ns;
         (m.to == in.fast ? plan.bytes_in : plan.bytes_out) += m.bytes;
         if (m.to == in.fast && m.needed_by < in.layers) arrivals.emplace(m.needed_by, mover_free_ns);
@@ -371,8 +381,10 @@ std::string simulate(Plan& plan, const PlanInputs& in) {
     }
     plan.peak_fast_bytes = std::max(plan.peak_fast_bytes, fast);
     if (fast + in.small_reserve_bytes > in.fast_budget_bytes) {
-      note(fmt::format("at the boundary before layer {} the fast tier would hold {} bytes (+{} for small objects) "
-                       "over its budget of {}", t, fast, in.small_reserve_bytes, in.fast_budget_bytes));
+      note(fmt::format(
+          "at the boundary before layer {} the fast tier would hold {} bytes (+{} for small objects) "
+          "over its budget of {}",
+          t, fast, in.small_reserve_bytes, in.fast_budget_bytes));
     }
     if (t == in.layers) break;
     // Layer t: waits for the moves it needs, then computes, with its slow accesses charged.
@@ -383,7 +395,8 @@ std::string simulate(Plan& plan, const PlanInputs& in) {
       if (found != tier.end() && found->second != in.fast) slow_bytes += o->bytes;
     }
     plan.slow_access_bytes += slow_bytes;
-    clock_ns += static_cast<double>(in.layer_ns[t]) + static_cast<double>(slow_bytes) * in.slow_access_ns_per_byte;
+    clock_ns +=
+        static_cast<double>(in.layer_ns[t]) + static_cast<double>(slow_bytes) * in.slow_access_ns_per_byte;
     compute_ns += static_cast<double>(in.layer_ns[t]);
   }
   // The step repeats: persistent objects must end where the next step starts them.

@@ -103,18 +103,20 @@ Result<FastBudget> parse_fast_budget(std::string_view text, std::string_view wha
     const std::string_view number = text.substr(0, text.size() - 1);
     const auto [end, error] = std::from_chars(number.data(), number.data() + number.size(), percent);
     if (error != std::errc() || end != number.data() + number.size() || !(percent > 0) || percent > 100) {
-      return invalid_argument(fmt::format("{} '{}': a share of the profiled peak is a number above 0 and at most "
-                                          "100 followed by %, e.g. 20%",
-                                          what, text));
+      return invalid_argument(
+          fmt::format("{} '{}': a share of the profiled peak is a number above 0 and at most "
+                      "100 followed by %, e.g. 20%",
+                      what, text));
     }
     budget.share = percent / 100;
     return budget;
   }
   Result<std::uint64_t> bytes = parse_size_bytes(text);
   if (!bytes || bytes.value() == 0) {
-    return invalid_argument(fmt::format("{} '{}': give a size (e.g. 512MiB) or a share of the profiled peak "
-                                        "(e.g. 20%){}",
-                                        what, text, bytes ? "" : ": " + bytes.status().message()));
+    return invalid_argument(
+        fmt::format("{} '{}': give a size (e.g. 512MiB) or a share of the profiled peak "
+                    "(e.g. 20%){}",
+                    what, text, bytes ? "" : ": " + bytes.status().message()));
   }
   budget.bytes = bytes.value();
   return budget;
@@ -129,7 +131,8 @@ Result<std::pair<std::string, std::string>> resolve_migration(const RuntimeOptio
     policy = env;
     policy_from = "TENSORTIER_POLICY";
   }
-  if (const char* env = std::getenv("TENSORTIER_FAST_BUDGET"); budget.empty() && env != nullptr && *env != '\0') {
+  if (const char* env = std::getenv("TENSORTIER_FAST_BUDGET");
+      budget.empty() && env != nullptr && *env != '\0') {
     budget = env;
     budget_from = "TENSORTIER_FAST_BUDGET";
   }
@@ -154,9 +157,10 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
   if (!migration) return migration.status();
   auto& [configs, source] = resolved.value();
   if (!migration->first.empty() && configs.size() < 2) {
-    return invalid_argument(fmt::format("policy '{}' moves objects between a fast and a slow tier, but the tier "
-                                        "spec '{}' has {} tier; give two (e.g. fast=dram:2GiB,slow=emulated:optane:8GiB)",
-                                        migration->first, format_tier_spec(configs), configs.size()));
+    return invalid_argument(
+        fmt::format("policy '{}' moves objects between a fast and a slow tier, but the tier "
+                    "spec '{}' has {} tier; give two (e.g. fast=dram:2GiB,slow=emulated:optane:8GiB)",
+                    migration->first, format_tier_spec(configs), configs.size()));
   }
   std::vector<std::unique_ptr<Tier>> tiers;
   for (const TierConfig& config : configs) {
@@ -432,7 +436,8 @@ void Runtime::start_migration(const profiler::StepProfile& profile) {
   }
   if (std::string problem = migrator::simulate(plan.value(), inputs.value()); !problem.empty())
     spdlog::warn("policy '{}': {}", policy_, problem);
-  if (Status s = allocator_.set_budget(fast, budget); !s.is_ok()) spdlog::warn("policy '{}': {}", policy_, s.message());
+  if (Status s = allocator_.set_budget(fast, budget); !s.is_ok())
+    spdlog::warn("policy '{}': {}", policy_, s.message());
   const std::uint32_t layers = inputs->layers;
   executor_ = std::make_unique<migrator::Executor>(
       std::move(plan).value(), layers, [this](ObjectId id, TierIndex to) { return move(id, to); },
@@ -440,10 +445,12 @@ void Runtime::start_migration(const profiler::StepProfile& profile) {
   const std::uint64_t failed = executor_->place_persistent(allocator_.objects());
   const migrator::Plan& p = executor_->plan();
   spdlog::info(
-      "policy {}: fast budget {} ({} of the profiled peak footprint {}){}; predicted per step: {} in, {} out, {} read or "
+      "policy {}: fast budget {} ({} of the profiled peak footprint {}){}; predicted per step: {} in, {} "
+      "out, {} read or "
       "written on the slow tier, {:.1f} ms added; {} persistent objects failed to reach their start tier",
       policy_, format_bytes(budget),
-      fmt::format("{:.0f}%", 100.0 * static_cast<double>(budget) / static_cast<double>(std::max<std::uint64_t>(1, footprint))),
+      fmt::format("{:.0f}%", 100.0 * static_cast<double>(budget) /
+                                 static_cast<double>(std::max<std::uint64_t>(1, footprint))),
       format_bytes(footprint),
       p.interval_layers != 0 ? fmt::format(", interval {} layers, short-lived region {}", p.interval_layers,
                                            format_bytes(p.region_bytes))

@@ -2,8 +2,13 @@
 //
 // A Runtime owns the memory tiers of this machine and every object (tensor) placed on them.
 // The program allocates its tensors through it, marks each training step and each layer (with
-// the objects the layer reads and writes), and reads per-tier stats. Later parts (profiler,
-// migrator) use these marks to learn one step and move objects ahead of the layers.
+// the objects the layer reads and writes), and reads per-tier stats. The profiler uses these marks
+// to learn one step, and the migrator to move objects ahead of the layers.
+//
+// Migration: with RuntimeOptions::policy (or TENSORTIER_POLICY) set, the runtime plans from the
+// first profile of the run (migrator/plan.h) and, from the next step on, allocates each object
+// where the plan wants it and runs the plan's moves on a mover thread (migrator/executor.h),
+// paused during profiled steps. stats().migration counts what it did.
 //
 // Where the tiers come from, first match wins:
 //   1. RuntimeOptions::tier_spec, when not empty;
@@ -108,11 +113,11 @@ struct RuntimeStats {
   std::uint64_t emulated_charge_ns = 0;            // all layers, all steps
   std::uint64_t last_step_emulated_charge_ns = 0;  // the last completed step's
   std::uint64_t late_moves = 0;                    // moves a layer found in flight and waited for
-  std::uint64_t aborted_moves = 0;  // of those, moves still running after the wait (they failed)
-  std::uint64_t move_wait_ns = 0;   // layers' time waiting for moves
-  std::uint64_t moves = 0;          // moves done through move()
-  std::uint64_t failed_moves = 0;   // moves through move() that failed (the object stayed)
-  std::string policy;               // the migration policy running ("" when none)
+  std::uint64_t aborted_moves = 0;    // of those, moves still running after the wait (they failed)
+  std::uint64_t move_wait_ns = 0;     // layers' time waiting for moves
+  std::uint64_t moves = 0;            // moves done through move()
+  std::uint64_t failed_moves = 0;     // moves through move() that failed (the object stayed)
+  std::string policy;                 // the migration policy running ("" when none)
   migrator::ExecutorStats migration;  // its executor's counts (zero when none)
 };
 
@@ -262,7 +267,7 @@ class Runtime {
   // Migration: the executor runs from the step after the profile (start_migration).
   std::string policy_;
   std::string fast_budget_;
-  std::unique_ptr<migrator::Executor> executor_;           // the training thread's
+  std::unique_ptr<migrator::Executor> executor_;             // the training thread's
   std::atomic<const migrator::Executor*> running_{nullptr};  // the same, for stats() on any thread
   std::atomic<PlacementAdvisor*> advisor_{nullptr};
 

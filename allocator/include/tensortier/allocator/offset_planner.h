@@ -7,9 +7,10 @@
 // order, and put each in the smallest gap left between the buffers already placed that overlap it
 // in time (best fit), or on top of them. Several orders are tried and the smallest region kept
 // (size descending, size x lifetime descending, lifetime descending, birth ascending): cheap, and
-// each wins on some inputs; then a short seeded local search over orders near the best. google/minimalloc solves the problem exactly; we do not link it (it is
-// not packaged for Debian and a search can run for minutes), and report how far from the lower
-// bound (max-live: the most bytes alive at one time) each plan is instead.
+// each wins on some inputs; then a short seeded local search over orders near the best. google/minimalloc
+// solves the problem exactly; we do not link it (it is not packaged for Debian and a search can run for
+// minutes), and report how far from the lower bound (max-live: the most bytes alive at one time) each plan is
+// instead.
 //
 // Pure functions of their inputs; thread-safe.
 #pragma once
@@ -51,7 +52,8 @@ std::uint64_t max_live_bytes(std::span<const PlannedBuffer> buffers, std::uint64
 
 // Errors: kInvalidArgument naming the first buffer with upper <= lower or no bytes, or an
 // alignment that is not a power of two.
-Result<OffsetPlan> plan_offsets(std::span<const PlannedBuffer> buffers, const OffsetPlannerOptions& options = {});
+Result<OffsetPlan> plan_offsets(std::span<const PlannedBuffer> buffers,
+                                const OffsetPlannerOptions& options = {});
 
 // Empty when the plan is valid (every buffer aligned, no two overlapping in time and space, the
 // region covering all); else what is wrong, naming the buffers. For tests and for plans read back.

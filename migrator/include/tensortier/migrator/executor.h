@@ -85,7 +85,7 @@ class Executor final : public StepObserver, public PlacementAdvisor {
     bool stop = false;
     ObjectId id = 0;
     TierIndex to = 0;
-    std::uint64_t step = 0;      // the step whose layer needs it
+    std::uint64_t step = 0;       // the step whose layer needs it
     std::uint32_t needed_by = 0;  // that layer
   };
   struct Queue;  // TBB's queue, kept out of this header

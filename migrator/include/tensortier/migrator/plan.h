@@ -46,12 +46,12 @@ inline constexpr std::uint32_t kStepStart = std::numeric_limits<std::uint32_t>::
 // One planned object as the policies see it.
 struct PlanObject {
   ObjectKey key = 0;
-  std::uint64_t bytes = 0;              // whole pages it owns (what it takes of a tier's budget)
-  std::uint32_t born = 0;               // first boundary it exists at (0: before the step)
-  std::uint32_t freed = 0;              // boundary it is gone at (`layers`: alive after the step)
-  bool persistent = false;              // alive before and after the step
-  bool short_lived = false;             // profile class kShort
-  std::vector<std::uint32_t> uses;      // layers that declare it (read or written), ascending
+  std::uint64_t bytes = 0;          // whole pages it owns (what it takes of a tier's budget)
+  std::uint32_t born = 0;           // first boundary it exists at (0: before the step)
+  std::uint32_t freed = 0;          // boundary it is gone at (`layers`: alive after the step)
+  bool persistent = false;          // alive before and after the step
+  bool short_lived = false;         // profile class kShort
+  std::vector<std::uint32_t> uses;  // layers that declare it (read or written), ascending
 };
 
 struct PlanInputs {
