@@ -42,6 +42,16 @@ struct Run {
   std::vector<double> charge_ms;
 };
 
+// What the plan predicted for a step, for beside what happened.
+std::string plan_note(const migrator::Plan* plan) {
+  if (plan == nullptr) return "";
+  return fmt::format(
+      "; fast budget {}, planned {} in, {} out, {} on the slow tier, {:.1f} ms added{}",
+      format_bytes(plan->fast_budget_bytes), format_bytes(plan->bytes_in), format_bytes(plan->bytes_out),
+      format_bytes(plan->slow_access_bytes), plan->predicted_extra_ns / 1e6,
+      plan->interval_layers != 0 ? fmt::format(", interval {} layers", plan->interval_layers) : "");
+}
+
 // "emulated <preset description>" for each emulated tier of the runtime, else "".
 std::string emulated_note(const Runtime& rt) {
   std::string note;
@@ -178,9 +188,7 @@ int main(int argc, char** argv) {
           static_cast<double>(stats.migration.late_dropped) / static_cast<double>(steps_run),
           static_cast<double>(stats.migration.failed_moves) / static_cast<double>(steps_run),
           static_cast<double>(stats.migration.mover_cpu_ns) / 1e6 / static_cast<double>(steps_run),
-          r.runtime->plan() != nullptr && r.runtime->plan()->interval_layers != 0
-              ? fmt::format(", interval {} layers", r.runtime->plan()->interval_layers)
-              : "");
+          plan_note(r.runtime->plan()));
     }
   }
   for (const Run& r : runs) {

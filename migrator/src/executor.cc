@@ -96,6 +96,9 @@ void Executor::enqueue(std::uint32_t after_layer) {
     job.to = m.to;
     job.step = m.needed_by >= layers_ ? step + 1 : step;
     job.needed_by = m.needed_by >= layers_ ? m.needed_by - layers_ : m.needed_by;
+    job.useful_until = m.useful_until == kStepStart ? kStepStart
+                       : m.useful_until >= layers_  ? m.useful_until - layers_
+                                                    : m.useful_until;
     queue_->jobs.push(job);
   }
   if (missing != 0) {
@@ -110,19 +113,22 @@ void Executor::run() {
     queue_->jobs.pop(job);
     if (job.stop) break;
     const std::uint64_t now = step_.load(std::memory_order_acquire);
-    bool late = false, stale = job.step < now;
-    if (!stale && job.step == now && layers_begun_() > job.needed_by) late = true;
-    if (stale || late) {
+    const bool stale = job.step < now;
+    const std::uint32_t begun = !stale && job.step == now ? layers_begun_() : 0;
+    const bool useless = job.useful_until != kStepStart && begun > job.useful_until;
+    if (stale || useless) {
       std::lock_guard lock(stats_mutex_);
       ++(stale ? stats_.stale_dropped : stats_.late_dropped);
       continue;
     }
+    const bool late = begun > job.needed_by;
     Result<MoveResult> moved = move_(job.id, job.to);
     std::lock_guard lock(stats_mutex_);
     if (!moved) {
       ++stats_.failed_moves;
     } else if (moved->moved) {
       ++stats_.moves;
+      if (late) ++stats_.late_moves;
       (moved->to == plan_.fast ? stats_.bytes_in : stats_.bytes_out) += moved->bytes;
     }
     stats_.mover_cpu_ns = thread_cpu_ns();

@@ -161,12 +161,23 @@ Plan sentinel_with(const PlanInputs& in, std::uint32_t n, std::uint64_t region) 
         auto next_use = std::lower_bound(o.uses.begin(), o.uses.end(), k == intervals ? 0 : start);
         m.needed_by = k == intervals ? in.layers + (next_use != o.uses.end() ? *next_use : 0)
                                      : (next_use != o.uses.end() ? *next_use : start);
+        // Useful until its last use while it stays fast: the run of fast intervals from k.
+        std::uint32_t end_k = k;
+        while (end_k + 1 <= last_k && fast_at(end_k + 1)) ++end_k;
+        if (k == intervals) {
+          m.useful_until = m.needed_by;
+        } else {
+          const std::uint32_t end_layer = std::min(in.layers, (end_k + 1) * n);  // past the run
+          auto past = std::lower_bound(o.uses.begin(), o.uses.end(), end_layer);
+          m.useful_until = past != o.uses.begin() && *(past - 1) >= m.needed_by ? *(past - 1) : m.needed_by;
+        }
       } else {  // out after its last use in interval k-1, else when k-1 ends
         m.to = in.slow;
         auto after = std::lower_bound(o.uses.begin(), o.uses.end(), start);
         const bool used_in_previous = after != o.uses.begin() && *(after - 1) >= (k - 1) * n;
         m.after_layer = used_in_previous ? *(after - 1) : start - 1;
         m.needed_by = start;
+        m.useful_until = kStepStart;  // a move out makes room for moves in: never dropped as late
       }
       plan.moves.push_back(m);
     }
@@ -346,15 +357,23 @@ std::string simulate(Plan& plan, const PlanInputs& in) {
       if (l < in.layers) users[l].push_back(&o);
     }
   }
-  // The mover, one move at a time: when it is free, and when each move needed by a layer ends.
-  double clock_ns = 0, mover_free_ns = 0, compute_ns = 0;
-  std::multimap<std::uint32_t, double> arrivals;  // layer -> when a move it needs ends
+  // Time, as the executor and an emulated slow tier play it: one mover takes moves in order, from
+  // the end of the layer they follow; a move and a layer's slow traffic both hold the slow tier
+  // (one timeline, as the runtime charges it). A layer waits for a move of its objects that has
+  // begun; one not begun yet leaves the object slow for that layer.
+  const double traffic_ns_per_byte = (1.0 / in.move_in_gbps + 1.0 / in.move_out_gbps) / 2.0;
+  double clock_ns = 0, mover_free_ns = 0, slow_busy_ns = 0, compute_ns = 0;
+  struct Pending {
+    double start_ns = 0, end_ns = 0;
+  };
+  std::unordered_map<ObjectKey, Pending> pending;  // moves in not yet done, by key
   for (std::uint32_t t = 0; t <= in.layers; ++t) {
     for (auto [it, end] = deaths.equal_range(t); it != end; ++it) {
       auto found = tier.find(it->second->key);
       if (found == tier.end()) continue;
       if (found->second == in.fast) fast -= it->second->bytes;
       tier.erase(found);
+      pending.erase(it->second->key);
     }
     for (auto [it, end] = births.equal_range(t); it != end; ++it) {
       auto b = plan.birth.find(it->second->key);
@@ -374,9 +393,15 @@ std::string simulate(Plan& plan, const PlanInputs& in) {
         set_tier(*o->second, m.to);
         const double ns =
             static_cast<double>(m.bytes) / (m.to == in.fast ? in.move_in_gbps : in.move_out_gbps);
-        mover_free_ns = std::max(mover_free_ns, clock_ns) + ns;
+        const double start_ns = std::max(mover_free_ns, clock_ns);
+        const double end_ns = std::max(slow_busy_ns, start_ns) + ns;
+        mover_free_ns = slow_busy_ns = end_ns;
         (m.to == in.fast ? plan.bytes_in : plan.bytes_out) += m.bytes;
-        if (m.to == in.fast && m.needed_by < in.layers) arrivals.emplace(m.needed_by, mover_free_ns);
+        if (m.to == in.fast) {
+          pending[m.key] = Pending{start_ns, end_ns};
+        } else {
+          pending.erase(m.key);
+        }
       }
     }
     plan.peak_fast_bytes = std::max(plan.peak_fast_bytes, fast);
@@ -387,17 +412,36 @@ std::string simulate(Plan& plan, const PlanInputs& in) {
           t, fast, in.small_reserve_bytes, in.fast_budget_bytes));
     }
     if (t == in.layers) break;
-    // Layer t: waits for the moves it needs, then computes, with its slow accesses charged.
-    for (auto [it, end] = arrivals.equal_range(t); it != end; ++it) clock_ns = std::max(clock_ns, it->second);
+    // Layer t: waits for moves of its objects under way, finds the others where they are.
     std::uint64_t slow_bytes = 0;
     for (const PlanObject* o : users[t]) {
       auto found = tier.find(o->key);
-      if (found != tier.end() && found->second != in.fast) slow_bytes += o->bytes;
+      if (found == tier.end()) continue;
+      bool slow = found->second != in.fast;
+      if (auto p = pending.find(o->key); !slow && p != pending.end()) {
+        if (p->second.end_ns <= clock_ns) {
+          pending.erase(p);
+        } else if (p->second.start_ns <= clock_ns) {
+          clock_ns = p->second.end_ns;  // under way: the layer waits for it
+          pending.erase(p);
+        } else {
+          slow = true;  // not begun: this layer reads it where it still is
+        }
+      }
+      if (slow) slow_bytes += o->bytes;
     }
     plan.slow_access_bytes += slow_bytes;
-    clock_ns +=
-        static_cast<double>(in.layer_ns[t]) + static_cast<double>(slow_bytes) * in.slow_access_ns_per_byte;
-    compute_ns += static_cast<double>(in.layer_ns[t]);
+    const double compute = static_cast<double>(in.layer_ns[t]);
+    const double want_end = clock_ns + compute + static_cast<double>(slow_bytes) * in.slow_access_ns_per_byte;
+    const double traffic = static_cast<double>(slow_bytes) * traffic_ns_per_byte;
+    if (traffic > 0) {
+      const double traffic_end = std::max(slow_busy_ns, want_end - traffic) + traffic;
+      slow_busy_ns = traffic_end;
+      clock_ns = std::max(want_end, traffic_end);
+    } else {
+      clock_ns = want_end;
+    }
+    compute_ns += compute;
   }
   // The step repeats: persistent objects must end where the next step starts them.
   for (const PlanObject& o : in.objects) {
@@ -409,6 +453,7 @@ std::string simulate(Plan& plan, const PlanInputs& in) {
                        tier[o.key], want));
     }
   }
+  // Moves after the last layer prepare the next step: they count when they end past this one.
   plan.predicted_extra_ns = std::max(clock_ns, mover_free_ns) - compute_ns;
   return problem;
 }

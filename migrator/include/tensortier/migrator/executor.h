@@ -4,10 +4,10 @@
 // concurrent_bounded_queue) and carries them out through the move function it was given (the
 // runtime's move, which pins, charges emulated tiers and counts).
 //
-// A move is handed to the mover when the layer it follows ends. The mover drops a move whose
-// layer has already begun (it would only stall that layer or arrive too late to help) and moves
-// of a step that is over; a move that fails leaves the object where it was (the runtime
-// guarantees it), so results never depend on the executor, only speed does. Every such case is
+// A move is handed to the mover when the layer it follows ends. The mover drops a move in once
+// every layer it would have helped has begun, and moves of a step that is over (a move that
+// misses its first layer still serves the later ones); a move that fails leaves the object where it was (the
+// runtime guarantees it), so results never depend on the executor, only speed does. Every such case is
 // counted.
 //
 // States: stopped (no thread), running, paused (no move is handed out and the plan places nothing;
@@ -42,7 +42,8 @@ struct ExecutorStats {
   std::uint64_t bytes_in = 0;       // moved into the fast tier
   std::uint64_t bytes_out = 0;      // moved out of it
   std::uint64_t failed_moves = 0;   // the move function refused or failed (the object stayed)
-  std::uint64_t late_dropped = 0;   // dropped: the layer that needed it had begun
+  std::uint64_t late_moves = 0;     // done after the layer that first needed it had begun
+  std::uint64_t late_dropped = 0;   // dropped: every layer it would have helped had begun
   std::uint64_t stale_dropped = 0;  // dropped: its step was over
   std::uint64_t missing = 0;        // the planned key named no live object
   std::uint64_t mover_cpu_ns = 0;   // CPU time of the mover thread
@@ -85,8 +86,9 @@ class Executor final : public StepObserver, public PlacementAdvisor {
     bool stop = false;
     ObjectId id = 0;
     TierIndex to = 0;
-    std::uint64_t step = 0;       // the step whose layer needs it
-    std::uint32_t needed_by = 0;  // that layer
+    std::uint64_t step = 0;                   // the step whose layer needs it
+    std::uint32_t needed_by = 0;              // that layer
+    std::uint32_t useful_until = kStepStart;  // dropped once this layer has begun
   };
   struct Queue;  // TBB's queue, kept out of this header
   void enqueue(std::uint32_t after_layer);

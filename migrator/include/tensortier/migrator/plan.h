@@ -81,6 +81,9 @@ struct PlannedMove {
   TierIndex to = 0;
   std::uint32_t after_layer = kStepStart;  // handed to the mover when this layer ends
   std::uint32_t needed_by = 0;             // the layer that needs it there (layers: the next step)
+  // The last layer it helps: a move in still helps the later uses of its stay in fast memory
+  // when it misses the first; kStepStart: always useful (moves out make room).
+  std::uint32_t useful_until = kStepStart;
   std::uint64_t bytes = 0;
 };
 
