@@ -42,13 +42,23 @@ struct Run {
   std::vector<double> charge_ms;
 };
 
+// The plan's floor over fast-only (1 with no plan).
+double floor_of(const Run& r) {
+  const migrator::Plan* plan = r.runtime ? r.runtime->plan() : nullptr;
+  if (plan == nullptr || plan->compute_ns <= 0) return 1.0;
+  return std::max(plan->compute_ns, plan->floor_slow_ns) / plan->compute_ns;
+}
+
 // What the plan predicted for a step, for beside what happened.
 std::string plan_note(const migrator::Plan* plan) {
   if (plan == nullptr) return "";
   return fmt::format(
-      "; fast budget {}, planned {} in, {} out, {} on the slow tier, {:.1f} ms added{}",
-      format_bytes(plan->fast_budget_bytes), format_bytes(plan->bytes_in), format_bytes(plan->bytes_out),
-      format_bytes(plan->slow_access_bytes), plan->predicted_extra_ns / 1e6,
+      "; fast budget {}, floor {:.2f}x of fast-only; planned {} in, {} out, {} on the slow tier, {:.1f} ms "
+      "added{}",
+      format_bytes(plan->fast_budget_bytes),
+      plan->compute_ns > 0 ? std::max(plan->compute_ns, plan->floor_slow_ns) / plan->compute_ns : 1.0,
+      format_bytes(plan->bytes_in), format_bytes(plan->bytes_out), format_bytes(plan->slow_access_bytes),
+      plan->predicted_extra_ns / 1e6,
       plan->interval_layers != 0 ? fmt::format(", interval {} layers", plan->interval_layers) : "");
 }
 
@@ -199,8 +209,9 @@ int main(int argc, char** argv) {
   for (const Run& r : runs) {
     fmt::print(
         "JSON {{\"model\": \"{}\", \"mode\": \"{}\", \"tiers\": \"{}\", \"median_ms\": {:.3f}, "
-        "\"median_faults\": {:.0f}, \"median_emulated_ms\": {:.3f}, \"emulated\": \"{}\"}}\n",
-        model, r.mode, r.tiers, median(r.step_ms), median(r.faults), median(r.charge_ms),
+        "\"median_faults\": {:.0f}, \"median_emulated_ms\": {:.3f}, \"floor\": {:.3f}, \"emulated\": "
+        "\"{}\"}}\n",
+        model, r.mode, r.tiers, median(r.step_ms), median(r.faults), median(r.charge_ms), floor_of(r),
         r.runtime ? emulated_note(*r.runtime) : "");
   }
   return 0;

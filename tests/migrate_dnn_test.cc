@@ -122,7 +122,7 @@ TEST_P(PolicyTest, TrainsBitIdenticallyToFastOnlyWithinTheBudget) {
 INSTANTIATE_TEST_SUITE_P(Policies, PolicyTest,
                          ::testing::Combine(::testing::Values("lenet5", "resnet18"),
                                             ::testing::Values("slow-only", "first-touch", "interleave",
-                                                              "sentinel")));
+                                                              "sentinel", "oracle")));
 
 TEST(Policies, FivePercentOfMovesFailingChangesNothingButSpeed) {
   const TrainRun reference = train("resnet18", "fast-only", "");

@@ -1,8 +1,10 @@
 #include "tensortier/migrator/plan.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <set>
+#include <tuple>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -225,11 +227,193 @@ Result<Plan> sentinel(const PlanInputs& in) {
   return best;
 }
 
+// The oracle's heuristic with lookahead `horizon`: at each layer boundary, objects whose next
+// use is within the horizon are brought into fast memory, nearest next use first, making room by
+// moving out the fast objects whose next use is furthest (and later than the newcomer's: Belady's
+// rule); an object is born fast when room can be made that way. Persistent objects end the step
+// where they began it (moves after the last layer restore them).
+Plan next_use_plan(const PlanInputs& in, std::uint32_t horizon) {
+  Plan plan;
+  plan.policy = "oracle";
+  plan.interval_layers = horizon;
+  const std::uint32_t L = in.layers;
+  constexpr std::uint64_t kNever = std::numeric_limits<std::uint64_t>::max();
+  const std::uint64_t room =
+      in.fast_budget_bytes > in.small_reserve_bytes ? in.fast_budget_bytes - in.small_reserve_bytes : 0;
+  auto next_use = [&](const PlanObject& o, std::uint32_t t) -> std::uint64_t {
+    auto it = std::lower_bound(o.uses.begin(), o.uses.end(), t);
+    if (it != o.uses.end()) return *it;
+    if (o.persistent && !o.uses.empty()) return std::uint64_t{L} + o.uses.front();  // the next step's
+    return kNever;
+  };
+  const std::size_t n = in.objects.size();
+  std::vector<char> alive(n, 0), fast(n, 0);
+  std::uint64_t fast_bytes = 0;
+  std::multimap<std::uint32_t, std::size_t> births, deaths;
+  for (std::size_t i = 0; i < n; ++i) {
+    const PlanObject& o = in.objects[i];
+    if (o.persistent) {
+      alive[i] = 1;
+    } else {
+      births.emplace(o.born, i);
+      deaths.emplace(o.freed, i);
+    }
+  }
+  // The start: persistent objects by first use, while they fit.
+  {
+    std::vector<std::size_t> persistent;
+    for (std::size_t i = 0; i < n; ++i)
+      if (in.objects[i].persistent) persistent.push_back(i);
+    std::sort(persistent.begin(), persistent.end(), [&](std::size_t a, std::size_t b) {
+      return std::tuple(next_use(in.objects[a], 0), a) < std::tuple(next_use(in.objects[b], 0), b);
+    });
+    for (std::size_t i : persistent) {
+      const PlanObject& o = in.objects[i];
+      const bool fits = fast_bytes + o.bytes <= room && next_use(o, 0) < horizon;
+      plan.start[o.key] = fits ? in.fast : in.slow;
+      if (fits) {
+        fast[i] = 1;
+        fast_bytes += o.bytes;
+      }
+    }
+  }
+  std::vector<PlannedMove*> last_in(n, nullptr);  // each object's latest move in, to set useful_until
+  std::vector<PlannedMove> moves;
+  moves.reserve(4 * n);
+  std::vector<std::size_t> move_owner;
+  auto add_move = [&](std::size_t i, TierIndex to, std::uint32_t t, std::uint64_t needed) {
+    PlannedMove m;
+    m.key = in.objects[i].key;
+    m.to = to;
+    m.bytes = in.objects[i].bytes;
+    m.after_layer = t == 0 ? kStepStart : t - 1;
+    m.needed_by = static_cast<std::uint32_t>(std::min<std::uint64_t>(needed, 2ULL * L));
+    m.useful_until = to == in.fast ? m.needed_by : kStepStart;
+    moves.push_back(m);
+    move_owner.push_back(i);
+  };
+  // Makes `bytes` of room at boundary t for an object next used at `use`, moving out the fast
+  // objects used furthest away (all later than `use`). False, changing nothing, if it cannot.
+  auto make_room = [&](std::uint64_t bytes, std::uint64_t use, std::uint32_t t) {
+    if (fast_bytes + bytes <= room) return true;
+    std::vector<std::pair<std::uint64_t, std::size_t>> victims;
+    for (std::size_t j = 0; j < n; ++j) {
+      if (!alive[j] || !fast[j]) continue;
+      const std::uint64_t u = next_use(in.objects[j], t);
+      if (u > use) victims.emplace_back(u, j);
+    }
+    std::sort(victims.rbegin(), victims.rend());
+    std::uint64_t freed = 0;
+    std::size_t count = 0;
+    while (fast_bytes - freed + bytes > room && count < victims.size())
+      freed += in.objects[victims[count++].second].bytes;
+    if (fast_bytes - freed + bytes > room) return false;
+    for (std::size_t v = 0; v < count; ++v) {
+      const std::size_t j = victims[v].second;
+      fast[j] = 0;
+      fast_bytes -= in.objects[j].bytes;
+      add_move(j, in.slow, t, t);
+    }
+    return true;
+  };
+  for (std::uint32_t t = 0; t < L; ++t) {
+    for (auto [it, end] = deaths.equal_range(t); it != end; ++it) {
+      const std::size_t i = it->second;
+      if (fast[i]) fast_bytes -= in.objects[i].bytes;
+      alive[i] = fast[i] = 0;
+    }
+    for (auto [it, end] = births.equal_range(t); it != end; ++it) {
+      const std::size_t i = it->second;
+      const PlanObject& o = in.objects[i];
+      alive[i] = 1;
+      const std::uint64_t use = next_use(o, t);
+      const bool to_fast = use < std::uint64_t{t} + horizon && make_room(o.bytes, use, t);
+      plan.birth[o.key] = to_fast ? in.fast : in.slow;
+      if (to_fast) {
+        fast[i] = 1;
+        fast_bytes += o.bytes;
+      }
+    }
+    // Prefetch: slow objects used within the horizon, nearest use first.
+    std::vector<std::pair<std::uint64_t, std::size_t>> wanted;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!alive[i] || fast[i]) continue;
+      const std::uint64_t use = next_use(in.objects[i], t);
+      if (use < std::uint64_t{t} + horizon) wanted.emplace_back(use, i);
+    }
+    std::sort(wanted.begin(), wanted.end());
+    for (const auto& [use, i] : wanted) {
+      if (!make_room(in.objects[i].bytes, use, t)) break;
+      fast[i] = 1;
+      fast_bytes += in.objects[i].bytes;
+      add_move(i, in.fast, t, use);
+    }
+  }
+  // After the last layer: persistent objects back where the step starts them (outs, then ins).
+  for (int pass = 0; pass < 2; ++pass) {
+    for (std::size_t i = 0; i < n; ++i) {
+      const PlanObject& o = in.objects[i];
+      if (!o.persistent) continue;
+      const bool want_fast = plan.start[o.key] == in.fast;
+      if (want_fast == static_cast<bool>(fast[i]) || want_fast != (pass == 1)) continue;
+      fast[i] = want_fast ? 1 : 0;
+      add_move(i, want_fast ? in.fast : in.slow, L, std::uint64_t{L} + next_use(o, 0) % std::max(1U, L));
+    }
+  }
+  // A move in helps until the object's next move out (or its death, or the step's end).
+  std::vector<std::uint32_t> stay_end(n, kStepStart);
+  for (std::size_t m = moves.size(); m-- > 0;) {
+    const std::size_t i = move_owner[m];
+    PlannedMove& mv = moves[m];
+    if (mv.to == in.slow) {
+      stay_end[i] = mv.after_layer == kStepStart ? 0 : mv.after_layer;
+      continue;
+    }
+    if (mv.needed_by >= L) continue;
+    const PlanObject& o = in.objects[i];
+    const std::uint32_t until =
+        std::min<std::uint32_t>(stay_end[i] == kStepStart ? L - 1 : stay_end[i],
+                                o.persistent ? L - 1 : (o.freed > 0 ? o.freed - 1 : 0));
+    auto last = std::upper_bound(o.uses.begin(), o.uses.end(), until);
+    mv.useful_until = last != o.uses.begin() && *(last - 1) >= mv.needed_by ? *(last - 1) : mv.needed_by;
+    stay_end[i] = kStepStart;
+  }
+  (void)last_in;
+  std::stable_sort(moves.begin(), moves.end(), [](const PlannedMove& a, const PlannedMove& b) {
+    const std::uint64_t x = a.after_layer == kStepStart ? 0 : std::uint64_t{a.after_layer} + 1;
+    const std::uint64_t y = b.after_layer == kStepStart ? 0 : std::uint64_t{b.after_layer} + 1;
+    return std::tuple(x, a.to != 0) < std::tuple(y, b.to != 0);
+  });
+  plan.moves = std::move(moves);
+  return plan;
+}
+
+Plan oracle(const PlanInputs& in) {
+  Plan best;
+  bool have = false;
+  std::vector<std::uint32_t> horizons;
+  for (std::uint32_t h = 1; h < in.layers; h = h * 3 / 2 + 1) horizons.push_back(h);
+  horizons.push_back(std::max(1U, 2 * in.layers));
+  for (std::uint32_t h : horizons) {
+    Plan plan = next_use_plan(in, h);
+    if (!simulate(plan, in).empty()) continue;
+    if (!have || plan.predicted_extra_ns < best.predicted_extra_ns) {
+      best = std::move(plan);
+      have = true;
+    }
+  }
+  if (!have) {
+    best = next_use_plan(in, 1);
+    (void)simulate(best, in);
+  }
+  return best;
+}
+
 }  // namespace
 
 const std::vector<std::string>& policy_names() {
-  static const std::vector<std::string> names{"fast-only", "slow-only", "first-touch", "interleave",
-                                              "sentinel"};
+  static const std::vector<std::string> names{"fast-only",  "slow-only", "first-touch",
+                                              "interleave", "sentinel",  "oracle"};
   return names;
 }
 
@@ -305,6 +489,8 @@ Result<Plan> make_plan(std::string_view policy, const PlanInputs& in) {
     plan = first_touch(in);
   } else if (policy == "interleave") {
     plan = interleave(in);
+  } else if (policy == "oracle") {
+    plan = oracle(in);
   } else if (policy == "sentinel") {
     auto s = sentinel(in);
     if (!s) return s.status();
@@ -455,6 +641,12 @@ std::string simulate(Plan& plan, const PlanInputs& in) {
   }
   // Moves after the last layer prepare the next step: they count when they end past this one.
   plan.predicted_extra_ns = std::max(clock_ns, mover_free_ns) - compute_ns;
+  plan.compute_ns = compute_ns;
+  const std::uint64_t footprint = in.peak_bytes + in.small_reserve_bytes;
+  plan.floor_slow_ns = footprint > in.fast_budget_bytes
+                           ? static_cast<double>(footprint - in.fast_budget_bytes) *
+                                 (1.0 / in.move_in_gbps + 1.0 / in.move_out_gbps)
+                           : 0.0;
   return problem;
 }
 

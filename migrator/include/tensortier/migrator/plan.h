@@ -20,7 +20,13 @@
 //                         during k-1, moved in when k-1 starts and out after its last use in the
 //                         last interval that needs it; what does not fit stays slow (hottest kept
 //                         fast). The interval length is the one whose predicted cost (move time the
-//                         intervals' compute cannot hide, plus slow accesses) is least.
+//                         intervals' compute cannot hide, plus slow accesses) is least; where the
+//                         budget cannot hold the region, the short-lived objects are managed too;
+//   oracle                full knowledge of the step's accesses: at each boundary the objects used
+//                         within a lookahead are moved in, nearest use first, making room by moving
+//                         out those used furthest away (Belady's rule with prefetch); the lookahead
+//                         is the one the simulator predicts cheapest. A heuristic, not an exact
+//                         solver: it shows how far sentinel is from a plan that knows everything.
 // Small objects (under a page, sharing group chunks) are not planned: they stay where the runtime
 // puts them (the fast tier first) and the plan keeps room for them (small_reserve_bytes).
 //
@@ -101,6 +107,13 @@ struct Plan {
   std::uint64_t bytes_in = 0, bytes_out = 0;  // moved into / out of fast memory per step
   std::uint64_t slow_access_bytes = 0;        // declared bytes the layers find on the slow tier
   double predicted_extra_ns = 0;              // unhidden move time + slow accesses, per step
+  // A floor no plan can beat: the bytes that cannot be in fast memory at the step's peak must be
+  // written to the slow tier and read back every step (training rewrites every byte it keeps), so
+  // the slow tier is busy at least (peak - budget) x (1/write + 1/read bandwidth) per step; a step
+  // takes at least that or its compute, whichever is longer (emulated tiers charge layer accesses
+  // with no overlap, so only moves can hide behind compute).
+  double floor_slow_ns = 0;
+  double compute_ns = 0;  // the step's layers on fast memory
 };
 
 const std::vector<std::string>& policy_names();
