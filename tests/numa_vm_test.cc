@@ -3,7 +3,9 @@
 // figures), in two layouts: "plain" (node 1 is boot RAM) and "kmem" (node 1 is a KMEM DAX device
 // onlined as system RAM, as CXL and Optane are). The runner sets TENSORTIER_NUMA_VM_LAYOUT;
 // anywhere else every test skips and says why.
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -13,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "../allocator/src/os_pages.h"
+#include "tensortier/allocator/step_observer.h"
 #include "tensortier/allocator/topology.h"
 #include "tensortier/runtime.h"
 
@@ -250,6 +253,91 @@ TEST(NumaVm, LayersSeeCorrectBytesWhileMovesAreRequested) {
   const TierIndex placed = r.object(id)->tier;
   EXPECT_TRUE(all_pages_on(object->address, kBytes, static_cast<int>(placed)));
   EXPECT_TRUE(holds(object->address, kBytes, seed));
+}
+
+// At each layer_begin (the layer's objects pinned): every page of each object it declares is on
+// the node of the tier the runtime places it on (or not faulted in yet).
+class PageWatch final : public StepObserver {
+ public:
+  explicit PageWatch(Runtime& rt) : rt_(rt) {}
+  void on_layer_begin(const LayerEvent& e) override {
+    for (const auto* ids : {&e.reads, &e.writes}) {
+      for (ObjectId id : *ids) {
+        auto info = rt_.object(id);
+        if (!info) continue;
+        ++checked;
+        auto nodes = os::page_nodes(info->address, info->reserved_bytes);
+        if (!nodes) continue;
+        for (std::size_t p = 0; p < nodes->size(); ++p) {
+          const int node = (*nodes)[p];
+          if (node == -ENOENT) continue;  // not faulted in yet: it will be, under the range's policy
+          if (node != rt_.tier(info->tier).numa_node().value_or(-1)) {
+            ++misplaced;
+            if (first_problem.empty())
+              first_problem = "page " + std::to_string(p) + " of '" + info->name + "' is on node " +
+                              std::to_string(node) + ", its tier is " + std::to_string(info->tier);
+            break;
+          }
+        }
+      }
+    }
+  }
+  std::uint64_t checked = 0, misplaced = 0;
+  std::string first_problem;
+
+ private:
+  Runtime& rt_;
+};
+
+// Sentinel across the two nodes: objects born and moved where the plan says; at every layer
+// boundary each layer's objects sit, page for page, on the node their placement names; the
+// layers see the bytes the previous ones wrote.
+TEST(NumaVm, SentinelAcrossTheNodesKeepsEveryPageWhereItsPlacementSays) {
+  REQUIRE_NUMA_VM();
+  RuntimeOptions options("fast=numa:0:64MiB,slow=numa:1:256MiB");
+  options.policy = "sentinel";
+  options.fast_budget = "40%";
+  auto created = Runtime::create(options);
+  ASSERT_TRUE(created) << created.status().to_string();
+  Runtime& rt = *created.value();
+  constexpr int kObjects = 6;
+  constexpr std::size_t kBytes = 1 << 20;
+  std::vector<ObjectInfo> weights;
+  for (int i = 0; i < kObjects; ++i) {
+    auto o = rt.allocate("w", kBytes);
+    ASSERT_TRUE(o);
+    fill(o->address, kBytes, static_cast<unsigned>(i));
+    weights.push_back(*o);
+  }
+  std::vector<unsigned> seed(kObjects);
+  for (int i = 0; i < kObjects; ++i) seed[static_cast<std::size_t>(i)] = static_cast<unsigned>(i);
+  PageWatch watch(rt);
+  ASSERT_TRUE(rt.add_observer(&watch).is_ok());
+  for (int step = 0; step < 8; ++step) {
+    ASSERT_TRUE(rt.step_begin().is_ok());
+    for (int layer = 0; layer < 3 * kObjects; ++layer) {  // weight i in layers 3i..3i+2
+      const auto i = static_cast<std::size_t>(layer / 3);
+      auto act = rt.allocate("a", kBytes / 2);
+      ASSERT_TRUE(act);
+      const ObjectId ids[2] = {weights[i].id, act->id};
+      std::vector<void*> addresses(3);
+      ASSERT_TRUE(rt.layer_begin("layer", std::span<const ObjectId>(ids, 1),
+                                 std::span<const ObjectId>(ids, 2), addresses)
+                      .is_ok());
+      ASSERT_TRUE(holds(addresses[0], kBytes, seed[i])) << "step " << step << " layer " << layer;
+      fill(addresses[0], kBytes, ++seed[i]);
+      std::memset(addresses[2], 1, kBytes / 2);
+      ASSERT_TRUE(rt.layer_end().is_ok());
+      ASSERT_TRUE(rt.free(rt.address_of(act->id).value()).is_ok());
+    }
+    ASSERT_TRUE(rt.step_end().is_ok());
+  }
+  rt.remove_observer(&watch);
+  ASSERT_NE(rt.plan(), nullptr) << "the policy did not start";
+  const RuntimeStats stats = rt.stats();
+  EXPECT_GT(stats.migration.moves, 0u) << "nothing moved between the nodes";
+  EXPECT_GT(watch.checked, 100u);
+  EXPECT_EQ(watch.misplaced, 0u) << watch.first_problem;
 }
 
 TEST(NumaVm, DaxKmemTierAllocatesOnTheKmemNode) {
