@@ -284,6 +284,8 @@ int main(int argc, char** argv) {
         format_bytes(stats.migration.bytes_out), stats.migration.late_dropped, stats.migration.failed_moves,
         stats.migration.missing, static_cast<double>(stats.migration.mover_cpu_ns) / 1e6,
         static_cast<double>(stats.move_wait_ns) / 1e6, stats.late_moves);
+    if (!stats.migration.last_failure.empty())
+      fmt::print("  the last failed move: {}\n", stats.migration.last_failure);
   }
   // The training step's profile (before the test steps, which are another kind of step).
   if (auto profile = rt.profile()) {

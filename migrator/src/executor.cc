@@ -124,8 +124,11 @@ void Executor::run() {
     const bool late = begun > job.needed_by;
     Result<MoveResult> moved = move_(job.id, job.to);
     std::lock_guard lock(stats_mutex_);
-    if (!moved) {
+    if (!moved && moved.status().code() == StatusCode::kNotFound) {
+      ++stats_.missing;  // freed since the move was handed out: nothing to move
+    } else if (!moved) {
       ++stats_.failed_moves;
+      stats_.last_failure = moved.status().message();
     } else if (moved->moved) {
       ++stats_.moves;
       if (late) ++stats_.late_moves;

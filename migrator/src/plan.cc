@@ -300,6 +300,9 @@ Plan next_use_plan(const PlanInputs& in, std::uint32_t horizon) {
     for (std::size_t j = 0; j < n; ++j) {
       if (!alive[j] || !fast[j]) continue;
       const std::uint64_t u = next_use(in.objects[j], t);
+      // One with no use left that dies within two layers frees its room soon: moving it out
+      // would only spend slow-tier bandwidth on bytes nobody reads.
+      if (u == kNever && !in.objects[j].persistent && in.objects[j].freed <= t + 2) continue;
       if (u > use) victims.emplace_back(u, j);
     }
     std::sort(victims.rbegin(), victims.rend());

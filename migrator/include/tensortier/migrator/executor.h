@@ -25,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -45,8 +46,9 @@ struct ExecutorStats {
   std::uint64_t late_moves = 0;     // done after the layer that first needed it had begun
   std::uint64_t late_dropped = 0;   // dropped: every layer it would have helped had begun
   std::uint64_t stale_dropped = 0;  // dropped: its step was over
-  std::uint64_t missing = 0;        // the planned key named no live object
+  std::uint64_t missing = 0;        // the planned key named no live object (or it was freed before its move)
   std::uint64_t mover_cpu_ns = 0;   // CPU time of the mover thread
+  std::string last_failure;         // why the latest failed move failed
   // The last completed step's share of the above.
   std::uint64_t last_step_bytes_in = 0, last_step_bytes_out = 0, last_step_failed = 0, last_step_late = 0;
 };
