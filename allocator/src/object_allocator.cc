@@ -149,8 +149,11 @@ Status ObjectAllocator::set_budget(TierIndex t, std::uint64_t bytes) {
   if (bytes == 0)
     return invalid_argument(fmt::format("set_budget: a budget of 0 bytes for tier '{}'", tiers_[t]->name()));
   std::lock_guard lock(mutex_);
-  tiers_[t]->set_budget_bytes(bytes);
-  if (tiers_[t]->used_bytes() > bytes) release_cache_locked(t);
+  if (tiers_[t]->used_bytes() > bytes) {
+    tiers_[t]->set_budget_bytes(bytes);
+    release_cache_locked(t);
+  }
+  tiers_[t]->set_budget_bytes(bytes);  // again: the peak starts after the cache went
   return Status::ok();
 }
 

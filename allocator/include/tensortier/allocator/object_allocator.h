@@ -225,7 +225,8 @@ class ObjectAllocator {
   void release_cache();
   // Sets tier `t`'s budget (a policy's fast budget); when it holds more than that, its cache goes
   // back first. Live objects stay where they are: the tier refuses new bytes until it is under
-  // the budget again. Errors: kInvalidArgument for a tier that does not exist or a budget of 0.
+  // the budget again. The tier's peak restarts under the new budget. Errors: kInvalidArgument
+  // for a tier that does not exist or a budget of 0.
   Status set_budget(TierIndex t, std::uint64_t bytes);
   // Called, under the allocator's lock, with the span of each range about to go back to its tier
   // (a released cache entry, a dropped empty group chunk): the profiler unprotects it there, as

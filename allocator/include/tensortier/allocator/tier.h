@@ -69,7 +69,11 @@ class Tier {
   std::uint64_t budget_bytes() const { return budget_bytes_.load(std::memory_order_relaxed); }
   // A new budget (a policy's fast budget, say). Bytes already used stay; if they pass the new
   // budget, later reservations fail until enough is given back.
-  void set_budget_bytes(std::uint64_t bytes) { budget_bytes_.store(bytes, std::memory_order_relaxed); }
+  // The peak restarts from the bytes used now: it is the peak under the budget in force.
+  void set_budget_bytes(std::uint64_t bytes) {
+    budget_bytes_.store(bytes, std::memory_order_relaxed);
+    peak_bytes_.store(used_bytes(), std::memory_order_relaxed);
+  }
   std::uint64_t used_bytes() const { return used_bytes_.load(std::memory_order_relaxed); }
   std::uint64_t peak_bytes() const { return peak_bytes_.load(std::memory_order_relaxed); }
   // Bytes that an allocation of `bytes` could still get within the budget.
