@@ -395,6 +395,45 @@ struct Recorder : StepObserver {
   void on_move(const MoveResult& m) override { events.push_back(fmt::format("move {}->{}", m.from, m.to)); }
 };
 
+// Host code outside the layer marks (a data loader between steps) writes an object while a mover
+// thread keeps moving it: with pin_objects around each write, no write is lost.
+TEST(Move, HostWritesUnderPinObjectsAreNeverLostToAMove) {
+  auto rt = runtime_for("fast=dram:64MiB,slow=emulated:cxl:64MiB");
+  ASSERT_NE(rt, nullptr);
+  constexpr std::size_t kBytes = 4 << 20;
+  auto obj = rt->allocate("batch", kBytes);
+  ASSERT_TRUE(obj);
+  std::atomic<bool> stop{false};
+  std::atomic<int> moves{0};
+  std::thread mover([&] {
+    for (TierIndex to = 1; !stop.load(); to ^= 1U) {
+      if (auto m = rt->move(obj->id, to); m && m->moved) moves.fetch_add(1);
+    }
+  });
+  const ObjectId id = obj->id;
+  void* address = nullptr;
+  int lost = 0;
+  for (int round = 1; round <= 200; ++round) {
+    ASSERT_TRUE(rt->pin_objects(std::span<const ObjectId>(&id, 1), std::span<void*>(&address, 1)).is_ok());
+    // What the last round wrote must still be there, whatever moved since.
+    const auto* now = static_cast<const unsigned char*>(address);
+    if (round > 1 && (now[0] != static_cast<unsigned char>(round - 1) || now[kBytes - 1] != now[0])) ++lost;
+    std::memset(address, round, kBytes);
+    rt->unpin_objects(std::span<const ObjectId>(&id, 1));
+    std::this_thread::sleep_for(std::chrono::microseconds(200));  // room for a move to commit
+  }
+  stop = true;
+  mover.join();
+  EXPECT_GT(moves.load(), 0);
+  const auto* bytes = static_cast<const unsigned char*>(rt->address_of(id).value());
+  EXPECT_EQ(lost, 0) << "rounds that found the previous round's write lost";
+  for (std::size_t i = 0; i < kBytes; i += 4096)
+    ASSERT_EQ(bytes[i], 200) << "byte " << i << ": a write was lost";
+  std::vector<void*> none(2);
+  EXPECT_FALSE(rt->pin_objects(std::span<const ObjectId>(&id, 1), none).is_ok())
+      << "two addresses for one object";
+}
+
 TEST(Observers, SeeStepsLayersAllocationsFreesAndMoves) {
   auto rt = runtime_for("fast=dram:64MiB,slow=emulated:cxl:64MiB");
   ASSERT_NE(rt, nullptr);
@@ -407,6 +446,10 @@ TEST(Observers, SeeStepsLayersAllocationsFreesAndMoves) {
   ASSERT_TRUE(rt->layer_begin("l0", reads, {}).is_ok());
   ASSERT_TRUE(rt->layer_end().is_ok());
   ASSERT_TRUE(rt->move(a->address, 1));
+  auto again = rt->move(a->address, 1);  // there already: no move, no event, not counted
+  ASSERT_TRUE(again);
+  EXPECT_FALSE(again->moved);
+  EXPECT_EQ(rt->stats().moves, 1u);
   ASSERT_TRUE(rt->free(a->address).is_ok());
   ASSERT_TRUE(rt->step_end().is_ok());
   rt->remove_observer(&rec);

@@ -160,12 +160,16 @@ Status BatchIterator::next(Engine& engine, Batch& batch) {
     batch.labels = std::move(l).value();
   }
   const std::size_t size = data_.images.size() / data_.count();
-  auto* labels = static_cast<std::int32_t*>(batch.labels.address());
-  for (std::size_t k = 0; k < batch_size_; ++k) {
-    const std::size_t sample = order_[position_ + k];
-    std::memcpy(batch.images.data() + k * size, data_.images.data() + sample * size, size * sizeof(float));
-    labels[k] = data_.labels[sample];
-  }
+  // Between steps a migration policy may be moving the batch: fill it pinned.
+  TENSORTIER_RETURN_IF_ERROR(engine.host_access({&batch.images, &batch.labels}, [&] {
+    auto* labels = static_cast<std::int32_t*>(batch.labels.address());
+    float* images = batch.images.data();
+    for (std::size_t k = 0; k < batch_size_; ++k) {
+      const std::size_t sample = order_[position_ + k];
+      std::memcpy(images + k * size, data_.images.data() + sample * size, size * sizeof(float));
+      labels[k] = data_.labels[sample];
+    }
+  }));
   position_ += batch_size_;
   return Status::ok();
 }

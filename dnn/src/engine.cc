@@ -157,6 +157,21 @@ Status Engine::reorder_now(const dnnl::memory::desc& from, const void* src, cons
   return Status::ok();
 }
 
+Status Engine::host_access(const std::vector<const Tensor*>& tensors, const std::function<void()>& body) {
+  if (runtime_ == nullptr) {
+    body();
+    return Status::ok();
+  }
+  std::vector<ObjectId> ids;
+  ids.reserve(tensors.size());
+  for (const Tensor* t : tensors) ids.push_back(t->id());
+  std::vector<void*> addresses(ids.size());
+  TENSORTIER_RETURN_IF_ERROR(runtime_->pin_objects(ids, addresses));
+  body();  // the tensors' address() is current: they cannot move while pinned
+  runtime_->unpin_objects(ids);
+  return Status::ok();
+}
+
 Status Engine::host_layer(std::string_view layer, const std::vector<const Tensor*>& reads,
                           const std::vector<const Tensor*>& writes, const std::function<void()>& body) {
   if (runtime_ == nullptr) {

@@ -302,7 +302,11 @@ Result<MoveResult> Runtime::move(ObjectId id, TierIndex to) {
   moves_done_.notify_all();
   {
     std::lock_guard lock(stats_mutex_);
-    ++(moved ? moves_ : failed_moves_);
+    if (!moved) {
+      ++failed_moves_;
+    } else if (moved->moved) {  // not one to the tier the object was on already
+      ++moves_;
+    }
   }
   if (moved && moved->moved) notify([&](StepObserver& o) { o.on_move(moved.value()); });
   return moved;
@@ -585,6 +589,28 @@ Status Runtime::layer_begin(std::string_view name, std::span<const ObjectId> rea
   notify([&](StepObserver& o) { o.on_layer_begin(event); });
   layer_start_ns_ = now_ns();
   return Status::ok();
+}
+
+Status Runtime::pin_objects(std::span<const ObjectId> ids, std::span<void*> addresses) {
+  if (addresses.size() != ids.size()) {
+    return invalid_argument(
+        fmt::format("pin_objects: {} addresses for {} objects", addresses.size(), ids.size()));
+  }
+  std::vector<PinnedObject> found(ids.size());
+  Result<PinResult> pinned = allocator_.pin(ids, found, layer_move_wait_);
+  if (!pinned) return not_found(fmt::format("pin_objects: {}", pinned.status().message()));
+  if (pinned->late_moves != 0) {
+    std::lock_guard lock(stats_mutex_);
+    late_moves_ += pinned->late_moves;
+    aborted_moves_ += pinned->aborted_moves;
+    move_wait_ns_ += pinned->wait_ns;
+  }
+  for (std::size_t i = 0; i < ids.size(); ++i) addresses[i] = found[i].address;
+  return Status::ok();
+}
+
+void Runtime::unpin_objects(std::span<const ObjectId> ids) {
+  allocator_.unpin(ids);
 }
 
 Status Runtime::layer_end() {

@@ -32,8 +32,8 @@
 // layer_end and gives their current addresses: a move of a pinned object waits, and a layer
 // waits (at most RuntimeOptions::layer_move_wait, counted as a late move) only for a move of its
 // own objects already in flight. Host code that touches object bytes outside a layer must not
-// race a move of that object (marking that code as a layer is the way to be safe). No move runs
-// while a step is profiled.
+// race a move of that object: inside a step, mark it as a layer; anywhere, pin_objects() around
+// it. No move runs while a step is profiled.
 //
 // Emulated slow tiers are charged in every layer: each declared read and write of an object
 // placed on one costs its bytes at the slow tier's bandwidth instead of DRAM's (CostModel),
@@ -115,7 +115,7 @@ struct RuntimeStats {
   std::uint64_t late_moves = 0;                    // moves a layer found in flight and waited for
   std::uint64_t aborted_moves = 0;    // of those, moves still running after the wait (they failed)
   std::uint64_t move_wait_ns = 0;     // layers' time waiting for moves
-  std::uint64_t moves = 0;            // moves done through move()
+  std::uint64_t moves = 0;            // moves done through move() (the object changed tier)
   std::uint64_t failed_moves = 0;     // moves through move() that failed (the object stayed)
   std::string policy;                 // the migration policy running ("" when none)
   migrator::ExecutorStats migration;  // its executor's counts (zero when none)
@@ -177,6 +177,13 @@ class Runtime {
                      std::span<void*> addresses);
   // Charges the layer's emulated slow-memory time, then unpins its objects.
   Status layer_end();
+  // For host code that reads or writes object bytes outside the layer marks (a data loader
+  // filling a batch between steps): pins the objects, waiting for a move of one of them already
+  // in flight (at most RuntimeOptions::layer_move_wait; past it a copying move fails), and gives
+  // their current addresses; they do not move until unpin_objects(). Any thread. Errors:
+  // kNotFound for an object that is not live (nothing is pinned then).
+  Status pin_objects(std::span<const ObjectId> ids, std::span<void*> addresses);
+  void unpin_objects(std::span<const ObjectId> ids);
   bool in_step() const { return in_step_.load(std::memory_order_acquire); }
   // Layers begun in the current step (the index of the running layer + 1 while one runs).
   std::uint32_t layers_begun() const { return layers_begun_.load(std::memory_order_acquire); }

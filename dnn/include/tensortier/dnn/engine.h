@@ -101,6 +101,9 @@ class Engine {
   // say so). Waits for the stream before the layer ends.
   Status run(std::string_view layer, const dnnl::primitive& primitive, const std::vector<Arg>& reads,
              const std::vector<Arg>& writes);
+  // Runs host code that reads or writes these tensors outside any layer (a data loader filling a
+  // batch between steps) with their objects pinned, so no move runs under it.
+  Status host_access(const std::vector<const Tensor*>& tensors, const std::function<void()>& body);
   // Marks a layer around host code (loss, SGD) that reads and writes these tensors.
   Status host_layer(std::string_view layer, const std::vector<const Tensor*>& reads,
                     const std::vector<const Tensor*>& writes, const std::function<void()>& body);
