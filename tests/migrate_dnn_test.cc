@@ -87,8 +87,16 @@ TrainRun train(const std::string& model, const std::string& policy, const std::s
     out.losses.push_back(result ? result->loss : -1);
   }
   r.remove_observer(&watch);
-  for (auto& [name, p] : net.value()->params())
-    out.params.insert(out.params.end(), p->value.data(), p->value.data() + p->value.elements());
+  // The mover may still be carrying out the last step's moves: read the weights pinned.
+  std::vector<const Tensor*> weights;
+  for (auto& [name, p] : net.value()->params()) weights.push_back(&p->value);
+  EXPECT_TRUE(engine
+                  .host_access(weights,
+                               [&] {
+                                 for (const Tensor* w : weights)
+                                   out.params.insert(out.params.end(), w->data(), w->data() + w->elements());
+                               })
+                  .is_ok());
   out.stats = r.stats();
   out.checks = watch.checks;
   out.over = watch.over;

@@ -398,8 +398,15 @@ struct Recorder : StepObserver {
 // Host code outside the layer marks (a data loader between steps) writes an object while a mover
 // thread keeps moving it: with pin_objects around each write, no write is lost.
 TEST(Move, HostWritesUnderPinObjectsAreNeverLostToAMove) {
-  auto rt = runtime_for("fast=dram:64MiB,slow=emulated:cxl:64MiB");
-  ASSERT_NE(rt, nullptr);
+  // A pin waits for a move in flight at most layer_move_wait and then lets the copy run on beside
+  // the writer (the move then fails): a race by design, which ThreadSanitizer would report on a
+  // slow run. The bound here is long enough that every pin waits the copy out.
+  RuntimeOptions options("fast=dram:64MiB,slow=emulated:cxl:64MiB");
+  options.profile.enabled = false;
+  options.layer_move_wait = std::chrono::seconds(30);
+  auto created = Runtime::create(options);
+  ASSERT_TRUE(created) << created.status().to_string();
+  auto rt = std::move(created).value();
   constexpr std::size_t kBytes = 4 << 20;
   auto obj = rt->allocate("batch", kBytes);
   ASSERT_TRUE(obj);

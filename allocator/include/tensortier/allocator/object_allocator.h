@@ -38,7 +38,9 @@
 //   (bounded) for a move of the object already in flight and, past the bound, makes a copying
 //   move fail so the pin never waits longer; a kMovePages move is not made to fail (the kernel
 //   keeps the bytes right while the layer uses them, and undoing it half-way would strand pages
-//   on the wrong node): it completes beside the layer. A layer pins what it declares.
+//   on the wrong node): it completes beside the layer. A layer pins what it declares. (A copy
+//   that a pin stopped waiting for goes on reading bytes the pinner may write: its result is
+//   thrown away, but ThreadSanitizer reports the overlap; tests under it use a long bound.)
 //
 // Ownership: the allocator owns its tiers and all object memory; an object's memory is the
 // caller's to use from allocate() until free(). Destroying the allocator releases everything; no
