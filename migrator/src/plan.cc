@@ -14,12 +14,6 @@
 namespace tensortier::migrator {
 namespace {
 
-constexpr std::uint64_t kChunkBytes = kGroupChunkBytes;
-
-std::uint64_t round_to_pages(std::uint64_t bytes) {
-  return (bytes + kPageBytes - 1) / kPageBytes * kPageBytes;
-}
-
 // Objects in the order an allocator would place them: persistent ones first (key order), then
 // by birth boundary (key order within one).
 std::vector<std::size_t> birth_order(const PlanInputs& in) {
@@ -277,7 +271,6 @@ Plan next_use_plan(const PlanInputs& in, std::uint32_t horizon) {
       }
     }
   }
-  std::vector<PlannedMove*> last_in(n, nullptr);  // each object's latest move in, to set useful_until
   std::vector<PlannedMove> moves;
   moves.reserve(4 * n);
   std::vector<std::size_t> move_owner;
@@ -381,7 +374,6 @@ Plan next_use_plan(const PlanInputs& in, std::uint32_t horizon) {
     mv.useful_until = last != o.uses.begin() && *(last - 1) >= mv.needed_by ? *(last - 1) : mv.needed_by;
     stay_end[i] = kStepStart;
   }
-  (void)last_in;
   std::stable_sort(moves.begin(), moves.end(), [](const PlannedMove& a, const PlannedMove& b) {
     const std::uint64_t x = a.after_layer == kStepStart ? 0 : std::uint64_t{a.after_layer} + 1;
     const std::uint64_t y = b.after_layer == kStepStart ? 0 : std::uint64_t{b.after_layer} + 1;
@@ -420,6 +412,12 @@ const std::vector<std::string>& policy_names() {
   return names;
 }
 
+std::string known_policies() {
+  std::string known;
+  for (const std::string& name : policy_names()) known += (known.empty() ? "" : ", ") + name;
+  return known;
+}
+
 Result<PlanInputs> inputs_from_profile(const profiler::StepProfile& profile, TierIndex fast, TierIndex slow,
                                        std::uint64_t fast_budget_bytes) {
   if (profile.layers.empty()) return invalid_argument("plan: the step profile has no layers");
@@ -445,7 +443,7 @@ Result<PlanInputs> inputs_from_profile(const profiler::StepProfile& profile, Tie
     }
     PlanObject p;
     p.key = o.key;
-    p.bytes = round_to_pages(o.reserved_bytes);
+    p.bytes = o.reserved_bytes;  // whole pages already
     p.born = born;
     p.freed = freed;
     p.persistent = !o.born_at_layer && !o.freed_at_layer;
@@ -456,8 +454,7 @@ Result<PlanInputs> inputs_from_profile(const profiler::StepProfile& profile, Tie
   for (const auto& [group, delta] : small_delta) {
     std::int64_t live = 0, peak = 0;
     for (std::int64_t d : delta) peak = std::max(peak, live += d);
-    in.small_reserve_bytes +=
-        (static_cast<std::uint64_t>(peak) + kChunkBytes - 1) / kChunkBytes * kChunkBytes;
+    in.small_reserve_bytes += round_up(static_cast<std::uint64_t>(peak), kGroupChunkBytes);
   }
   in.layer_ns.resize(in.layers);
   for (std::uint32_t l = 0; l < in.layers; ++l) {
@@ -499,9 +496,7 @@ Result<Plan> make_plan(std::string_view policy, const PlanInputs& in) {
     if (!s) return s.status();
     plan = std::move(s).value();
   } else {
-    std::string known;
-    for (const std::string& name : policy_names()) known += (known.empty() ? "" : ", ") + name;
-    return invalid_argument(fmt::format("unknown policy '{}' (known: {})", policy, known));
+    return invalid_argument(fmt::format("unknown policy '{}' (known: {})", policy, known_policies()));
   }
   plan.fast = in.fast;
   plan.slow = in.slow;

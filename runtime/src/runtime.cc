@@ -139,9 +139,8 @@ Result<std::pair<std::string, std::string>> resolve_migration(const RuntimeOptio
   if (!policy.empty()) {
     const auto& names = migrator::policy_names();
     if (std::find(names.begin(), names.end(), policy) == names.end()) {
-      std::string known;
-      for (const std::string& name : names) known += (known.empty() ? "" : ", ") + name;
-      return invalid_argument(fmt::format("{} '{}' is not a policy (known: {})", policy_from, policy, known));
+      return invalid_argument(fmt::format("{} '{}' is not a policy (known: {})", policy_from, policy,
+                                          migrator::known_policies()));
     }
   }
   TENSORTIER_RETURN_IF_ERROR(parse_fast_budget(budget, budget_from).status());

@@ -117,6 +117,8 @@ struct Plan {
 };
 
 const std::vector<std::string>& policy_names();
+// The names, comma-separated, for error messages.
+std::string known_policies();
 
 // The plan `policy` makes. Errors: kInvalidArgument naming an unknown policy and the known ones.
 Result<Plan> make_plan(std::string_view policy, const PlanInputs& inputs);
