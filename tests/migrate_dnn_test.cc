@@ -130,7 +130,7 @@ TEST_P(PolicyTest, TrainsBitIdenticallyToFastOnlyWithinTheBudget) {
 INSTANTIATE_TEST_SUITE_P(Policies, PolicyTest,
                          ::testing::Combine(::testing::Values("lenet5", "resnet18"),
                                             ::testing::Values("slow-only", "first-touch", "interleave",
-                                                              "sentinel", "oracle")));
+                                                              "reactive", "autoswap", "sentinel", "oracle")));
 
 TEST(Policies, FivePercentOfMovesFailingChangesNothingButSpeed) {
   const TrainRun reference = train("resnet18", "fast-only", "");

@@ -1,8 +1,10 @@
 // The migrator without a training engine: plans on hand-made inputs (what each policy must do),
 // and the executor's mover thread beside a training thread that runs layers over objects whose
 // bytes it checks (run under ThreadSanitizer in CI: label "threaded").
+#include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <map>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -80,6 +82,68 @@ TEST(Plan, UnknownPolicyAndBadInputsAreRefused) {
   EXPECT_NE(plan.status().message().find("known: fast-only"), std::string::npos);
   profiler::StepProfile empty;
   EXPECT_FALSE(inputs_from_profile(empty, 0, 1, kMiB));
+}
+
+// Reactive knows only the past: every move in follows a layer that used the object (a promotion
+// of what was just touched), and with room for the weights it keeps them fast.
+TEST(Plan, ReactivePromotesOnlyWhatALayerJustUsed) {
+  const PlanInputs in = chain_inputs(8 * kMiB);
+  auto plan = make_plan("reactive", in);
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(simulate(*plan, in), "");
+  std::map<ObjectKey, const PlanObject*> by_key;
+  for (const PlanObject& o : in.objects) by_key[o.key] = &o;
+  std::size_t ins = 0;
+  for (const PlannedMove& m : plan->moves) {
+    if (m.to != in.fast) continue;
+    ++ins;
+    const auto& uses = by_key.at(m.key)->uses;
+    ASSERT_NE(m.after_layer, kStepStart);
+    EXPECT_TRUE(std::binary_search(uses.begin(), uses.end(), m.after_layer))
+        << "key " << m.key << " moved in after layer " << m.after_layer << ", which did not use it";
+    EXPECT_EQ(m.useful_until, kStepStart) << "reactive cannot know when a move stops helping";
+  }
+  EXPECT_GT(ins, 0u) << "at 8 MiB of 16 MiB live something must be promoted";
+  auto roomy = make_plan("reactive", chain_inputs(64 * kMiB));
+  ASSERT_TRUE(roomy);
+  EXPECT_TRUE(roomy->moves.empty()) << "with room for everything a reactive policy moves nothing";
+  EXPECT_EQ(roomy->slow_access_bytes, 0u);
+}
+
+// AutoSwap swaps out the large objects idle across the peak, after their use before it, and back
+// in early enough for the move to end before their next use; objects under 1 MiB never move.
+TEST(Plan, AutoswapSwapsIdleLargeObjectsAcrossThePeakInTime) {
+  PlanInputs in;
+  in.layers = 10;
+  in.layer_ns.assign(10, 1'000'000);
+  in.move_in_gbps = in.move_out_gbps = 4;  // 4 MiB in ~1 ms: one layer back
+  in.slow_access_ns_per_byte = 0.5;
+  in.objects.push_back({1, 4 * kMiB, 0, 10, true, false, {0, 9}});                  // idle across the middle
+  in.objects.push_back({2, 4 * kMiB, 0, 10, true, false, {4, 5}});                  // used at the peak
+  in.objects.push_back({3, kMiB / 2, 0, 10, true, false, {0, 9}});                  // idle, but too small
+  in.objects.push_back({step_key(0), 6 * kMiB, 3, 7, false, false, {3, 4, 5, 6}});  // the peak's activation
+  in.peak_bytes = 4 * kMiB + 4 * kMiB + kMiB / 2 + 6 * kMiB;
+  in.fast_budget_bytes = in.peak_bytes - 2 * kMiB;
+  auto plan = make_plan("autoswap", in);
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(simulate(*plan, in), "");
+  bool out = false, back = false;
+  for (const PlannedMove& m : plan->moves) {
+    EXPECT_EQ(m.key, 1u) << "only the large object idle across the peak is swapped";
+    if (m.to == in.slow) {
+      out = true;
+      EXPECT_EQ(m.after_layer, 0u) << "out right after its use before the peak";
+    } else {
+      back = true;
+      EXPECT_EQ(m.needed_by, 9u);
+      ASSERT_NE(m.after_layer, kStepStart);
+      const double lead_ns = static_cast<double>(m.needed_by - m.after_layer - 1) * 1e6;
+      EXPECT_GE(lead_ns, static_cast<double>(m.bytes) / in.move_in_gbps) << "in too late to hide the move";
+      EXPECT_LE(m.after_layer, 7u);
+    }
+  }
+  EXPECT_TRUE(out && back);
+  EXPECT_EQ(plan->slow_access_bytes, 0u) << "the swap is hidden: no layer finds its object slow";
 }
 
 // A training thread runs steps of layers over objects that the executor's mover thread moves

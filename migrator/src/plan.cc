@@ -1,6 +1,7 @@
 #include "tensortier/migrator/plan.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <set>
@@ -404,11 +405,368 @@ Plan oracle(const PlanInputs& in) {
   return best;
 }
 
+// Residency: per object, whether it is on the fast tier at each boundary b in [0, layers) of its
+// life (the state the layer at b finds, after the moves at b). Persistent objects' boundaries
+// are cyclic: boundary `layers` is the next step's boundary 0. from_residency() turns residency
+// into births, starts and moves: a change at boundary b is a move handed to the mover after
+// layer b - 1 (a persistent object's change at boundary 0: after the last layer, for the next
+// step); a move in is needed by the next use at or after b, and (with `know_uses`) useful until
+// the last use of its stay in fast memory.
+using Residency = std::vector<std::vector<char>>;  // object -> boundary -> fast
+
+Plan from_residency(const PlanInputs& in, std::string policy, const Residency& fast, bool know_uses) {
+  Plan plan;
+  plan.policy = std::move(policy);
+  const std::uint32_t L = in.layers;
+  for (std::size_t i = 0; i < in.objects.size(); ++i) {
+    const PlanObject& o = in.objects[i];
+    const std::uint32_t first = o.persistent ? 0 : o.born;
+    const std::uint32_t end = o.persistent ? L : std::min(o.freed, L);
+    if (first >= end) {  // born and freed at one boundary, or born after the last layer
+      place(plan, o, in.slow);
+      continue;
+    }
+    place(plan, o, fast[i][first] ? in.fast : in.slow);
+    auto next_use = [&](std::uint32_t b) -> std::uint32_t {
+      auto it = std::lower_bound(o.uses.begin(), o.uses.end(), b);
+      if (it != o.uses.end()) return *it;
+      return o.persistent && !o.uses.empty() ? L + o.uses.front() : std::max(b, end);
+    };
+    for (std::uint32_t b = o.persistent ? 0 : first + 1; b < end; ++b) {
+      const char before = fast[i][b == 0 ? L - 1 : b - 1];
+      if (before == fast[i][b]) continue;
+      PlannedMove m;
+      m.key = o.key;
+      m.bytes = o.bytes;
+      m.after_layer = b == 0 ? L - 1 : b - 1;
+      if (fast[i][b]) {
+        m.to = in.fast;
+        const std::uint32_t use = next_use(b);
+        m.needed_by = b == 0 ? L + use : use;
+        m.useful_until = kStepStart;
+        if (know_uses && b != 0) {
+          std::uint32_t stay = b;  // the fast run from b, within the step
+          while (stay + 1 < end && fast[i][stay + 1]) ++stay;
+          auto past = std::upper_bound(o.uses.begin(), o.uses.end(), stay);
+          m.useful_until = past != o.uses.begin() && *(past - 1) >= use ? *(past - 1) : use;
+        } else if (know_uses) {
+          m.useful_until = m.needed_by;
+        }
+      } else {
+        m.to = in.slow;
+        m.needed_by = b == 0 ? L : b;
+        m.useful_until = kStepStart;  // a move out makes room for moves in: never dropped as late
+      }
+      plan.moves.push_back(m);
+    }
+    if (o.persistent) plan.start[o.key] = fast[i][0] ? in.fast : in.slow;
+  }
+  // In the order the mover takes them: by boundary (the start's own moves first), outs first.
+  std::stable_sort(plan.moves.begin(), plan.moves.end(), [&](const PlannedMove& a, const PlannedMove& b) {
+    const std::uint64_t x = a.after_layer == kStepStart ? 0 : std::uint64_t{a.after_layer} + 1;
+    const std::uint64_t y = b.after_layer == kStepStart ? 0 : std::uint64_t{b.after_layer} + 1;
+    return std::tuple(x, a.to == in.fast) < std::tuple(y, b.to == in.fast);
+  });
+  return plan;
+}
+
+// Reactive (no knowledge of the future), as Linux's NUMA-balancing tiering and TPP work at object
+// granularity: each object's access score decays by `decay` per layer and gains 1 per layer that
+// uses it; a new object is born fast while there is room, else slow; after a layer, each slow
+// object it used whose score reached `threshold` is promoted, making room by demoting the fast
+// objects used least recently (not those the layer just used); when there is no such room it
+// stays slow. The policy is played online over `kWarmSteps` repeats of the step (its state
+// carried from step to step) and the last repeat is the plan: what it does in the steady state.
+Plan reactive_with(const PlanInputs& in, double decay, double threshold) {
+  constexpr int kWarmSteps = 4;
+  const std::uint32_t L = in.layers;
+  const std::size_t n = in.objects.size();
+  const std::uint64_t room =
+      in.fast_budget_bytes > in.small_reserve_bytes ? in.fast_budget_bytes - in.small_reserve_bytes : 0;
+  std::vector<std::vector<std::size_t>> users(L), births(L + 1), deaths(L + 1);
+  for (std::size_t i = 0; i < n; ++i) {
+    const PlanObject& o = in.objects[i];
+    for (std::uint32_t l : o.uses) {
+      if (l < L) users[l].push_back(i);
+    }
+    if (!o.persistent && o.born < L && o.freed > o.born) {
+      births[o.born].push_back(i);
+      deaths[std::min(o.freed, L)].push_back(i);
+    }
+  }
+  std::vector<double> score(n, 0);
+  std::vector<std::int64_t> last_access(n, -1), score_at(n, 0);  // in layers since the run began
+  std::vector<char> alive(n, 0), fast(n, 0);
+  std::uint64_t fast_bytes = 0;
+  // Persistent objects start as first touch would leave them: fast while they fit, in key order.
+  for (std::size_t i = 0; i < n; ++i) {
+    const PlanObject& o = in.objects[i];
+    if (!o.persistent) continue;
+    alive[i] = 1;
+    if (fast_bytes + o.bytes <= room) {
+      fast[i] = 1;
+      fast_bytes += o.bytes;
+    }
+  }
+  Residency residency(n, std::vector<char>(L, 0));
+  std::int64_t now = 0;  // layers run
+  for (int step = 0; step < kWarmSteps; ++step) {
+    const bool record = step + 1 == kWarmSteps;
+    for (std::uint32_t b = 0; b < L; ++b, ++now) {
+      for (std::size_t i : deaths[b]) {
+        if (fast[i]) fast_bytes -= in.objects[i].bytes;
+        alive[i] = fast[i] = 0;
+      }
+      for (std::size_t i : births[b]) {
+        alive[i] = 1;
+        score[i] = 0;
+        score_at[i] = now;
+        last_access[i] = now;
+        fast[i] = fast_bytes + in.objects[i].bytes <= room ? 1 : 0;
+        if (fast[i]) fast_bytes += in.objects[i].bytes;
+      }
+      if (record) {
+        for (std::size_t i = 0; i < n; ++i) residency[i][b] = fast[i];
+      }
+      // Layer b runs; then the policy reacts to what it saw.
+      for (std::size_t i : users[b]) {
+        score[i] = score[i] * std::pow(decay, static_cast<double>(now - score_at[i])) + 1.0;
+        score_at[i] = now;
+        last_access[i] = now;
+      }
+      for (std::size_t i : users[b]) {
+        const PlanObject& o = in.objects[i];
+        if (!alive[i] || fast[i] || score[i] < threshold || o.bytes > room) continue;
+        if (fast_bytes + o.bytes > room) {
+          std::vector<std::pair<std::int64_t, std::size_t>> lru;
+          for (std::size_t j = 0; j < n; ++j) {
+            if (alive[j] && fast[j] && last_access[j] < now) lru.emplace_back(last_access[j], j);
+          }
+          std::sort(lru.begin(), lru.end());
+          std::uint64_t freed = 0;
+          std::size_t count = 0;
+          while (fast_bytes - freed + o.bytes > room && count < lru.size())
+            freed += in.objects[lru[count++].second].bytes;
+          if (fast_bytes - freed + o.bytes > room) continue;
+          for (std::size_t v = 0; v < count; ++v) {
+            fast[lru[v].second] = 0;
+            fast_bytes -= in.objects[lru[v].second].bytes;
+          }
+        }
+        fast[i] = 1;
+        fast_bytes += o.bytes;
+      }
+    }
+    for (std::size_t i : deaths[L]) {
+      if (fast[i]) fast_bytes -= in.objects[i].bytes;
+      alive[i] = fast[i] = 0;
+    }
+  }
+  // The state the next step starts in: what the policy did after the last layer.
+  for (std::size_t i = 0; i < n; ++i) {
+    if (in.objects[i].persistent) residency[i][0] = fast[i];
+  }
+  // A persistent object's state after the last layer is boundary 0 of the next step; the state the
+  // recorded step began in was the previous step's: in a steady state they agree, else the plan
+  // starts from the new one (residency[0] above) and boundary 0's state holds for layer 0.
+  Plan plan = from_residency(in, "reactive", residency, false);
+  plan.interval_layers = 0;
+  return plan;
+}
+
+Plan reactive(const PlanInputs& in) {
+  // Tuned as the other policies are: the decay and threshold the simulator predicts cheapest.
+  Plan best;
+  bool have = false;
+  for (double decay : {0.5, 0.8, 0.95}) {
+    for (double threshold : {1.0, 1.5, 2.5}) {
+      Plan plan = reactive_with(in, decay, threshold);
+      if (!simulate(plan, in).empty()) continue;
+      if (!have || plan.predicted_extra_ns < best.predicted_extra_ns) {
+        best = std::move(plan);
+        have = true;
+      }
+    }
+  }
+  if (!have) {
+    best = reactive_with(in, 0.8, 1.0);
+    (void)simulate(best, in);
+  }
+  return best;
+}
+
+// AutoSwap (Zhang et al., arXiv 1903.06631) over the two tiers: with every object fast, find the
+// boundary of the step's peak; the candidates are objects of 1 MiB or more alive there whose
+// absence (the gap between the use before and the use after, across the step's end for
+// persistent objects) spans it; rank them by a priority score and swap them out after the use
+// before and back in before the use after (early enough for the move's time at the measured
+// bandwidth, counted back over the layers' times), taking candidates until the peak fits the
+// budget. Where the budget still cannot hold what is left fast, an object's fast stretches are
+// admitted in birth order while they fit, the rest stays slow (on a GPU AutoSwap would fail
+// there; here slow memory takes it).
+enum class SwapScore { kAbsenceTime, kAbsenceArea, kVote };
+
+Plan autoswap_with(const PlanInputs& in, SwapScore score_kind) {
+  constexpr std::uint64_t kMinCandidateBytes = 1 << 20;
+  const std::uint32_t L = in.layers;
+  const std::size_t n = in.objects.size();
+  const std::uint64_t room =
+      in.fast_budget_bytes > in.small_reserve_bytes ? in.fast_budget_bytes - in.small_reserve_bytes : 0;
+  // Time at boundary b of an unrolled timeline of three steps, b in [-L, 2L].
+  std::vector<double> at_ns(3 * static_cast<std::size_t>(L) + 1, 0);
+  for (std::size_t b = 0; b + 1 < at_ns.size(); ++b)
+    at_ns[b + 1] = at_ns[b] + static_cast<double>(in.layer_ns[b % L]);
+  auto time_at = [&](std::int64_t b) { return at_ns[static_cast<std::size_t>(b + L)] - at_ns[L]; };
+  auto alive_at = [&](const PlanObject& o, std::uint32_t b) {
+    return o.persistent || (o.born <= b && b < o.freed);
+  };
+  // Everything fast: the peak boundary.
+  std::vector<std::uint64_t> live(L, 0);
+  for (const PlanObject& o : in.objects) {
+    for (std::uint32_t b = 0; b < L; ++b) {
+      if (alive_at(o, b)) live[b] += o.bytes;
+    }
+  }
+  const std::uint32_t peak =
+      static_cast<std::uint32_t>(std::max_element(live.begin(), live.end()) - live.begin());
+  // Candidates: the absence around the peak, [out, in) in boundaries of an unrolled timeline
+  // (persistent absences may start in the previous step or end in the next).
+  struct Candidate {
+    std::size_t object = 0;
+    std::int64_t out = 0, in = 0;  // fast again from boundary `in`
+    double absence_ns = 0;
+    double score = 0;
+  };
+  std::vector<Candidate> candidates;
+  for (std::size_t i = 0; i < n; ++i) {
+    const PlanObject& o = in.objects[i];
+    if (o.bytes < kMinCandidateBytes || !alive_at(o, peak) || o.uses.empty()) continue;
+    auto after = std::lower_bound(o.uses.begin(), o.uses.end(), peak);  // first use at or after the peak
+    std::int64_t before_use = 0, after_use = 0;
+    if (after != o.uses.begin()) {
+      before_use = *(after - 1);
+    } else if (o.persistent) {
+      before_use = static_cast<std::int64_t>(o.uses.back()) - L;
+    } else {
+      continue;  // not used before the peak: nothing to swap out
+    }
+    if (after != o.uses.end()) {
+      after_use = *after;
+    } else if (o.persistent) {
+      after_use = static_cast<std::int64_t>(o.uses.front()) + L;
+    } else {
+      after_use = o.freed;  // no use left: out until it dies, never back in
+    }
+    if (after_use <= peak) continue;  // used by the layer at the peak
+    const bool comes_back = o.persistent || after != o.uses.end();
+    Candidate c;
+    c.object = i;
+    c.out = before_use + 1;
+    c.in = after_use;
+    if (comes_back) {  // back in early enough: the move's time counted back over the layers before the use
+      const double move_ns = static_cast<double>(o.bytes) / in.move_in_gbps;
+      while (c.in > c.out && time_at(after_use) - time_at(c.in) < move_ns) --c.in;
+    }
+    if (c.in <= peak || c.out > peak) continue;  // the swap would not free the peak
+    c.absence_ns = time_at(after_use) - time_at(before_use + 1);
+    candidates.push_back(c);
+  }
+  // Priority: absence time; absence time x size; or their vote (the sum of both ranks).
+  std::vector<std::size_t> by_time(candidates.size()), by_area(candidates.size());
+  for (std::size_t c = 0; c < candidates.size(); ++c) by_time[c] = by_area[c] = c;
+  std::sort(by_time.begin(), by_time.end(), [&](std::size_t a, std::size_t b) {
+    return candidates[a].absence_ns > candidates[b].absence_ns;
+  });
+  auto area = [&](const Candidate& c) {
+    return c.absence_ns * static_cast<double>(in.objects[c.object].bytes);
+  };
+  std::sort(by_area.begin(), by_area.end(),
+            [&](std::size_t a, std::size_t b) { return area(candidates[a]) > area(candidates[b]); });
+  for (std::size_t r = 0; r < candidates.size(); ++r) {
+    switch (score_kind) {
+      case SwapScore::kAbsenceTime:
+        candidates[by_time[r]].score = static_cast<double>(r);
+        break;
+      case SwapScore::kAbsenceArea:
+        candidates[by_area[r]].score = static_cast<double>(r);
+        break;
+      case SwapScore::kVote:
+        candidates[by_time[r]].score += static_cast<double>(r);
+        candidates[by_area[r]].score += static_cast<double>(r);
+        break;
+    }
+  }
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const Candidate& a, const Candidate& b) { return a.score < b.score; });
+  // Wanted residency: fast through each object's life but for the absences chosen.
+  Residency want(n, std::vector<char>(L, 0));
+  for (std::size_t i = 0; i < n; ++i) {
+    for (std::uint32_t b = 0; b < L; ++b) want[i][b] = alive_at(in.objects[i], b) ? 1 : 0;
+  }
+  std::uint64_t peak_fast = live[peak];
+  for (const Candidate& c : candidates) {
+    if (peak_fast <= room) break;
+    for (std::int64_t b = c.out; b < c.in; ++b) want[c.object][static_cast<std::size_t>((b % L + L) % L)] = 0;
+    peak_fast -= in.objects[c.object].bytes;
+    // Other boundaries may now be the peak: keep taking candidates while any is over.
+    std::fill(live.begin(), live.end(), 0);
+    for (std::size_t i = 0; i < n; ++i) {
+      for (std::uint32_t b = 0; b < L; ++b) live[b] += want[i][b] ? in.objects[i].bytes : 0;
+    }
+    peak_fast = *std::max_element(live.begin(), live.end());
+  }
+  // Admission within the budget: persistent objects first, then by birth; a fast stretch of an
+  // object stays fast only if the budget holds it at every boundary of the stretch.
+  std::vector<std::uint64_t> used(L, 0);
+  Residency fast(n, std::vector<char>(L, 0));
+  for (std::size_t i : birth_order(in)) {
+    const PlanObject& o = in.objects[i];
+    std::uint32_t b = 0;
+    while (b < L) {
+      if (!want[i][b]) {
+        ++b;
+        continue;
+      }
+      std::uint32_t e = b;
+      while (e < L && want[i][e]) ++e;
+      bool fits = true;
+      for (std::uint32_t k = b; k < e && fits; ++k) fits = used[k] + o.bytes <= room;
+      if (fits) {
+        for (std::uint32_t k = b; k < e; ++k) {
+          used[k] += o.bytes;
+          fast[i][k] = 1;
+        }
+      }
+      b = e;
+    }
+  }
+  Plan plan = from_residency(in, "autoswap", fast, true);
+  return plan;
+}
+
+Plan autoswap(const PlanInputs& in) {
+  Plan best;
+  bool have = false;
+  for (SwapScore kind : {SwapScore::kVote, SwapScore::kAbsenceTime, SwapScore::kAbsenceArea}) {
+    Plan plan = autoswap_with(in, kind);
+    if (!simulate(plan, in).empty()) continue;
+    if (!have || plan.predicted_extra_ns < best.predicted_extra_ns) {
+      best = std::move(plan);
+      have = true;
+    }
+  }
+  if (!have) {
+    best = autoswap_with(in, SwapScore::kVote);
+    (void)simulate(best, in);
+  }
+  return best;
+}
+
 }  // namespace
 
 const std::vector<std::string>& policy_names() {
-  static const std::vector<std::string> names{"fast-only",  "slow-only", "first-touch",
-                                              "interleave", "sentinel",  "oracle"};
+  static const std::vector<std::string> names{"fast-only", "slow-only", "first-touch", "interleave",
+                                              "reactive",  "autoswap",  "sentinel",    "oracle"};
   return names;
 }
 
@@ -489,6 +847,10 @@ Result<Plan> make_plan(std::string_view policy, const PlanInputs& in) {
     plan = first_touch(in);
   } else if (policy == "interleave") {
     plan = interleave(in);
+  } else if (policy == "reactive") {
+    plan = reactive(in);
+  } else if (policy == "autoswap") {
+    plan = autoswap(in);
   } else if (policy == "oracle") {
     plan = oracle(in);
   } else if (policy == "sentinel") {

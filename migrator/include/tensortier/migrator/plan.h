@@ -14,6 +14,17 @@
 //   interleave            objects spread over the tiers in the ratio of the fast budget to the
 //                         step's peak, as numactl --interleave or memkind's memtier would, within
 //                         the budget; no moves;
+//   reactive              no knowledge of the future (Linux NUMA-balancing tiering / TPP at object
+//                         granularity): access scores that decay per layer, a slow object promoted
+//                         after a layer that used it once its score reaches a threshold, room made
+//                         by demoting the least recently used; born fast while there is room. Played
+//                         online over a few repeats of the step; the last one (its steady state) is
+//                         the plan. Decay and threshold: the pair the simulator predicts cheapest;
+//   autoswap              AutoSwap (arXiv 1903.06631): objects of 1 MiB or more idle across the
+//                         step's peak, ranked by absence time, absence time x size or their vote
+//                         (the one predicted cheapest), swapped out after their use before the peak
+//                         and back in early enough for their use after it, until the peak fits;
+//                         what still does not fit stays slow;
 //   sentinel              short-lived objects (profile class kShort) fast for their whole life in
 //                         a region the offset planner sizes; the others managed per migration
 //                         interval: an object used in interval k is fast during k and, prefetched,
