@@ -3,15 +3,18 @@
 // than its budget at any layer boundary once the policy runs; with 5% of moves failing at random,
 // training completes identical. Plans made from real step profiles are valid, and the offset
 // planner packs the short-lived objects of those steps within 2% of their max-live bytes.
+#include <map>
 #include <random>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "tensortier/allocator/offset_planner.h"
 #include "tensortier/dnn/data.h"
 #include "tensortier/dnn/models.h"
 #include "tensortier/migrator/plan.h"
+#include "tensortier/timeline.h"
 
 namespace tensortier::dnn {
 namespace {
@@ -44,12 +47,13 @@ struct TrainRun {
   RuntimeStats stats;
   std::uint64_t checks = 0, over = 0;
   std::string plan_problem;
+  std::size_t layers_per_step = 0;
 };
 
 constexpr int kSteps = 10;
 
 TrainRun train(const std::string& model, const std::string& policy, const std::string& budget,
-               double failure_rate = 0) {
+               double failure_rate = 0, StepObserver* extra_observer = nullptr) {
   TrainRun out;
   RuntimeOptions options("fast=dram:1GiB,slow=emulated:cxl:4GiB");
   options.policy = policy;
@@ -78,6 +82,9 @@ TrainRun train(const std::string& model, const std::string& policy, const std::s
   Batch batch;
   BudgetWatch watch(r);
   EXPECT_TRUE(r.add_observer(&watch).is_ok());
+  if (extra_observer != nullptr) {
+    EXPECT_TRUE(r.add_observer(extra_observer).is_ok());
+  }
   for (int step = 0; step < kSteps; ++step) {
     EXPECT_TRUE(it.next(engine, batch).is_ok());
     EXPECT_TRUE(r.step_begin().is_ok());
@@ -87,6 +94,8 @@ TrainRun train(const std::string& model, const std::string& policy, const std::s
     out.losses.push_back(result ? result->loss : -1);
   }
   r.remove_observer(&watch);
+  if (extra_observer != nullptr) r.remove_observer(extra_observer);
+  out.layers_per_step = r.last_step_layers().size();
   // The mover may still be carrying out the last step's moves: read the weights pinned.
   std::vector<const Tensor*> weights;
   for (auto& [name, p] : net.value()->params()) weights.push_back(&p->value);
@@ -191,6 +200,47 @@ TEST(Policies, PlansFromRealProfilesAreValidAndTheRegionIsTight) {
       }
     }
   }
+}
+
+// The timeline of two steps under a policy: every layer of both steps inside its step, moves with
+// their bytes, and the per-step counts the trainer prints (slow bytes, moves) agree with it.
+TEST(Policies, TheTimelineRecordsEveryLayerAndTheMovesOfTheStepsItWasAskedFor) {
+  TimelineRecorder timeline(6, 2, "test");
+  const TrainRun run = train("resnet18", "sentinel", "20%", 0, &timeline);
+  ASSERT_EQ(timeline.steps_recorded(), 2u);
+  const nlohmann::json trace = nlohmann::json::parse(timeline.json());
+  std::map<std::uint64_t, std::pair<double, double>> steps;  // step -> [begin, end] us
+  std::size_t layers = 0;
+  std::uint64_t moved_bytes = 0;
+  for (const auto& e : trace.at("traceEvents")) {
+    if (e.at("ph") != "X") continue;
+    const std::string cat = e.at("cat");
+    const double ts = e.at("ts"), dur = e.at("dur");
+    EXPECT_GE(dur, 0.0);
+    if (cat == "step") steps[e.at("args").at("step")] = {ts, ts + dur};
+  }
+  ASSERT_EQ(steps.size(), 2u);
+  EXPECT_TRUE(steps.contains(6) && steps.contains(7));
+  for (const auto& e : trace.at("traceEvents")) {
+    if (e.at("ph") != "X") continue;
+    const std::string cat = e.at("cat");
+    if (cat == "layer") {
+      ++layers;
+      const auto [begin, end] = steps.at(e.at("args").at("step"));
+      const double ts = e.at("ts"), dur = e.at("dur");
+      EXPECT_GE(ts, begin - 1.0);
+      EXPECT_LE(ts + dur, end + 1.0) << "a layer outside its step";
+    }
+    if (cat == "move-in" || cat == "move-out") moved_bytes += e.at("args").at("bytes").get<std::uint64_t>();
+  }
+  EXPECT_EQ(layers, 2 * run.layers_per_step);
+  EXPECT_GT(moved_bytes, 0u) << "sentinel at 20% moves every step";
+  EXPECT_GT(run.stats.last_step_slow_bytes, 0u) << "at 20% some layer reads the slow tier";
+  const TrainRun fast = train("resnet18", "fast-only", "");
+  EXPECT_EQ(fast.stats.last_step_slow_bytes, 0u);
+  TimelineRecorder unused(100, 1);
+  EXPECT_EQ(unused.steps_recorded(), 0u);
+  EXPECT_EQ(nlohmann::json::parse(unused.json()).at("traceEvents").size(), 4u) << "only the lane names";
 }
 
 TEST(Policies, AnUnknownPolicyIsRefusedNamingTheKnownOnes) {

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <string>
 
 #include <fmt/format.h>
@@ -17,6 +18,7 @@
 #include "tensortier/allocator/tier_spec.h"
 #include "tensortier/dnn/data.h"
 #include "tensortier/dnn/models.h"
+#include "tensortier/timeline.h"
 
 namespace {
 
@@ -44,6 +46,9 @@ struct Options {
   std::string profile_writes;  // empty: the runtime's default (page protection)
   std::string policy;          // empty: TENSORTIER_POLICY, else none
   std::string fast_budget;     // empty: TENSORTIER_FAST_BUDGET, else the fast tier's budget
+  std::string trace;           // Chrome trace of steps [trace_from, trace_from + trace_steps)
+  std::size_t trace_from = 4;
+  std::size_t trace_steps = 1;
 };
 
 // The migration's line for a step: bytes moved each way in the last step, moves dropped late,
@@ -51,10 +56,12 @@ struct Options {
 std::string migration_use(const Runtime& rt) {
   const RuntimeStats s = rt.stats();
   if (s.policy.empty()) return {};
-  return fmt::format(" | {} in {} out {} late {} failed {} charge {:.1f} ms", s.policy,
+  return fmt::format(" | {} in {} out {} late {} failed {} slow {} wait {:.1f} ms charge {:.1f} ms", s.policy,
                      format_bytes(s.migration.last_step_bytes_in),
                      format_bytes(s.migration.last_step_bytes_out), s.migration.last_step_late,
-                     s.migration.last_step_failed, static_cast<double>(s.last_step_emulated_charge_ns) / 1e6);
+                     s.migration.last_step_failed, format_bytes(s.last_step_slow_bytes),
+                     static_cast<double>(s.last_step_move_wait_ns) / 1e6,
+                     static_cast<double>(s.last_step_emulated_charge_ns) / 1e6);
 }
 
 // Applies the --profile* flags over the runtime's settings (flags win over the environment).
@@ -178,12 +185,22 @@ int main(int argc, char** argv) {
   app.add_option(
       "--profile-json", o.profile_json,
       "Write the first step profile there as JSON (docs/PROFILE.md; tools/tensortier-profile reads it)");
-  app.add_option("--policy", o.policy,
-                 "Migration policy from the step after the profiled one: fast-only, slow-only, first-touch, "
-                 "interleave or sentinel (default: TENSORTIER_POLICY, else none)");
+  app.add_option(
+      "--policy", o.policy,
+      "Migration policy from the step after the profiled one: fast-only, slow-only, first-touch, "
+      "interleave, reactive, autoswap, sentinel or oracle (default: TENSORTIER_POLICY, else none)");
   app.add_option("--fast-budget", o.fast_budget,
                  "The fast tier's budget under the policy: a size (512MiB) or a share of the profiled peak "
                  "(20%) (default: TENSORTIER_FAST_BUDGET, else the tier's own)");
+  app.add_option("--trace", o.trace,
+                 "Write a Chrome trace (Perfetto) of layers, moves and waits there (tools/plot_timeline.py "
+                 "draws it)");
+  app.add_option("--trace-from", o.trace_from, "The first step the trace records (1-based)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--trace-steps", o.trace_steps, "Steps the trace records")
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   spdlog::set_level(spdlog::level::warn);
@@ -197,6 +214,12 @@ int main(int argc, char** argv) {
   Runtime& rt = *created.value();
   if (Status s = apply_profile_flags(o, rt); !s.is_ok()) return fail(s);
   Engine engine(rt);
+  std::unique_ptr<TimelineRecorder> timeline;
+  if (!o.trace.empty()) {
+    timeline = std::make_unique<TimelineRecorder>(o.trace_from - 1, o.trace_steps,
+                                                  fmt::format("tensortier-train {}", o.model));
+    if (Status s = rt.add_observer(timeline.get()); !s.is_ok()) return fail(s);
+  }
 
   Dataset train, test;
   if (o.data == "fashion-mnist") {
@@ -286,6 +309,20 @@ int main(int argc, char** argv) {
         static_cast<double>(stats.move_wait_ns) / 1e6, stats.late_moves);
     if (!stats.migration.last_failure.empty())
       fmt::print("  the last failed move: {}\n", stats.migration.last_failure);
+  }
+  if (timeline != nullptr) {
+    rt.remove_observer(timeline.get());
+    if (timeline->steps_recorded() == 0) {
+      fmt::print("trace: step {} never ran ({} steps): nothing written to {}\n", o.trace_from, total,
+                 o.trace);
+    } else if (Status s = timeline->write(o.trace); !s.is_ok()) {
+      return fail(s);
+    } else {
+      fmt::print(
+          "trace of {} step(s) from step {} written to {} (open in ui.perfetto.dev, or "
+          "tools/plot_timeline.py {} out.png)\n",
+          timeline->steps_recorded(), o.trace_from, o.trace, o.trace);
+    }
   }
   // The training step's profile (before the test steps, which are another kind of step).
   if (auto profile = rt.profile()) {

@@ -707,7 +707,6 @@ Plan autoswap_with(const PlanInputs& in, SwapScore score_kind) {
   for (const Candidate& c : candidates) {
     if (peak_fast <= room) break;
     for (std::int64_t b = c.out; b < c.in; ++b) want[c.object][static_cast<std::size_t>((b % L + L) % L)] = 0;
-    peak_fast -= in.objects[c.object].bytes;
     // Other boundaries may now be the peak: keep taking candidates while any is over.
     std::fill(live.begin(), live.end(), 0);
     for (std::size_t i = 0; i < n; ++i) {

@@ -446,6 +446,9 @@ void Runtime::start_migration(const profiler::StepProfile& profile) {
       std::move(plan).value(), layers, [this](ObjectId id, TierIndex to) { return move(id, to); },
       [this] { return layers_begun_.load(std::memory_order_acquire); });
   const std::uint64_t failed = executor_->place_persistent(allocator_.objects());
+  // The fast tier's peak under the policy starts once the persistent objects are where the plan
+  // starts them (before, it still held what the profiled step left there).
+  allocator_.reset_tier_peak(fast);
   const migrator::Plan& p = executor_->plan();
   spdlog::info(
       "policy {}: fast budget {} ({} of the profiled peak footprint {}){}; predicted per step: {} in, {} "
@@ -475,6 +478,7 @@ Status Runtime::step_begin() {
   current_step_.clear();
   signature_ = 0xcbf29ce484222325ull;
   step_charge_ns_ = 0;
+  step_slow_bytes_ = step_move_wait_ns_ = step_late_moves_ = 0;
   layers_begun_.store(0, std::memory_order_release);
   step_ordinal_.store(0, std::memory_order_relaxed);
   training_thread_.store(static_cast<std::uintptr_t>(pthread_self()), std::memory_order_relaxed);
@@ -507,6 +511,9 @@ Status Runtime::step_end() {
   {
     std::lock_guard lock(stats_mutex_);
     last_step_charge_ns_ = step_charge_ns_;
+    last_step_slow_bytes_ = step_slow_bytes_;
+    last_step_move_wait_ns_ = step_move_wait_ns_;
+    last_step_late_moves_ = step_late_moves_;
   }
   notify([&](StepObserver& o) { o.on_step_end(StepEndEvent{step, signature_, duration_ns}); });
   return Status::ok();
@@ -579,9 +586,17 @@ Status Runtime::layer_begin(std::string_view name, std::span<const ObjectId> rea
   const std::uint64_t before_ns = record.index < last_step_.size() && last_step_[record.index].name == name
                                       ? last_step_[record.index].duration_ns
                                       : 0;
-  LayerEvent event{
-      name,     record.index, record.reads, record.writes, read_keys_, write_keys_, allocator_.live_bytes(),
-      before_ns};
+  LayerEvent event{name,
+                   record.index,
+                   record.reads,
+                   record.writes,
+                   read_keys_,
+                   write_keys_,
+                   allocator_.live_bytes(),
+                   before_ns,
+                   pinned->wait_ns};
+  step_move_wait_ns_ += pinned->wait_ns;
+  step_late_moves_ += pinned->late_moves;
   current_step_.push_back(std::move(record));
   layers_begun_.store(static_cast<std::uint32_t>(current_step_.size()), std::memory_order_release);
   in_layer_ = true;
@@ -644,6 +659,7 @@ Status Runtime::layer_end() {
   record.duration_ns = now_ns() - layer_start_ns_;
   record.emulated_charge_ns = charged_ns;
   step_charge_ns_ += charged_ns;
+  step_slow_bytes_ += slow_read + slow_written;
   if (charged_ns > 0) {
     std::lock_guard lock(stats_mutex_);
     charge_ns_ += charged_ns;
@@ -666,6 +682,9 @@ RuntimeStats Runtime::stats() const {
   s.tier_emulated_charge_ns = tier_charge_ns_;
   s.emulated_charge_ns = charge_ns_;
   s.last_step_emulated_charge_ns = last_step_charge_ns_;
+  s.last_step_slow_bytes = last_step_slow_bytes_;
+  s.last_step_move_wait_ns = last_step_move_wait_ns_;
+  s.last_step_late_moves = last_step_late_moves_;
   if (const migrator::Executor* executor = running_.load(std::memory_order_acquire); executor != nullptr) {
     s.policy = executor->plan().policy;
     s.migration = executor->stats();

@@ -112,6 +112,9 @@ struct RuntimeStats {
   std::uint64_t live_objects = 0;
   std::uint64_t emulated_charge_ns = 0;            // all layers, all steps
   std::uint64_t last_step_emulated_charge_ns = 0;  // the last completed step's
+  std::uint64_t last_step_slow_bytes = 0;          // its layers' declared bytes on emulated tiers
+  std::uint64_t last_step_move_wait_ns = 0;        // its layers' waits for moves
+  std::uint64_t last_step_late_moves = 0;          // moves its layers found in flight
   std::uint64_t late_moves = 0;                    // moves a layer found in flight and waited for
   std::uint64_t aborted_moves = 0;    // of those, moves still running after the wait (they failed)
   std::uint64_t move_wait_ns = 0;     // layers' time waiting for moves
@@ -246,6 +249,7 @@ class Runtime {
   std::vector<std::uint64_t> slow_written_bytes_;  // by tier
   std::vector<ObjectKey> read_keys_, write_keys_;
   std::uint64_t step_charge_ns_ = 0;
+  std::uint64_t step_slow_bytes_ = 0, step_move_wait_ns_ = 0, step_late_moves_ = 0;
   std::vector<LayerRecord> current_step_;
   std::vector<LayerRecord> last_step_;
   std::uint64_t step_start_ns_ = 0;
@@ -270,6 +274,7 @@ class Runtime {
   std::vector<std::uint64_t> tier_charge_ns_;
   std::uint64_t charge_ns_ = 0, last_step_charge_ns_ = 0, late_moves_ = 0, aborted_moves_ = 0,
                 move_wait_ns_ = 0, moves_ = 0, failed_moves_ = 0;
+  std::uint64_t last_step_slow_bytes_ = 0, last_step_move_wait_ns_ = 0, last_step_late_moves_ = 0;
 
   // Migration: the executor runs from the step after the profile (start_migration).
   std::string policy_;

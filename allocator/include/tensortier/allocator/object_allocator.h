@@ -216,6 +216,8 @@ class ObjectAllocator {
 
   std::size_t tier_count() const { return tiers_.size(); }
   const Tier& tier(TierIndex index) const { return *tiers_.at(index); }
+  // Restarts tier `index`'s peak from the bytes it uses now (thread-safe: the counters are atomic).
+  void reset_tier_peak(TierIndex index) { tiers_.at(index)->reset_peak(); }
   std::vector<TierUsage> usage() const;
   std::size_t live_objects() const;
   // Bytes of live objects (as asked) over all tiers, and their high-water mark since the last

@@ -33,6 +33,7 @@ struct LayerEvent {
   std::span<const ObjectKey> write_keys;   // keys of `writes`
   std::uint64_t live_bytes = 0;            // the allocator's live bytes at layer_begin
   std::uint64_t previous_duration_ns = 0;  // the same layer in the previous step (0: unknown)
+  std::uint64_t move_wait_ns = 0;          // how long it waited for moves of its objects in flight
 };
 
 // A layer as its observers see it at layer_end.

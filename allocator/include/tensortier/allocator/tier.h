@@ -75,6 +75,8 @@ class Tier {
     peak_bytes_.store(used_bytes(), std::memory_order_relaxed);
   }
   std::uint64_t used_bytes() const { return used_bytes_.load(std::memory_order_relaxed); }
+  // The peak restarts from the bytes used now.
+  void reset_peak() { peak_bytes_.store(used_bytes(), std::memory_order_relaxed); }
   std::uint64_t peak_bytes() const { return peak_bytes_.load(std::memory_order_relaxed); }
   // Bytes that an allocation of `bytes` could still get within the budget.
   std::uint64_t free_bytes() const;

@@ -1,0 +1,72 @@
+// TimelineRecorder: what happened in chosen training steps, in time: each layer (with the part of
+// it spent waiting for moves and the part charged for an emulated slow tier), and each move the
+// runtime made (mover thread or caller), written as a Chrome trace (JSON "traceEvents"; open it in
+// https://ui.perfetto.dev or chrome://tracing; tools/plot_timeline.py draws it as a PNG).
+//
+// It is a StepObserver: attach it with Runtime::add_observer before the steps it should record and
+// remove it before destroying it. It records steps [first_step, first_step + steps) by the
+// runtime's step count, and moves that end while one of them runs.
+//
+// Times: one steady clock, in microseconds from the first recorded step's start. A layer's span is
+// from its layer_begin (after any wait for moves, drawn just before it) to its layer_end; a move's
+// span ends when the runtime reported it and begins its copy and charge time earlier (a wait for
+// pins before it is not drawn).
+//
+// Thread safety: the observer calls may come from the training thread and the mover thread at once
+// (a mutex orders them); json() and write() from any thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "tensortier/allocator/step_observer.h"
+#include "tensortier/status.h"
+
+namespace tensortier {
+
+class TimelineRecorder final : public StepObserver {
+ public:
+  TimelineRecorder(std::uint64_t first_step, std::uint64_t steps, std::string label = "tensortier");
+
+  // The trace so far, as Chrome trace JSON.
+  std::string json() const;
+  // Writes json() to `path`. Errors: kInternal naming the path and the OS error.
+  Status write(const std::string& path) const;
+  // Steps recorded so far (complete ones).
+  std::uint64_t steps_recorded() const;
+
+  void on_step_begin(std::uint64_t step) override;
+  void on_step_end(const StepEndEvent& event) override;
+  void on_layer_begin(const LayerEvent& event) override;
+  void on_layer_end(const LayerEndEvent& event) override;
+  void on_move(const MoveResult& move) override;
+
+ private:
+  struct Span {
+    std::string name;
+    int lane = 0;  // 0 steps, 1 layers, 2 moves
+    std::uint64_t begin_ns = 0, end_ns = 0;
+    std::string category;  // "step", "layer", "wait", "emulated", "move-in", "move-out"
+    std::uint64_t bytes = 0;
+    std::uint64_t step = 0;
+  };
+  std::uint64_t now_ns() const;
+
+  const std::uint64_t first_step_;
+  const std::uint64_t steps_;
+  const std::string label_;
+  mutable std::mutex mutex_;
+  bool recording_ = false;
+  std::uint64_t step_ = 0;
+  std::uint64_t origin_ns_ = 0;  // the first recorded step's start (0: none yet)
+  std::uint64_t step_begin_ns_ = 0;
+  std::uint64_t layer_begin_ns_ = 0;
+  std::string layer_name_;
+  std::uint64_t recorded_ = 0;
+  std::vector<Span> spans_;
+};
+
+}  // namespace tensortier
