@@ -40,6 +40,7 @@ struct Run {
   std::vector<double> step_ms;
   std::vector<double> faults;
   std::vector<double> charge_ms;
+  std::vector<double> slow_mib;  // declared MiB its layers found on an emulated tier, per step
 };
 
 // The plan's floor over fast-only (1 with no plan).
@@ -144,9 +145,10 @@ int main(int argc, char** argv) {
                        {},
                        {},
                        {},
+                       {},
                        {}});
   }
-  runs.push_back(Run{"plain", "", nullptr, Engine::without_runtime(), nullptr, nullptr, {}, {}, {}, {}});
+  runs.push_back(Run{"plain", "", nullptr, Engine::without_runtime(), nullptr, nullptr, {}, {}, {}, {}, {}});
   for (Run& r : runs) {
     auto net = make_model(model, {10, width});
     if (!net) return fmt::print(stderr, "{}\n", net.status().to_string()), 1;
@@ -170,8 +172,9 @@ int main(int argc, char** argv) {
       if (step >= warmup) {
         r.step_ms.push_back(ms);
         r.faults.push_back(static_cast<double>(page_faults() - f0));
-        r.charge_ms.push_back(
-            r.runtime ? static_cast<double>(r.runtime->stats().last_step_emulated_charge_ns) / 1e6 : 0.0);
+        const RuntimeStats st = r.runtime ? r.runtime->stats() : RuntimeStats{};
+        r.charge_ms.push_back(static_cast<double>(st.last_step_emulated_charge_ns) / 1e6);
+        r.slow_mib.push_back(static_cast<double>(st.last_step_slow_bytes) / (1 << 20));
       }
     }
   }
@@ -207,12 +210,21 @@ int main(int argc, char** argv) {
   }
   fmt::print("runtime / plain step time: {:.3f}\n", first / plain);
   for (const Run& r : runs) {
+    const RuntimeStats st = r.runtime ? r.runtime->stats() : RuntimeStats{};
+    const double per_step = static_cast<double>(std::max<std::uint64_t>(1, st.migration.steps));
     fmt::print(
         "JSON {{\"model\": \"{}\", \"mode\": \"{}\", \"tiers\": \"{}\", \"median_ms\": {:.3f}, "
         "\"median_faults\": {:.0f}, \"median_emulated_ms\": {:.3f}, \"floor\": {:.3f}, \"emulated\": "
-        "\"{}\"}}\n",
+        "\"{}\", \"median_slow_mib\": {:.1f}, \"in_mib\": {:.1f}, \"out_mib\": {:.1f}, \"late_dropped\": "
+        "{:.1f}, "
+        "\"failed\": {:.1f}, \"mover_cpu_ms\": {:.1f}}}\n",
         model, r.mode, r.tiers, median(r.step_ms), median(r.faults), median(r.charge_ms), floor_of(r),
-        r.runtime ? emulated_note(*r.runtime) : "");
+        r.runtime ? emulated_note(*r.runtime) : "", median(r.slow_mib),
+        static_cast<double>(st.migration.bytes_in) / (1 << 20) / per_step,
+        static_cast<double>(st.migration.bytes_out) / (1 << 20) / per_step,
+        static_cast<double>(st.migration.late_dropped) / per_step,
+        static_cast<double>(st.migration.failed_moves) / per_step,
+        static_cast<double>(st.migration.mover_cpu_ns) / 1e6 / per_step);
   }
   return 0;
 }

@@ -5,14 +5,16 @@
 # Prints a markdown table with each policy's penalty share: (policy - fast-only) / (slow-only -
 # fast-only), and the floor no plan can beat (migrator::Plan::floor_slow_ns over the compute).
 # Every figure is on an emulated slow tier and names its preset.
+# Then a second table: what each policy moved per step, dropped late, and its mover's CPU time.
 # Usage: bench/migration_table.sh [BUILD_DIR]
-# Environment: MODELS, BUDGETS, PRESETS, STEPS, WARMUP, BATCH, POLICIES
+# Environment: MODELS, BUDGETS, PRESETS, STEPS, WARMUP, BATCH, POLICIES; JSON_OUT=file keeps the
+# measurements (tools/plot_migration.py draws them).
 set -euo pipefail
 BUILD=${1:-build/release}
 MODELS=${MODELS:-resnet18 vgg11}
-BUDGETS=${BUDGETS:-50% 20% 10%}
+BUDGETS=${BUDGETS:-100% 50% 20% 10%}
 PRESETS=${PRESETS:-optane-server}
-POLICIES=${POLICIES:-fast-only slow-only first-touch interleave sentinel oracle}
+POLICIES=${POLICIES:-fast-only slow-only first-touch interleave reactive autoswap sentinel oracle}
 STEPS=${STEPS:-5}
 WARMUP=${WARMUP:-3}
 BATCH=${BATCH:-32}
@@ -66,4 +68,23 @@ for (model, preset, budget), c in cells.items():
         parts.append(f"{v / f:.2f}x{share}")
     floor = floors.get((model, preset, budget), 1.0)
     print(f"| {model} | {preset} | {budget} | {f:.0f} | {floor:.2f}x | " + " | ".join(parts) + " |")
+print()
+print("Per step (mean over the steps the policy ran): MiB moved in / out, moves dropped late, mover CPU ms")
+print("| model | preset | fast budget | " + " | ".join(p for p in policies if p not in ("fast-only", "slow-only")) + " |")
+print("| --- | --- | --- | " + " | ".join("---" for p in policies if p not in ("fast-only", "slow-only")) + " |")
+moved = {}
+for r in rows:
+    if " " not in r["tiers"]:
+        continue
+    moved.setdefault((r["model"], r["preset"], r["budget"]), {})[r["tiers"].split(" ", 1)[1]] = r
+for (model, preset, budget), c in moved.items():
+    parts = []
+    for p in policies:
+        if p in ("fast-only", "slow-only"):
+            continue
+        r = c[p]
+        parts.append(f"{r.get('in_mib', 0):.0f} / {r.get('out_mib', 0):.0f}, {r.get('late_dropped', 0):.0f}, "
+                     f"{r.get('mover_cpu_ms', 0):.0f}")
+    print(f"| {model} | {preset} | {budget} | " + " | ".join(parts) + " |")
 PY
+if [ -n "${JSON_OUT:-}" ]; then cp "$out" "$JSON_OUT"; echo "measurements kept in $JSON_OUT" >&2; fi

@@ -103,7 +103,8 @@ std::string TimelineRecorder::json() const {
 
 Status TimelineRecorder::write(const std::string& path) const {
   std::ofstream out(path, std::ios::trunc);
-  if (!out) return internal_error(fmt::format("timeline: cannot write '{}': {}", path, strerrordesc_np(errno)));
+  if (!out)
+    return internal_error(fmt::format("timeline: cannot write '{}': {}", path, strerrordesc_np(errno)));
   out << json() << '\n';
   if (!out.flush())
     return internal_error(fmt::format("timeline: writing '{}' failed: {}", path, strerrordesc_np(errno)));
