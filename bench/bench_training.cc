@@ -100,7 +100,8 @@ int main(int argc, char** argv) {
   std::string fast_budget;
   app.add_option(
       "--policy", policies,
-      "Run each tier spec under this migration policy; repeat for more (fast-only is the reference)");
+      "Run each tier spec under this migration policy; repeat for more (fast-only is the reference); "
+      "NAME+copies runs it with every move out copying (no shadow copies)");
   app.add_option("--fast-budget", fast_budget,
                  "The policies' fast budget: a size or a share of the footprint (20%)");
   app.add_option("--tiers", tiers,
@@ -126,7 +127,10 @@ int main(int argc, char** argv) {
   for (const auto& [spec, policy] : modes) {
     RuntimeOptions options(spec);
     options.profile.enabled = !policy.empty();  // a policy plans from the profile of step 1
-    options.policy = policy;
+    // NAME+copies: the policy with every move out copying (no shadow copies kept).
+    const bool copies = policy.ends_with("+copies");
+    options.policy = copies ? policy.substr(0, policy.size() - 7) : policy;
+    options.clean_moves = !copies;
     options.fast_budget = fast_budget;
     auto rt = Runtime::create(options);
     if (!rt) {
@@ -194,10 +198,20 @@ int main(int argc, char** argv) {
     const RuntimeStats stats = r.runtime->stats();
     if (!stats.policy.empty()) {
       const std::uint64_t steps_run = std::max<std::uint64_t>(1, stats.migration.steps);
+      std::uint64_t clean = 0;
+      std::string ranges;
+      for (const TierUsage& t : stats.tiers) {
+        clean += t.clean_moves;
+        ranges += fmt::format(" {}: {} new / {} reused ranges;", t.name, t.new_ranges, t.reused_ranges);
+      }
+      fmt::print("  {}:{}\n", r.tiers, ranges);
       fmt::print(
-          "  {}: per step {} in, {} out, {:.1f} dropped late, {:.1f} failed; mover CPU {:.1f} ms a step{}\n",
+          "  {}: per step {} in, {} out ({:.1f} moves out clean), {:.1f} dropped late, {:.1f} failed; mover "
+          "CPU "
+          "{:.1f} ms a step{}\n",
           r.tiers, format_bytes(stats.migration.bytes_in / steps_run),
           format_bytes(stats.migration.bytes_out / steps_run),
+          static_cast<double>(clean) / static_cast<double>(steps_run),
           static_cast<double>(stats.migration.late_dropped) / static_cast<double>(steps_run),
           static_cast<double>(stats.migration.failed_moves) / static_cast<double>(steps_run),
           static_cast<double>(stats.migration.mover_cpu_ns) / 1e6 / static_cast<double>(steps_run),

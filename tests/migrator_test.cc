@@ -25,11 +25,17 @@ PlanInputs chain_inputs(std::uint64_t budget) {
   in.fast_budget_bytes = budget;
   in.move_in_gbps = in.move_out_gbps = 10;
   in.slow_access_ns_per_byte = 0.5;
-  in.objects.push_back({1, 4 * kMiB, 0, 10, true, false, {0, 9}});  // weights: first and last layer
-  in.objects.push_back({2, 4 * kMiB, 0, 10, true, false, {4, 5}});  // weights: the middle
+  in.objects.push_back({1, 4 * kMiB, 0, 10, true, false, {0, 9}, {9}});  // weights: first and last layer
+  in.objects.push_back({2, 4 * kMiB, 0, 10, true, false, {4, 5}, {5}});  // weights: the middle
   for (std::uint32_t l = 0; l < 10; ++l) {  // activation l: born before layer l, used by l and l+1
-    in.objects.push_back({step_key(l), 2 * kMiB, l, std::min(l + 2, 10U), false, true,
-                          l + 1 < 10 ? std::vector<std::uint32_t>{l, l + 1} : std::vector<std::uint32_t>{l}});
+    in.objects.push_back({step_key(l),
+                          2 * kMiB,
+                          l,
+                          std::min(l + 2, 10U),
+                          false,
+                          true,
+                          l + 1 < 10 ? std::vector<std::uint32_t>{l, l + 1} : std::vector<std::uint32_t>{l},
+                          {l}});
   }
   in.peak_bytes = 12 * kMiB;
   return in;
@@ -118,10 +124,11 @@ TEST(Plan, AutoswapSwapsIdleLargeObjectsAcrossThePeakInTime) {
   in.layer_ns.assign(10, 1'000'000);
   in.move_in_gbps = in.move_out_gbps = 4;  // 4 MiB in ~1 ms: one layer back
   in.slow_access_ns_per_byte = 0.5;
-  in.objects.push_back({1, 4 * kMiB, 0, 10, true, false, {0, 9}});                  // idle across the middle
-  in.objects.push_back({2, 4 * kMiB, 0, 10, true, false, {4, 5}});                  // used at the peak
-  in.objects.push_back({3, kMiB / 2, 0, 10, true, false, {0, 9}});                  // idle, but too small
-  in.objects.push_back({step_key(0), 6 * kMiB, 3, 7, false, false, {3, 4, 5, 6}});  // the peak's activation
+  in.objects.push_back({1, 4 * kMiB, 0, 10, true, false, {0, 9}, {9}});  // idle across the middle
+  in.objects.push_back({2, 4 * kMiB, 0, 10, true, false, {4, 5}, {5}});  // used at the peak
+  in.objects.push_back({3, kMiB / 2, 0, 10, true, false, {0, 9}, {9}});  // idle, but too small
+  in.objects.push_back(
+      {step_key(0), 6 * kMiB, 3, 7, false, false, {3, 4, 5, 6}, {3}});  // the peak's activation
   in.peak_bytes = 4 * kMiB + 4 * kMiB + kMiB / 2 + 6 * kMiB;
   in.fast_budget_bytes = in.peak_bytes - 2 * kMiB;
   auto plan = make_plan("autoswap", in);

@@ -341,6 +341,92 @@ TEST(Move, EmulatedTierChargesTheMoveOnItsTimeline) {
   EXPECT_GE(alloc->tier(1).timeline()->busy_until_ns(), start + expected);
 }
 
+// A move in place swaps mappings at the object's address; no other mapping may land there
+// meanwhile. A thread that asks mmap for exactly that address (a hint, not MAP_FIXED) while
+// another moves the object back and forth must never get it: the address is always mapped.
+// (The first version left a hole between two mremaps, and a oneDNN or malloc mapping that landed
+// in it was then replaced by the object: training crashed when several runtimes shared a process.)
+TEST(Move, NoOtherMappingLandsAtAnAddressBeingRemapped) {
+  auto alloc = allocator_for("a=dram:64MiB,b=emulated:cxl:64MiB");
+  ASSERT_NE(alloc, nullptr);
+  constexpr std::size_t kBytes = 2 << 20;
+  auto obj = alloc->allocate("x", kBytes);
+  ASSERT_TRUE(obj);
+  fill(obj->address, kBytes, 9);
+  std::atomic<bool> stop{false};
+  std::atomic<int> moves{0};
+  std::thread mover([&] {
+    for (TierIndex to = 1; !stop.load(std::memory_order_relaxed); to ^= 1U) {
+      if (auto m = alloc->move(obj->id, to); m && m->moved) moves.fetch_add(1, std::memory_order_relaxed);
+    }
+  });
+  int landed = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
+  while (std::chrono::steady_clock::now() < deadline && (moves.load() < 2000 || landed != 0)) {
+    void* p = mmap(obj->address, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(p, MAP_FAILED);
+    if (p == obj->address) {
+      ++landed;  // in the hole: the next mremap would replace this mapping; leave it and stop
+      break;
+    }
+    munmap(p, kBytes);
+  }
+  stop = true;
+  mover.join();
+  ASSERT_EQ(landed, 0) << "a new mapping was given the object's address while it moved";
+  EXPECT_GT(moves.load(), 100);
+  EXPECT_TRUE(holds(obj->address, kBytes, 9));
+  ASSERT_TRUE(alloc->free(obj->address).is_ok());
+}
+
+// Shadow copies: an object moved into the fast tier keeps its slow pages; moving it back out
+// before anything writes it remaps them (no copy, no emulated charge); a dropped shadow (what a
+// write does) makes the next move out copy, and the bytes are the new ones.
+TEST(Shadows, AMoveBackOutBeforeAnyWriteCopiesNothing) {
+  auto alloc = allocator_for("fast=dram:64MiB,slow=emulated:optane-server:64MiB");
+  ASSERT_NE(alloc, nullptr);
+  alloc->set_keep_shadows(true);
+  constexpr std::size_t kBytes = 8 << 20;
+  auto obj = alloc->allocate("w", kBytes, kDefaultGroup, 1);
+  ASSERT_TRUE(obj);
+  fill(obj->address, kBytes, 5);
+  ASSERT_TRUE(alloc->move(obj->id, 0));
+  EXPECT_EQ(alloc->usage()[1].shadow_bytes, kBytes) << "the slow pages are kept";
+  EXPECT_EQ(alloc->usage()[1].mapped_bytes, kBytes) << "and counted on the slow tier";
+  auto out = alloc->move(obj->id, 1);
+  ASSERT_TRUE(out);
+  EXPECT_EQ(out->charge_ns, 0u) << "a clean move is not charged";
+  EXPECT_EQ(alloc->usage()[1].clean_moves, 1u);
+  EXPECT_EQ(alloc->usage()[1].shadow_bytes, 0u);
+  EXPECT_TRUE(holds(obj->address, kBytes, 5));
+  // In again, a write (its shadow dropped first, as the runtime does), out again: a real copy.
+  ASSERT_TRUE(alloc->move(obj->id, 0));
+  const ObjectId id = obj->id;
+  alloc->drop_shadows(std::span<const ObjectId>(&id, 1));
+  EXPECT_EQ(alloc->usage()[1].shadow_bytes, 0u);
+  fill(obj->address, kBytes, 6);
+  auto copied = alloc->move(obj->id, 1);
+  ASSERT_TRUE(copied);
+  EXPECT_GT(copied->charge_ns, 0u) << "a dirty move out is charged at the slow tier's write bandwidth";
+  EXPECT_EQ(alloc->usage()[1].clean_moves, 1u);
+  EXPECT_TRUE(holds(obj->address, kBytes, 6)) << "the bytes written, not the shadow's";
+  // A shadow goes with its object, and under budget pressure like the cache.
+  ASSERT_TRUE(alloc->move(obj->id, 0));
+  EXPECT_EQ(alloc->usage()[1].shadow_bytes, kBytes);
+  ASSERT_TRUE(alloc->set_budget(1, kBytes).is_ok());
+  auto other = alloc->allocate("other", kBytes, kDefaultGroup, 1);
+  ASSERT_TRUE(other) << "the shadow gives its room back: " << other.status().to_string();
+  EXPECT_EQ(other->tier, 1u);
+  EXPECT_EQ(alloc->usage()[1].shadow_bytes, 0u);
+  ASSERT_TRUE(alloc->free(other->address).is_ok());
+  ASSERT_TRUE(alloc->move(obj->id, 1));  // no shadow now: a copy
+  EXPECT_TRUE(holds(obj->address, kBytes, 6));
+  ASSERT_TRUE(alloc->move(obj->id, 0));
+  ASSERT_TRUE(alloc->free(obj->address).is_ok());
+  EXPECT_EQ(alloc->usage()[1].shadow_bytes, 0u);
+  expect_all_released(*alloc);
+}
+
 std::unique_ptr<Runtime> runtime_for(const std::string& spec) {
   RuntimeOptions options(spec);
   options.profile.enabled = false;

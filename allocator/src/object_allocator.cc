@@ -46,8 +46,10 @@ ObjectAllocator::ObjectAllocator(std::vector<std::unique_ptr<Tier>> tiers)
 
 ObjectAllocator::~ObjectAllocator() {
   for (auto& [id, live] : live_) {
-    if (live.chunk == nullptr)
-      release_range(live.range.tier, live.range.owner, live.range.base, live.range.bytes);
+    if (live.chunk != nullptr) continue;
+    release_range(live.range.tier, live.range.owner, live.range.base, live.range.bytes);
+    if (live.range.shadow != nullptr)
+      release_range(live.range.shadow_tier, live.range.shadow_owner, live.range.shadow, live.range.bytes);
   }
   for (auto& [key, group] : groups_) {
     for (auto& chunk : group.chunks)
@@ -60,6 +62,10 @@ ObjectAllocator::~ObjectAllocator() {
 }
 
 void ObjectAllocator::retire(ObjectId id, const Range& range) {
+  if (range.shadow != nullptr) {
+    tier_state_[range.shadow_tier].usage.shadow_bytes -= range.bytes;
+    give_back_range(range.shadow_tier, range.shadow, range.bytes, range.shadow_owner);
+  }
   table_.erase(range.slot);
   give_back_range(range.tier, range.base, range.bytes, range.owner);
   live_.erase(id);
@@ -85,7 +91,7 @@ Result<ObjectAllocator::Range> ObjectAllocator::take_range(TierIndex t, std::siz
   }
   Result<void*> mapped = tiers_[t]->allocate(bytes);
   if (!mapped && mapped.status().code() == StatusCode::kOutOfMemory) {
-    release_cache_locked(t);
+    release_cache_locked(t, bytes);
     mapped = tiers_[t]->allocate(bytes);
   }
   if (!mapped) return mapped.status();
@@ -105,14 +111,57 @@ void ObjectAllocator::give_back_range(TierIndex t, void* address, std::size_t by
   tier_state_[t].usage.cached_bytes += bytes;
 }
 
-void ObjectAllocator::release_cache_locked(TierIndex t) {
-  TierState& state = tier_state_[t];
-  for (auto& [bytes, range] : state.cache) {
-    if (release_observer_) release_observer_(SpanView{0, as_uint(range.address), bytes, t, false});
-    release_range(t, range.owner, range.address, bytes);
+void ObjectAllocator::drop_shadow_locked(Range& r) {
+  if (r.shadow == nullptr) return;
+  tier_state_[r.shadow_tier].usage.shadow_bytes -= r.bytes;
+  give_back_range(r.shadow_tier, r.shadow, r.bytes, r.shadow_owner);
+  r.shadow = nullptr;
+}
+
+void ObjectAllocator::drop_shadows_on_locked(TierIndex t) {
+  if (tier_state_[t].usage.shadow_bytes == 0) return;
+  for (auto& [id, live] : live_) {
+    if (live.chunk == nullptr && live.range.shadow != nullptr && live.range.shadow_tier == t)
+      drop_shadow_locked(live.range);
   }
-  state.cache.clear();
-  state.usage.cached_bytes = 0;
+}
+
+void ObjectAllocator::set_keep_shadows(bool keep) {
+  std::lock_guard lock(mutex_);
+  keep_shadows_ = keep;
+  if (!keep) {
+    for (TierIndex t = 0; t < tiers_.size(); ++t) drop_shadows_on_locked(t);
+  }
+}
+
+void ObjectAllocator::drop_shadows(std::span<const ObjectId> ids) {
+  std::lock_guard lock(mutex_);
+  for (ObjectId id : ids) {
+    auto it = live_.find(id);
+    if (it != live_.end() && it->second.chunk == nullptr) drop_shadow_locked(it->second.range);
+  }
+}
+
+void ObjectAllocator::release_cache_locked(TierIndex t, std::uint64_t need_bytes) {
+  // Only as much as the room asked: a cached range let go now is a range of new pages (faults)
+  // for the next allocation of its size. Largest first, the fewest ranges for the room.
+  auto enough = [&] { return need_bytes != kReleaseAll && tiers_[t]->free_bytes() >= need_bytes; };
+  TierState& state = tier_state_[t];
+  auto release_cached = [&] {
+    while (!state.cache.empty() && !enough()) {
+      auto it = std::prev(state.cache.end());
+      const auto [bytes, range] = *it;
+      if (release_observer_) release_observer_(SpanView{0, as_uint(range.address), bytes, t, false});
+      release_range(t, range.owner, range.address, bytes);
+      state.usage.cached_bytes -= bytes;
+      state.cache.erase(it);
+    }
+  };
+  release_cached();
+  if (enough()) return;
+  drop_shadows_on_locked(t);  // shadows next: they go to the cache, released below
+  release_cached();
+  if (enough()) return;
   // Empty group chunks on this tier are cache too (not while they move or are pinned).
   for (auto& [key, group] : groups_) {
     if (key.second != t) continue;
@@ -355,7 +404,7 @@ MoveMethod ObjectAllocator::move_method(TierIndex from, TierIndex to) const {
 Status ObjectAllocator::reserve_for_move(TierIndex t, std::size_t bytes) {
   Status s = tiers_[t]->reserve(bytes);
   if (s.code() == StatusCode::kOutOfMemory) {
-    release_cache_locked(t);
+    release_cache_locked(t, bytes);
     s = tiers_[t]->reserve(bytes);
   }
   return s;
@@ -373,6 +422,7 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
   std::size_t bytes = 0;
   Chunk* chunk = nullptr;
   std::optional<CachedRange> cached_destination;  // a kRemap destination from the cache of `to`
+  bool clean = false;                             // ... or the object's shadow there: no copy
   // Phase 1, under the lock: wait for pins, check, reserve the destination, mark the range moving.
   {
     std::unique_lock lock(mutex_);
@@ -409,9 +459,21 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
                       "in place ({} to {} needs a new address); use dram, numa or emulated tiers",
                       live->info.name, tiers_[r.tier]->name(), tiers_[to]->name()));
     }
+    // A shadow on the destination holds the object's bytes already: the move remaps it (clean).
+    // Any other shadow goes.
+    if (chunk == nullptr && r.shadow != nullptr) {
+      if (result.method == MoveMethod::kRemap && r.shadow_tier == to) {
+        cached_destination = CachedRange{r.shadow, r.shadow_owner};
+        tier_state_[to].usage.shadow_bytes -= r.bytes;
+        r.shadow = nullptr;
+        clean = true;
+      } else {
+        drop_shadow_locked(r);
+      }
+    }
     // A copy into an anonymous tier first takes a range of the same size from the destination's
     // cache: its pages are already faulted in (moves back and forth then fault no page).
-    if (result.method == MoveMethod::kRemap) {
+    if (result.method == MoveMethod::kRemap && !clean) {
       TierState& state = tier_state_[to];
       if (auto it = state.cache.find(r.bytes); it != state.cache.end()) {
         cached_destination = it->second;
@@ -447,7 +509,7 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
     if (!status.is_ok()) (void)os::rebind_to_node(base, bytes, *tiers_[result.from]->numa_node());
   } else if (cached_destination) {
     destination = cached_destination->address;
-    std::memcpy(destination, base, bytes);
+    if (!clean) std::memcpy(destination, base, bytes);
   } else {
     Result<void*> mapped = tiers_[to]->map_reserved(bytes);
     if (mapped) {
@@ -461,7 +523,7 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
   std::uint64_t charged_until = 0;
   for (const auto& [t, direction] :
        {std::pair{to, MoveDirection::kIntoSlow}, std::pair{result.from, MoveDirection::kOutOfSlow}}) {
-    if (const CostModel* model = tiers_[t]->cost_model(); model != nullptr && status.is_ok()) {
+    if (const CostModel* model = tiers_[t]->cost_model(); model != nullptr && status.is_ok() && !clean) {
       charged_until =
           std::max(charged_until, tiers_[t]->timeline()->reserve(start_ns, model->move_ns(bytes, direction)));
     }
@@ -528,10 +590,21 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
                                              tiers_[to]->name(), status.message(), tiers_[r.tier]->name()));
   }
   if (result.method == MoveMethod::kRemap) {
-    // The source's pages stay mapped for reuse, cached on their placement; the mapping at the
-    // object's address is the destination's range now.
-    give_back_range(result.from, old_pages, bytes, r.owner);
+    // The source's pages stay mapped: kept as the object's shadow when it moved to a faster tier
+    // (and shadows are on), else cached on their placement for reuse. The mapping at the object's
+    // address is the destination's range now.
+    if (old_pages == nullptr) {  // the kernel dropped them (no MREMAP_DONTUNMAP)
+      tiers_[result.from]->unreserve(bytes);
+    } else if (keep_shadows_ && chunk == nullptr && to < result.from && !r.free_pending) {
+      r.shadow = static_cast<std::byte*>(old_pages);
+      r.shadow_tier = result.from;
+      r.shadow_owner = r.owner;
+      tier_state_[result.from].usage.shadow_bytes += bytes;
+    } else {
+      give_back_range(result.from, old_pages, bytes, r.owner);
+    }
     r.owner = cached_destination ? cached_destination->owner : to;
+    if (clean) ++tier_state_[to].usage.clean_moves;
   }
   commit_move(id, live, chunk, result.method, destination, result);
   return result;

@@ -89,11 +89,24 @@ Result<void*> replace_mapping(void* replacement, void* at, std::size_t bytes, st
   // only between 2 MiB-aligned addresses).
   Result<void*> aside = map_anonymous(bytes, alignment);
   if (!aside) return aside;
-  if (mremap(at, bytes, bytes, MREMAP_MAYMOVE | MREMAP_FIXED, aside.value()) == MAP_FAILED) {
+  // MREMAP_DONTUNMAP leaves `at` mapped (empty) while its pages move aside: `at` is never a hole,
+  // so no mmap by another thread (a tier, malloc, oneDNN) can be given it before the replacement
+  // lands there (MREMAP_FIXED onto a live mapping replaces it in one step).
+  if (mremap(at, bytes, bytes, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, aside.value()) ==
+      MAP_FAILED) {
     const int error = errno;
     unmap(aside.value(), bytes);
-    return internal_error(
-        fmt::format("mremap of {} bytes at {} aside failed: {}", bytes, at, strerrordesc_np(error)));
+    if (error != EINVAL) {
+      return internal_error(
+          fmt::format("mremap of {} bytes at {} aside failed: {}", bytes, at, strerrordesc_np(error)));
+    }
+    // A kernel without MREMAP_DONTUNMAP for this mapping (before 5.7; shared ones before 5.13):
+    // the replacement goes over `at` directly and the old pages are dropped.
+    if (mremap(replacement, bytes, bytes, MREMAP_MAYMOVE | MREMAP_FIXED, at) == MAP_FAILED) {
+      return internal_error(
+          fmt::format("mremap of {} bytes over {} failed: {}", bytes, at, strerrordesc_np(errno)));
+    }
+    return static_cast<void*>(nullptr);
   }
   if (mremap(replacement, bytes, bytes, MREMAP_MAYMOVE | MREMAP_FIXED, at) == MAP_FAILED) {
     const int error = errno;

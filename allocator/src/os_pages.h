@@ -40,8 +40,10 @@ Status rebind_to_node(void* address, std::size_t bytes, int node);
 
 // Puts the mapping at `replacement` at `at` (both `bytes` long) and returns the address, aligned
 // to `alignment`, that the mapping which was at `at` has now, its pages kept (mremap both ways:
-// no byte is copied). Between the two mremaps `at` is unmapped for a moment: the caller makes
-// sure nothing uses it. On failure both mappings are where they were.
+// no byte is copied). `at` stays mapped throughout (MREMAP_DONTUNMAP), so no other mapping can
+// take its place meanwhile; between the two mremaps it reads as zeros: the caller makes sure
+// nothing uses it. Where the kernel lacks MREMAP_DONTUNMAP the old pages are dropped and the
+// result is nullptr. On failure both mappings are where they were.
 Result<void*> replace_mapping(void* replacement, void* at, std::size_t bytes, std::size_t alignment);
 
 }  // namespace tensortier::os

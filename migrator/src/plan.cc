@@ -825,6 +825,8 @@ Result<PlanInputs> inputs_from_profile(const profiler::StepProfile& profile, Tie
         if (it == index.end()) continue;
         auto& uses = in.objects[it->second].uses;
         if (uses.empty() || uses.back() != l) uses.push_back(l);
+        auto& writes = in.objects[it->second].writes;
+        if (ids == &layer.declared_writes && (writes.empty() || writes.back() != l)) writes.push_back(l);
       }
     }
   }
@@ -871,7 +873,27 @@ std::string simulate(Plan& plan, const PlanInputs& in) {
   for (const PlanObject& o : in.objects) by_key.emplace(o.key, &o);
   std::unordered_map<ObjectKey, TierIndex> tier;  // objects that exist now
   std::uint64_t fast = 0;
-  plan.peak_fast_bytes = plan.bytes_in = plan.bytes_out = plan.slow_access_bytes = 0;
+  plan.peak_fast_bytes = plan.bytes_in = plan.bytes_out = plan.clean_out_bytes = plan.slow_access_bytes = 0;
+  std::unordered_map<ObjectKey, bool> clean;  // on the fast tier with its slow pages kept, unwritten since
+  if (in.clean_moves_out_free) {
+    // A persistent object starts a step clean when the previous step's last move of it was a move
+    // in that came after its last write.
+    std::unordered_map<ObjectKey, std::uint64_t> last_in;  // key -> boundary of its last move in
+    std::unordered_map<ObjectKey, std::uint64_t> last_out;
+    for (const PlannedMove& m : plan.moves) {
+      const std::uint64_t b = m.after_layer == kStepStart ? 0 : std::uint64_t{m.after_layer} + 1;
+      auto& last = m.to == in.fast ? last_in[m.key] : last_out[m.key];
+      last = std::max(last, b + 1);  // +1: 0 means none
+    }
+    for (const PlanObject& o : in.objects) {
+      if (!o.persistent) continue;
+      auto s = plan.start.find(o.key);
+      if (s == plan.start.end() || s->second != in.fast || !last_in.contains(o.key)) continue;
+      const std::uint64_t b = last_in[o.key] - 1;
+      const bool out_after = last_out.contains(o.key) && last_out[o.key] - 1 > b;
+      clean[o.key] = !out_after && (o.writes.empty() || b > o.writes.back());
+    }
+  }
   std::string problem;
   auto note = [&](std::string p) {
     if (problem.empty()) problem = std::move(p);
@@ -936,6 +958,14 @@ std::string simulate(Plan& plan, const PlanInputs& in) {
         }
         if (tier[m.key] == m.to) continue;
         set_tier(*o->second, m.to);
+        const bool free_out = m.to != in.fast && in.clean_moves_out_free && clean[m.key];
+        clean[m.key] = m.to == in.fast;
+        if (free_out) {  // its slow pages come back: no copy, no slow-tier time
+          plan.bytes_out += m.bytes;
+          plan.clean_out_bytes += m.bytes;
+          pending.erase(m.key);
+          continue;
+        }
         const double ns =
             static_cast<double>(m.bytes) / (m.to == in.fast ? in.move_in_gbps : in.move_out_gbps);
         const double start_ns = std::max(mover_free_ns, clock_ns);
@@ -976,6 +1006,9 @@ std::string simulate(Plan& plan, const PlanInputs& in) {
       if (slow) slow_bytes += o->bytes;
     }
     plan.slow_access_bytes += slow_bytes;
+    for (const PlanObject* o : users[t]) {
+      if (std::binary_search(o->writes.begin(), o->writes.end(), t)) clean[o->key] = false;
+    }
     const double compute = static_cast<double>(in.layer_ns[t]);
     const double want_end = clock_ns + compute + static_cast<double>(slow_bytes) * in.slow_access_ns_per_byte;
     const double traffic = static_cast<double>(slow_bytes) * traffic_ns_per_byte;

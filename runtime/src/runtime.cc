@@ -173,6 +173,7 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
   runtime->layer_move_wait_ = options.layer_move_wait;
   runtime->policy_ = migration->first;
   runtime->fast_budget_ = migration->second;
+  runtime->clean_moves_ = options.clean_moves;
   return runtime;
 }
 
@@ -432,6 +433,7 @@ void Runtime::start_migration(const profiler::StepProfile& profile) {
         static_cast<double>(model->layer_charge_ns(1 << 20, 0) + model->layer_charge_ns(0, 1 << 20)) / 2.0 /
         static_cast<double>(1 << 20);
   }
+  inputs->clean_moves_out_free = clean_moves_;
   auto plan = migrator::make_plan(policy_, inputs.value());
   if (!plan) {
     spdlog::warn("policy '{}' does not run: {}", policy_, plan.status().message());
@@ -439,6 +441,10 @@ void Runtime::start_migration(const profiler::StepProfile& profile) {
   }
   if (std::string problem = migrator::simulate(plan.value(), inputs.value()); !problem.empty())
     spdlog::warn("policy '{}': {}", policy_, problem);
+  if (clean_moves_) {
+    allocator_.set_keep_shadows(true);
+    shadows_on_ = true;
+  }
   if (Status s = allocator_.set_budget(fast, budget); !s.is_ok())
     spdlog::warn("policy '{}': {}", policy_, s.message());
   const std::uint32_t layers = inputs->layers;
@@ -566,6 +572,8 @@ Status Runtime::layer_begin(std::string_view name, std::span<const ObjectId> rea
     aborted_moves_ += pinned->aborted_moves;
     move_wait_ns_ += pinned->wait_ns;
   }
+  // What the layer writes loses its shadow copy (pinned: no move can make a new one meanwhile).
+  if (shadows_on_) allocator_.drop_shadows(writes);
   // Sizes, keys and the slow-tier bytes the layer will charge for, from one look at the objects.
   std::fill(slow_read_bytes_.begin(), slow_read_bytes_.end(), 0);
   std::fill(slow_written_bytes_.begin(), slow_written_bytes_.end(), 0);
@@ -620,6 +628,7 @@ Status Runtime::pin_objects(std::span<const ObjectId> ids, std::span<void*> addr
     move_wait_ns_ += pinned->wait_ns;
   }
   for (std::size_t i = 0; i < ids.size(); ++i) addresses[i] = found[i].address;
+  if (shadows_on_) allocator_.drop_shadows(ids);  // host code may write any of them
   return Status::ok();
 }
 

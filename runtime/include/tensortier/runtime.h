@@ -93,6 +93,11 @@ struct RuntimeOptions {
   // TENSORTIER_FAST_BUDGET give them (so a linked program can be run under a policy unchanged).
   std::string policy;
   std::string fast_budget;
+  // Under a policy, an object moved into a faster tier keeps its slow pages (a shadow copy) until
+  // something writes it, so moving it back out before then copies nothing
+  // (ObjectAllocator::set_keep_shadows). Writes must go through layer marks or pin_objects, as
+  // for moves. false: every move out copies.
+  bool clean_moves = true;
 };
 
 // One layer's execution as marked by the program.
@@ -279,6 +284,8 @@ class Runtime {
   // Migration: the executor runs from the step after the profile (start_migration).
   std::string policy_;
   std::string fast_budget_;
+  bool clean_moves_ = true;
+  std::atomic<bool> shadows_on_{false};  // set once the executor starts; read by pin_objects on any thread
   std::unique_ptr<migrator::Executor> executor_;             // the training thread's
   std::atomic<const migrator::Executor*> running_{nullptr};  // the same, for stats() on any thread
   std::atomic<PlacementAdvisor*> advisor_{nullptr};

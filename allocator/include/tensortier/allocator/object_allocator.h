@@ -15,7 +15,8 @@
 // - Freed ranges stay mapped in a per-tier cache and serve the next allocation of the same size,
 //   so a training step that repeats the last one's allocations takes no page fault. A tier's
 //   budget counts its cached ranges too (they hold physical memory); when a new range does not
-//   fit, the cache of that tier is released first; a tier holding more than its budget (after
+//   fit, cached ranges of that tier are released (largest first) until it does; a tier holding
+//   more than its budget (after
 //   set_budget lowered it) caches nothing.
 //
 // - An object (a small one: its whole chunk) can move to another tier (move()). Each range has
@@ -159,6 +160,8 @@ struct TierUsage {
   std::uint64_t bytes_moved_out = 0;
   std::uint64_t failed_moves = 0;     // moves to this tier that failed (the object stayed put)
   std::uint64_t in_flight_bytes = 0;  // reserved here by moves still copying
+  std::uint64_t shadow_bytes = 0;     // shadow copies kept here (see set_keep_shadows)
+  std::uint64_t clean_moves = 0;      // moves here that remapped a shadow instead of copying
 };
 
 class ObjectAllocator {
@@ -239,6 +242,19 @@ class ObjectAllocator {
   using ReleaseObserver = std::function<void(const SpanView&)>;
   void set_release_observer(ReleaseObserver observer);
 
+  // Shadow copies. With keep_shadows on, a large object that moves in place (kRemap) to a faster
+  // tier keeps its pages on the slower tier as a shadow (they stay reserved there, counted in
+  // shadow_bytes) instead of caching them; moving it back there before anything drops the shadow
+  // remaps those pages and copies nothing ("a clean move", counted in clean_moves; no emulated
+  // charge). Whoever writes the object must drop its shadow first, with it pinned: the runtime
+  // does so for every object a layer declares written and every object pin_objects pins. A shadow
+  // also goes when the object is freed, moves elsewhere, fails a move, or when its tier needs the
+  // room (like the cache). Off by default: with it on, a write that bypasses the layer marks and
+  // pins would be lost at the next clean move.
+  void set_keep_shadows(bool keep);
+  // Drops the shadows of these objects (ids that are not live are skipped).
+  void drop_shadows(std::span<const ObjectId> ids);
+
  private:
   // A range that moves as one: a large object's pages, or a group chunk.
   struct Range {
@@ -252,6 +268,11 @@ class ObjectAllocator {
     bool abort_move = false;    // a pin stopped waiting: the move in flight must fail
     bool abortable = true;      // false for move_pages: it completes (address kept, bytes intact)
     bool free_pending = false;  // freed while moving: released when the move ends
+    // Shadow copy (large objects, keep_shadows on): the pages of the slower tier it last moved in
+    // from, bytes equal to the object's since no write was declared; moving back there remaps them.
+    std::byte* shadow = nullptr;
+    TierIndex shadow_tier = 0;   // placement of the shadow's pages (reserved there)
+    TierIndex shadow_owner = 0;  // whose mapping they are
   };
   struct Chunk {  // shared pages of one group
     Range range;
@@ -286,7 +307,12 @@ class ObjectAllocator {
   void retire(ObjectId id, const Range& range);
   void give_back_range(TierIndex t, void* address, std::size_t bytes, TierIndex owner);
   void release_range(TierIndex placement, TierIndex owner, void* address, std::size_t bytes);
-  void release_cache_locked(TierIndex t);
+  // Lets cached ranges (then shadows, then empty group chunks) of tier t go until it has
+  // `need_bytes` of its budget free; kReleaseAll: all of them.
+  static constexpr std::uint64_t kReleaseAll = ~std::uint64_t{0};
+  void release_cache_locked(TierIndex t, std::uint64_t need_bytes = kReleaseAll);
+  void drop_shadow_locked(Range& r);
+  void drop_shadows_on_locked(TierIndex t);  // every shadow kept on tier t
   Status reserve_for_move(TierIndex t, std::size_t bytes);
   Result<Range> place_small(Live& live, TierIndex t);
   Status no_room_error(std::string_view name, std::size_t bytes, TierIndex preferred) const;
@@ -308,6 +334,7 @@ class ObjectAllocator {
   std::atomic<std::uint64_t> relocations_{0};
   ReleaseObserver release_observer_;
   MoveFailureHook move_failure_hook_;
+  bool keep_shadows_ = false;
 };
 
 }  // namespace tensortier

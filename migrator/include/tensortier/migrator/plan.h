@@ -63,12 +63,13 @@ inline constexpr std::uint32_t kStepStart = std::numeric_limits<std::uint32_t>::
 // One planned object as the policies see it.
 struct PlanObject {
   ObjectKey key = 0;
-  std::uint64_t bytes = 0;          // whole pages it owns (what it takes of a tier's budget)
-  std::uint32_t born = 0;           // first boundary it exists at (0: before the step)
-  std::uint32_t freed = 0;          // boundary it is gone at (`layers`: alive after the step)
-  bool persistent = false;          // alive before and after the step
-  bool short_lived = false;         // profile class kShort
-  std::vector<std::uint32_t> uses;  // layers that declare it (read or written), ascending
+  std::uint64_t bytes = 0;            // whole pages it owns (what it takes of a tier's budget)
+  std::uint32_t born = 0;             // first boundary it exists at (0: before the step)
+  std::uint32_t freed = 0;            // boundary it is gone at (`layers`: alive after the step)
+  bool persistent = false;            // alive before and after the step
+  bool short_lived = false;           // profile class kShort
+  std::vector<std::uint32_t> uses;    // layers that declare it (read or written), ascending
+  std::vector<std::uint32_t> writes;  // layers that declare it written, ascending (a subset of uses)
 };
 
 struct PlanInputs {
@@ -83,6 +84,9 @@ struct PlanInputs {
   double move_in_gbps = 10;               // moves into fast memory (GB/s = bytes/ns)
   double move_out_gbps = 10;              // moves out of it
   double slow_access_ns_per_byte = 0.1;   // what one byte declared on the slow tier adds to a layer
+  // The runtime keeps an object's slow pages when it moves in (ObjectAllocator's shadow copies):
+  // moving it out again before any layer writes it costs no copy.
+  bool clean_moves_out_free = false;
 };
 
 // Inputs from a step profile: objects of a page or more with their lifetimes and the layers that
@@ -116,6 +120,7 @@ struct Plan {
   // Predictions (simulate()).
   std::uint64_t peak_fast_bytes = 0;
   std::uint64_t bytes_in = 0, bytes_out = 0;  // moved into / out of fast memory per step
+  std::uint64_t clean_out_bytes = 0;          // of bytes_out, moved out clean (no copy)
   std::uint64_t slow_access_bytes = 0;        // declared bytes the layers find on the slow tier
   double predicted_extra_ns = 0;              // unhidden move time + slow accesses, per step
   // A floor no plan can beat: the bytes that cannot be in fast memory at the step's peak must be
