@@ -227,7 +227,7 @@ Result<Plan> sentinel(const PlanInputs& in) {
 // moving out the fast objects whose next use is furthest (and later than the newcomer's: Belady's
 // rule); an object is born fast when room can be made that way. Persistent objects end the step
 // where they began it (moves after the last layer restore them).
-Plan next_use_plan(const PlanInputs& in, std::uint32_t horizon) {
+Plan next_use_plan(const PlanInputs& in, std::uint32_t horizon, bool clean_first) {
   Plan plan;
   plan.policy = "oracle";
   plan.interval_layers = horizon;
@@ -243,6 +243,7 @@ Plan next_use_plan(const PlanInputs& in, std::uint32_t horizon) {
   };
   const std::size_t n = in.objects.size();
   std::vector<char> alive(n, 0), fast(n, 0);
+  std::vector<char> clean(n, 0);  // fast, moved in and unwritten since: its slow copy is current
   std::uint64_t fast_bytes = 0;
   std::multimap<std::uint32_t, std::size_t> births, deaths;
   for (std::size_t i = 0; i < n; ++i) {
@@ -290,34 +291,42 @@ Plan next_use_plan(const PlanInputs& in, std::uint32_t horizon) {
   // objects used furthest away (all later than `use`). False, changing nothing, if it cannot.
   auto make_room = [&](std::uint64_t bytes, std::uint64_t use, std::uint32_t t) {
     if (fast_bytes + bytes <= room) return true;
-    std::vector<std::pair<std::uint64_t, std::size_t>> victims;
+    std::vector<std::tuple<int, std::uint64_t, std::size_t>> victims;  // (clean first?, next use, object)
     for (std::size_t j = 0; j < n; ++j) {
       if (!alive[j] || !fast[j]) continue;
       const std::uint64_t u = next_use(in.objects[j], t);
       // One with no use left that dies within two layers frees its room soon: moving it out
       // would only spend slow-tier bandwidth on bytes nobody reads.
       if (u == kNever && !in.objects[j].persistent && in.objects[j].freed <= t + 2) continue;
-      if (u > use) victims.emplace_back(u, j);
+      // clean_first: an object whose slow copy is current goes out for free, so all of those
+      // (furthest use first) go before any that would have to be written.
+      if (u > use) victims.emplace_back(clean_first && clean[j] ? 1 : 0, u, j);
     }
     std::sort(victims.rbegin(), victims.rend());
     std::uint64_t freed = 0;
     std::size_t count = 0;
     while (fast_bytes - freed + bytes > room && count < victims.size())
-      freed += in.objects[victims[count++].second].bytes;
+      freed += in.objects[std::get<2>(victims[count++])].bytes;
     if (fast_bytes - freed + bytes > room) return false;
     for (std::size_t v = 0; v < count; ++v) {
-      const std::size_t j = victims[v].second;
-      fast[j] = 0;
+      const std::size_t j = std::get<2>(victims[v]);
+      fast[j] = clean[j] = 0;
       fast_bytes -= in.objects[j].bytes;
       add_move(j, in.slow, t, t);
     }
     return true;
   };
   for (std::uint32_t t = 0; t < L; ++t) {
+    if (t > 0) {  // what layer t - 1 wrote is dirty now
+      for (std::size_t i = 0; i < n; ++i) {
+        const auto& w = in.objects[i].writes;
+        if (clean[i] && std::binary_search(w.begin(), w.end(), t - 1)) clean[i] = 0;
+      }
+    }
     for (auto [it, end] = deaths.equal_range(t); it != end; ++it) {
       const std::size_t i = it->second;
       if (fast[i]) fast_bytes -= in.objects[i].bytes;
-      alive[i] = fast[i] = 0;
+      alive[i] = fast[i] = clean[i] = 0;
     }
     for (auto [it, end] = births.equal_range(t); it != end; ++it) {
       const std::size_t i = it->second;
@@ -342,6 +351,7 @@ Plan next_use_plan(const PlanInputs& in, std::uint32_t horizon) {
     for (const auto& [use, i] : wanted) {
       if (!make_room(in.objects[i].bytes, use, t)) break;
       fast[i] = 1;
+      clean[i] = in.clean_moves_out_free ? 1 : 0;
       fast_bytes += in.objects[i].bytes;
       add_move(i, in.fast, t, use);
     }
@@ -391,15 +401,18 @@ Plan oracle(const PlanInputs& in) {
   for (std::uint32_t h = 1; h < in.layers; h = h * 3 / 2 + 1) horizons.push_back(h);
   horizons.push_back(std::max(1U, 2 * in.layers));
   for (std::uint32_t h : horizons) {
-    Plan plan = next_use_plan(in, h);
-    if (!simulate(plan, in).empty()) continue;
-    if (!have || plan.predicted_extra_ns < best.predicted_extra_ns) {
-      best = std::move(plan);
-      have = true;
+    for (const bool clean_first : {false, true}) {
+      if (clean_first && !in.clean_moves_out_free) continue;
+      Plan plan = next_use_plan(in, h, clean_first);
+      if (!simulate(plan, in).empty()) continue;
+      if (!have || plan.predicted_extra_ns < best.predicted_extra_ns) {
+        best = std::move(plan);
+        have = true;
+      }
     }
   }
   if (!have) {
-    best = next_use_plan(in, 1);
+    best = next_use_plan(in, 1, false);
     (void)simulate(best, in);
   }
   return best;
