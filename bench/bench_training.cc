@@ -55,12 +55,13 @@ std::string plan_note(const migrator::Plan* plan) {
   if (plan == nullptr) return "";
   return fmt::format(
       "; fast budget {}, floor {:.2f}x of fast-only; planned {} in, {} out, {} on the slow tier, {:.1f} ms "
-      "added{}",
+      "added{}{}",
       format_bytes(plan->fast_budget_bytes),
       plan->compute_ns > 0 ? std::max(plan->compute_ns, plan->floor_slow_ns) / plan->compute_ns : 1.0,
       format_bytes(plan->bytes_in), format_bytes(plan->bytes_out), format_bytes(plan->slow_access_bytes),
       plan->predicted_extra_ns / 1e6,
-      plan->interval_layers != 0 ? fmt::format(", interval {} layers", plan->interval_layers) : "");
+      plan->interval_layers != 0 ? fmt::format(", interval {} layers", plan->interval_layers) : "",
+      plan->variant.empty() ? "" : fmt::format(", {}", plan->variant));
 }
 
 // "emulated <preset description>" for each emulated tier of the runtime, else "".
@@ -231,14 +232,15 @@ int main(int argc, char** argv) {
         "\"median_faults\": {:.0f}, \"median_emulated_ms\": {:.3f}, \"floor\": {:.3f}, \"emulated\": "
         "\"{}\", \"median_slow_mib\": {:.1f}, \"in_mib\": {:.1f}, \"out_mib\": {:.1f}, \"late_dropped\": "
         "{:.1f}, "
-        "\"failed\": {:.1f}, \"mover_cpu_ms\": {:.1f}}}\n",
+        "\"failed\": {:.1f}, \"mover_cpu_ms\": {:.1f}, \"floor_slow_ms\": {:.1f}}}\n",
         model, r.mode, r.tiers, median(r.step_ms), median(r.faults), median(r.charge_ms), floor_of(r),
         r.runtime ? emulated_note(*r.runtime) : "", median(r.slow_mib),
         static_cast<double>(st.migration.bytes_in) / (1 << 20) / per_step,
         static_cast<double>(st.migration.bytes_out) / (1 << 20) / per_step,
         static_cast<double>(st.migration.late_dropped) / per_step,
         static_cast<double>(st.migration.failed_moves) / per_step,
-        static_cast<double>(st.migration.mover_cpu_ns) / 1e6 / per_step);
+        static_cast<double>(st.migration.mover_cpu_ns) / 1e6 / per_step,
+        r.runtime && r.runtime->plan() != nullptr ? r.runtime->plan()->floor_slow_ns / 1e6 : 0.0);
   }
   return 0;
 }

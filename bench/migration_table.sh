@@ -3,7 +3,8 @@
 # emulated preset, all policies of one cell side by side in one process (bench_training, steps
 # alternating), median of STEPS steps after WARMUP (the profile and the plan's start among them).
 # Prints a markdown table with each policy's penalty share: (policy - fast-only) / (slow-only -
-# fast-only), and the floor no plan can beat (migrator::Plan::floor_slow_ns over the compute).
+# fast-only), and the floor no plan can beat (migrator::Plan::floor_slow_ns, or fast-only's step
+# time where that is longer, over fast-only's step time).
 # Every figure is on an emulated slow tier and names its preset.
 # Then a second table: what each policy moved per step, dropped late, and its mover's CPU time.
 # Usage: bench/migration_table.sh [BUILD_DIR]
@@ -56,7 +57,7 @@ for r in rows:
     key = (r["model"], r["preset"], r["budget"])
     cells.setdefault(key, {})[r["tiers"].split(" ", 1)[1]] = r["median_ms"]
     if r["tiers"].split(" ", 1)[1] not in ("fast-only", "slow-only"):
-        floors[key] = max(floors.get(key, 1.0), r.get("floor", 1.0))
+        floors[key] = max(floors.get(key, 0.0), r.get("floor_slow_ms", 0.0))
 for (model, preset, budget), c in cells.items():
     f, s = c["fast-only"], c.get("slow-only")
     parts = []
@@ -66,7 +67,8 @@ for (model, preset, budget), c in cells.items():
         v = c[p]
         share = f" ({(v - f) / (s - f):.2f})" if s and s > f and p != "slow-only" else ""
         parts.append(f"{v / f:.2f}x{share}")
-    floor = floors.get((model, preset, budget), 1.0)
+    # The floor: the slow-tier time no plan avoids, or the step's compute (fast-only), the longer.
+    floor = max(f, floors.get((model, preset, budget), 0.0)) / f
     print(f"| {model} | {preset} | {budget} | {f:.0f} | {floor:.2f}x | " + " | ".join(parts) + " |")
 print()
 print("Per step (mean over the steps the policy ran): MiB moved in / out, moves dropped late, mover CPU ms")

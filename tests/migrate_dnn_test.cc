@@ -56,6 +56,9 @@ TrainRun train(const std::string& model, const std::string& policy, const std::s
                double failure_rate = 0, StepObserver* extra_observer = nullptr) {
   TrainRun out;
   RuntimeOptions options("fast=dram:1GiB,slow=emulated:cxl:4GiB");
+  // Plans that move (these checks are about results under moves): a mover's CPU counted as free,
+  // as on a machine with a core to spare. Counted, moving would not pay on these small models.
+  options.mover_steals_compute = 0;
   options.policy = policy;
   options.fast_budget = budget;
   auto rt = Runtime::create(options);

@@ -82,6 +82,37 @@ TEST(Plan, SentinelMovesPersistentObjectsInBeforeTheirLayersAndBeatsFirstTouch) 
   }
 }
 
+// The mover's CPU is part of a plan's cost: where copying costs more than the slow accesses it
+// saves, sentinel and the oracle plan no moves; the oracle is never predicted worse than another
+// policy's plan.
+TEST(Plan, MovesThatCostMoreThanTheySaveAreNotPlanned) {
+  PlanInputs in = chain_inputs(8 * kMiB);
+  in.mover_cpu_ns_per_byte = 10;  // a copy far dearer than reading the bytes where they are
+  in.mover_steals_compute = 1;
+  for (const char* policy : {"sentinel", "oracle"}) {
+    auto plan = make_plan(policy, in);
+    ASSERT_TRUE(plan);
+    EXPECT_TRUE(plan->moves.empty()) << policy << " plans " << plan->moves.size() << " moves";
+    EXPECT_EQ(plan->mover_cpu_ns, 0.0);
+  }
+  in.mover_steals_compute = 0;  // a spare core: the same copies cost the layers nothing
+  auto moving = make_plan("sentinel", in);
+  ASSERT_TRUE(moving);
+  EXPECT_FALSE(moving->moves.empty());
+  EXPECT_GT(moving->mover_cpu_ns, 0.0) << "counted, though not charged";
+  in.mover_cpu_ns_per_byte = 0.1;
+  in.mover_steals_compute = 1;
+  auto oracle = make_plan("oracle", in);
+  ASSERT_TRUE(oracle);
+  for (const std::string& policy : policy_names()) {
+    if (policy == "fast-only" || policy == "oracle") continue;
+    auto other = make_plan(policy, in);
+    ASSERT_TRUE(other);
+    if (!simulate(*other, in).empty()) continue;
+    EXPECT_LE(oracle->predicted_extra_ns, other->predicted_extra_ns) << policy << " beats the oracle";
+  }
+}
+
 TEST(Plan, UnknownPolicyAndBadInputsAreRefused) {
   auto plan = make_plan("lru", chain_inputs(8 * kMiB));
   ASSERT_FALSE(plan);
@@ -158,6 +189,7 @@ TEST(Plan, AutoswapSwapsIdleLargeObjectsAcrossThePeakInTime) {
 TEST(Executor, MoverThreadBesideTheTrainingThreadKeepsEveryByte) {
   RuntimeOptions options("fast=dram:64MiB,slow=emulated:optane-server:256MiB");
   options.policy = "sentinel";
+  options.mover_steals_compute = 0;  // moves pay then: the test needs them
   options.fast_budget = "40%";
   // Layers wait moves out (see Move.HostWritesUnderPinObjectsAreNeverLostToAMove): under
   // ThreadSanitizer a copy can outlast the default bound, and a layer writing beside a copy that

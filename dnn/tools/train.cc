@@ -302,7 +302,8 @@ int main(int argc, char** argv) {
         "policy {}: fast budget {}{}; over the run {} moves ({} in, {} out), {} dropped late, {} failed, "
         "{} keys not alive, mover CPU {:.1f} ms; layers waited {:.1f} ms for {} moves\n",
         plan->policy, format_bytes(plan->fast_budget_bytes),
-        plan->interval_layers != 0 ? fmt::format(", interval {} layers", plan->interval_layers) : "",
+        (plan->interval_layers != 0 ? fmt::format(", interval {} layers", plan->interval_layers) : "") +
+            (plan->variant.empty() ? "" : fmt::format(" ({})", plan->variant)),
         stats.migration.moves, format_bytes(stats.migration.bytes_in),
         format_bytes(stats.migration.bytes_out), stats.migration.late_dropped, stats.migration.failed_moves,
         stats.migration.missing, static_cast<double>(stats.migration.mover_cpu_ns) / 1e6,

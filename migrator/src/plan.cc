@@ -394,7 +394,7 @@ Plan next_use_plan(const PlanInputs& in, std::uint32_t horizon, bool clean_first
   return plan;
 }
 
-Plan oracle(const PlanInputs& in) {
+Plan belady_oracle(const PlanInputs& in) {
   Plan best;
   bool have = false;
   std::vector<std::uint32_t> horizons;
@@ -774,6 +774,35 @@ Plan autoswap(const PlanInputs& in) {
   return best;
 }
 
+// The oracle: with full knowledge of the step, the plan the simulator predicts cheapest among
+// its own (Belady's rule with prefetch over every lookahead, evicting by next use or clean objects
+// first) and every other policy's plan (first-touch, reactive, autoswap, sentinel). Not an exact
+// optimum: the best plan known here. Plan::variant says which one it is.
+Plan oracle(const PlanInputs& in) {
+  std::vector<std::pair<std::string, Plan>> candidates;
+  candidates.emplace_back("Belady with prefetch", belady_oracle(in));
+  candidates.emplace_back("first-touch's plan", first_touch(in));
+  candidates.emplace_back("reactive's plan", reactive(in));
+  candidates.emplace_back("autoswap's plan", autoswap(in));
+  if (auto s = sentinel(in)) candidates.emplace_back("sentinel's plan", std::move(s).value());
+  Plan best;
+  bool have = false;
+  for (auto& [variant, plan] : candidates) {
+    if (!simulate(plan, in).empty()) continue;
+    if (!have || plan.predicted_extra_ns < best.predicted_extra_ns) {
+      best = std::move(plan);
+      best.variant = variant;
+      have = true;
+    }
+  }
+  if (!have) {
+    best = std::move(candidates.front().second);
+    best.variant = candidates.front().first;
+  }
+  best.policy = "oracle";
+  return best;
+}
+
 }  // namespace
 
 const std::vector<std::string>& policy_names() {
@@ -887,6 +916,7 @@ std::string simulate(Plan& plan, const PlanInputs& in) {
   std::unordered_map<ObjectKey, TierIndex> tier;  // objects that exist now
   std::uint64_t fast = 0;
   plan.peak_fast_bytes = plan.bytes_in = plan.bytes_out = plan.clean_out_bytes = plan.slow_access_bytes = 0;
+  plan.mover_cpu_ns = 0;
   std::unordered_map<ObjectKey, bool> clean;  // on the fast tier with its slow pages kept, unwritten since
   if (in.clean_moves_out_free) {
     // A persistent object starts a step clean when the previous step's last move of it was a move
@@ -979,6 +1009,7 @@ std::string simulate(Plan& plan, const PlanInputs& in) {
           pending.erase(m.key);
           continue;
         }
+        plan.mover_cpu_ns += static_cast<double>(m.bytes) * in.mover_cpu_ns_per_byte;
         const double ns =
             static_cast<double>(m.bytes) / (m.to == in.fast ? in.move_in_gbps : in.move_out_gbps);
         const double start_ns = std::max(mover_free_ns, clock_ns);
@@ -1045,7 +1076,8 @@ std::string simulate(Plan& plan, const PlanInputs& in) {
     }
   }
   // Moves after the last layer prepare the next step: they count when they end past this one.
-  plan.predicted_extra_ns = std::max(clock_ns, mover_free_ns) - compute_ns;
+  plan.predicted_extra_ns =
+      std::max(clock_ns, mover_free_ns) - compute_ns + plan.mover_cpu_ns * in.mover_steals_compute;
   plan.compute_ns = compute_ns;
   const std::uint64_t footprint = in.peak_bytes + in.small_reserve_bytes;
   plan.floor_slow_ns = footprint > in.fast_budget_bytes

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <functional>
+#include <thread>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -174,6 +175,7 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
   runtime->policy_ = migration->first;
   runtime->fast_budget_ = migration->second;
   runtime->clean_moves_ = options.clean_moves;
+  runtime->mover_steals_compute_ = std::clamp(options.mover_steals_compute, 0.0, 1.0);
   return runtime;
 }
 
@@ -434,6 +436,14 @@ void Runtime::start_migration(const profiler::StepProfile& profile) {
         static_cast<double>(1 << 20);
   }
   inputs->clean_moves_out_free = clean_moves_;
+  // The mover copies with one thread: a byte read and written at one thread's share of the
+  // measured DRAM bandwidths (the emulated tier's model has them). How much of that the layers
+  // lose: RuntimeOptions::mover_steals_compute.
+  if (const CostModel* model = allocator_.tier(slow).cost_model(); model != nullptr) {
+    const double threads = std::max(1U, std::thread::hardware_concurrency());
+    inputs->mover_cpu_ns_per_byte = threads / model->fast_read_gbps() + threads / model->fast_write_gbps();
+    inputs->mover_steals_compute = mover_steals_compute_;
+  }
   auto plan = migrator::make_plan(policy_, inputs.value());
   if (!plan) {
     spdlog::warn("policy '{}' does not run: {}", policy_, plan.status().message());

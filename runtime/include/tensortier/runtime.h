@@ -98,6 +98,11 @@ struct RuntimeOptions {
   // (ObjectAllocator::set_keep_shadows). Writes must go through layer marks or pin_objects, as
   // for moves. false: every move out copies.
   bool clean_moves = true;
+  // The share of the mover thread's CPU time that the layers lose, as plans weigh it: 1 when the
+  // training threads use every core (oneDNN's default: a parallel region waits for the thread the
+  // mover displaced), 0 when a core is left spare for the mover. Plans then move only where a
+  // move saves more than its copy costs.
+  double mover_steals_compute = 1.0;
 };
 
 // One layer's execution as marked by the program.
@@ -285,6 +290,7 @@ class Runtime {
   std::string policy_;
   std::string fast_budget_;
   bool clean_moves_ = true;
+  double mover_steals_compute_ = 1.0;
   std::atomic<bool> shadows_on_{false};  // set once the executor starts; read by pin_objects on any thread
   std::unique_ptr<migrator::Executor> executor_;             // the training thread's
   std::atomic<const migrator::Executor*> running_{nullptr};  // the same, for stats() on any thread

@@ -33,11 +33,13 @@
 //                         fast). The interval length is the one whose predicted cost (move time the
 //                         intervals' compute cannot hide, plus slow accesses) is least; where the
 //                         budget cannot hold the region, the short-lived objects are managed too;
-//   oracle                full knowledge of the step's accesses: at each boundary the objects used
-//                         within a lookahead are moved in, nearest use first, making room by moving
-//                         out those used furthest away (Belady's rule with prefetch); the lookahead
-//                         is the one the simulator predicts cheapest. A heuristic, not an exact
-//                         solver: it shows how far sentinel is from a plan that knows everything.
+//   oracle                full knowledge of the step's accesses: the plan the simulator predicts
+//                         cheapest among its own (at each boundary the objects used within a
+//                         lookahead are moved in, nearest use first, making room by moving out
+//                         those used furthest away, or clean ones first: Belady's rule with
+//                         prefetch, over every lookahead) and every other policy's plan
+//                         (Plan::variant names the one it chose). Not an exact solver: the best
+//                         plan known here, to show how far each policy is from it.
 // Small objects (under a page, sharing group chunks) are not planned: they stay where the runtime
 // puts them (the fast tier first) and the plan keeps room for them (small_reserve_bytes).
 //
@@ -87,6 +89,12 @@ struct PlanInputs {
   // The runtime keeps an object's slow pages when it moves in (ObjectAllocator's shadow copies):
   // moving it out again before any layer writes it costs no copy.
   bool clean_moves_out_free = false;
+  // The mover's CPU: what copying one byte costs it, and the share of that time the layers lose
+  // (1 when the training threads use every core, as oneDNN's do by default: the mover then takes
+  // a core from a parallel region that waits for its slowest thread). Counted in the prediction,
+  // so a policy that weighs variants weighs their moves' CPU too.
+  double mover_cpu_ns_per_byte = 0;
+  double mover_steals_compute = 0;
 };
 
 // Inputs from a step profile: objects of a page or more with their lifetimes and the layers that
@@ -115,6 +123,7 @@ struct Plan {
   std::map<ObjectKey, TierIndex> start;  // where each persistent object is when a step begins
   std::map<ObjectKey, TierIndex> birth;  // where each object born in the step is allocated
   std::vector<PlannedMove> moves;        // by after_layer (kStepStart last: it means "before layer 0")
+  std::string variant;                   // the oracle: whose plan it chose
   std::uint32_t interval_layers = 0;     // sentinel's migration interval (0: none)
   std::uint64_t region_bytes = 0;        // sentinel's short-lived region (offset planner)
   // Predictions (simulate()).
@@ -122,7 +131,8 @@ struct Plan {
   std::uint64_t bytes_in = 0, bytes_out = 0;  // moved into / out of fast memory per step
   std::uint64_t clean_out_bytes = 0;          // of bytes_out, moved out clean (no copy)
   std::uint64_t slow_access_bytes = 0;        // declared bytes the layers find on the slow tier
-  double predicted_extra_ns = 0;              // unhidden move time + slow accesses, per step
+  double predicted_extra_ns = 0;              // unhidden move time + slow accesses + mover CPU, per step
+  double mover_cpu_ns = 0;                    // the copies' CPU time per step (clean moves take none)
   // A floor no plan can beat: the bytes that cannot be in fast memory at the step's peak must be
   // written to the slow tier and read back every step (training rewrites every byte it keeps), so
   // the slow tier is busy at least (peak - budget) x (1/write + 1/read bandwidth) per step; a step
