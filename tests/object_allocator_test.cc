@@ -173,11 +173,19 @@ TEST(ObjectAllocator, CacheIsReleasedWhenTheBudgetNeedsIt) {
   auto a = alloc->allocate("a", 6 << 20).value();
   ASSERT_TRUE(alloc->free(a.address).is_ok());
   EXPECT_EQ(alloc->usage()[0].cached_bytes, 6u << 20);
-  auto b = alloc->allocate("b", 4 << 20);  // 6 cached + 4 > 8: the cache makes room
+  const auto before = alloc->usage()[0];
+  auto b = alloc->allocate("b", 4 << 20);  // 6 cached + 4 > 8: the cached range is split
   ASSERT_TRUE(b);
   EXPECT_EQ(b->tier, 0u);
+  EXPECT_EQ(b->address, a.address) << "the head of the cached range, its pages faulted in already";
+  EXPECT_EQ(alloc->usage()[0].new_ranges, before.new_ranges);
+  EXPECT_EQ(alloc->usage()[0].cached_bytes, 2u << 20) << "the tail stays cached";
+  EXPECT_EQ(alloc->usage()[0].mapped_bytes, 6u << 20);
+  auto c = alloc->allocate("c", 4 << 20);  // 6 mapped + 4 > 8 and nothing to split: the cache goes
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->tier, 0u);
   EXPECT_EQ(alloc->usage()[0].cached_bytes, 0u);
-  EXPECT_EQ(alloc->usage()[0].mapped_bytes, 4u << 20);
+  EXPECT_EQ(alloc->usage()[0].mapped_bytes, 8u << 20);
   EXPECT_EQ(alloc->usage()[0].fallbacks_out, 0u);
 }
 

@@ -76,17 +76,49 @@ void ObjectAllocator::release_range(TierIndex placement, TierIndex owner, void* 
   tiers_[placement]->unreserve(bytes);
 }
 
+std::optional<ObjectAllocator::CachedRange> ObjectAllocator::take_cached_locked(TierIndex t,
+                                                                                std::size_t bytes) {
+  TierState& state = tier_state_[t];
+  if (auto it = state.cache.find(bytes); it != state.cache.end()) {
+    const CachedRange cached = it->second;
+    state.cache.erase(it);
+    state.usage.cached_bytes -= bytes;
+    ++state.usage.reused_ranges;
+    return cached;
+  }
+  // Else, where the budget has no room for a new range, the smallest larger cached range of
+  // anonymous memory, split: the caller takes its head (its pages are faulted in already) and
+  // the tail stays cached, where the tail starts aligned as a range of its size must be (a budget
+  // held at the step's peak otherwise churns the cache: ranges of other sizes let go, new ones
+  // faulted in). A memkind heap's ranges do not split.
+  if (tiers_[t]->free_bytes() >= bytes) return std::nullopt;
+  constexpr int kLargerTried = 8;
+  int tried = 0;
+  for (auto it = state.cache.upper_bound(bytes); it != state.cache.end() && tried < kLargerTried;
+       ++it, ++tried) {
+    const std::size_t size = it->first;
+    const CachedRange cached = it->second;
+    auto* tail = static_cast<std::byte*>(cached.address) + bytes;
+    if (tiers_[cached.owner]->range_kind() != RangeKind::kAnonymous ||
+        as_uint(tail) % range_alignment(size - bytes) != 0)
+      continue;
+    state.cache.erase(it);
+    state.cache.emplace(size - bytes, CachedRange{tail, cached.owner});
+    state.usage.cached_bytes -= bytes;
+    ++state.usage.reused_ranges;
+    return cached;
+  }
+  return std::nullopt;
+}
+
 Result<ObjectAllocator::Range> ObjectAllocator::take_range(TierIndex t, std::size_t bytes) {
   TierState& state = tier_state_[t];
   Range range;
   range.bytes = bytes;
   range.tier = t;
-  if (auto it = state.cache.find(bytes); it != state.cache.end()) {
-    range.base = static_cast<std::byte*>(it->second.address);
-    range.owner = it->second.owner;
-    state.cache.erase(it);
-    state.usage.cached_bytes -= bytes;
-    ++state.usage.reused_ranges;
+  if (std::optional<CachedRange> cached = take_cached_locked(t, bytes)) {
+    range.base = static_cast<std::byte*>(cached->address);
+    range.owner = cached->owner;
     return range;
   }
   Result<void*> mapped = tiers_[t]->allocate(bytes);
@@ -144,12 +176,13 @@ void ObjectAllocator::drop_shadows(std::span<const ObjectId> ids) {
 
 void ObjectAllocator::release_cache_locked(TierIndex t, std::uint64_t need_bytes) {
   // Only as much as the room asked: a cached range let go now is a range of new pages (faults)
-  // for the next allocation of its size. Largest first, the fewest ranges for the room.
+  // for the next allocation of its size. Smallest first: a large range can still serve smaller
+  // objects (take_range splits it).
   auto enough = [&] { return need_bytes != kReleaseAll && tiers_[t]->free_bytes() >= need_bytes; };
   TierState& state = tier_state_[t];
   auto release_cached = [&] {
     while (!state.cache.empty() && !enough()) {
-      auto it = std::prev(state.cache.end());
+      auto it = state.cache.begin();
       const auto [bytes, range] = *it;
       if (release_observer_) release_observer_(SpanView{0, as_uint(range.address), bytes, t, false});
       release_range(t, range.owner, range.address, bytes);
@@ -473,15 +506,7 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
     }
     // A copy into an anonymous tier first takes a range of the same size from the destination's
     // cache: its pages are already faulted in (moves back and forth then fault no page).
-    if (result.method == MoveMethod::kRemap && !clean) {
-      TierState& state = tier_state_[to];
-      if (auto it = state.cache.find(r.bytes); it != state.cache.end()) {
-        cached_destination = it->second;
-        state.cache.erase(it);
-        state.usage.cached_bytes -= r.bytes;
-        ++state.usage.reused_ranges;
-      }
-    }
+    if (result.method == MoveMethod::kRemap && !clean) cached_destination = take_cached_locked(to, r.bytes);
     if (Status s = cached_destination ? Status::ok() : reserve_for_move(to, r.bytes); !s.is_ok()) {
       ++tier_state_[to].usage.failed_moves;
       return out_of_memory(fmt::format("move of '{}' ({}) to tier '{}': {}; it stays on '{}'",

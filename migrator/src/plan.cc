@@ -137,6 +137,23 @@ Plan sentinel_with(const PlanInputs& in, std::uint32_t n, std::uint64_t region) 
         fast_in[k].insert(i);
       }
     }
+    // Room left over keeps what interval k-1 held and k does not use, soonest next use first:
+    // moving it out only to move it back costs two copies for nothing.
+    if (k > 0) {
+      std::vector<std::pair<std::uint64_t, std::size_t>> stay;
+      for (std::size_t i : fast_in[k - 1]) {
+        const PlanObject& o = in.objects[i];
+        if (!alive_in(o, k) || fast_in[k].contains(i)) continue;
+        auto next = std::lower_bound(o.uses.begin(), o.uses.end(), k * n);
+        stay.emplace_back(next != o.uses.end() ? *next : std::uint64_t{in.layers} + 1, i);
+      }
+      std::sort(stay.begin(), stay.end());
+      for (const auto& [use, i] : stay) {
+        if (fast + in.objects[i].bytes > room) continue;
+        fast += in.objects[i].bytes;
+        fast_in[k].insert(i);
+      }
+    }
   }
   // Per object: where it is in each interval it lives in, and the moves between.
   for (std::size_t i : managed) {

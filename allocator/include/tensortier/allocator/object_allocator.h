@@ -15,8 +15,8 @@
 // - Freed ranges stay mapped in a per-tier cache and serve the next allocation of the same size,
 //   so a training step that repeats the last one's allocations takes no page fault. A tier's
 //   budget counts its cached ranges too (they hold physical memory); when a new range does not
-//   fit, cached ranges of that tier are released (largest first) until it does; a tier holding
-//   more than its budget (after
+//   fit, a larger cached range is split (the object takes its head), else cached ranges are
+//   released (smallest first) until it fits; a tier holding more than its budget (after
 //   set_budget lowered it) caches nothing.
 //
 // - An object (a small one: its whole chunk) can move to another tier (move()). Each range has
@@ -59,6 +59,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -303,6 +304,9 @@ class ObjectAllocator {
   // Takes `bytes` (whole pages) on tier `t`: a cached range of the same size, else a new one,
   // releasing the tier's cache first if the budget demands. Caller holds mutex_.
   Result<Range> take_range(TierIndex t, std::size_t bytes);
+  // A cached range of `bytes` on tier t (counted as reused), or the head of a larger one where
+  // the budget has no room for a new range; nullopt when neither. Caller holds mutex_.
+  std::optional<CachedRange> take_cached_locked(TierIndex t, std::size_t bytes);
   // Drops a freed large object: its span, its range (to its tier's cache) and its entry.
   void retire(ObjectId id, const Range& range);
   void give_back_range(TierIndex t, void* address, std::size_t bytes, TierIndex owner);
