@@ -32,7 +32,8 @@ void TimelineRecorder::on_step_end(const StepEndEvent& event) {
   const std::uint64_t t = now_ns();
   std::lock_guard lock(mutex_);
   if (!recording_) return;
-  spans_.push_back({fmt::format("step {}", event.step), 0, step_begin_ns_, t, "step", 0, event.step});
+  spans_.push_back(
+      {fmt::format("runtime step {} (from 0)", event.step), 0, step_begin_ns_, t, "step", 0, event.step});
   ++recorded_;
   recording_ = false;
 }
