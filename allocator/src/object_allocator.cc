@@ -61,11 +61,8 @@ ObjectAllocator::~ObjectAllocator() {
   }
 }
 
-void ObjectAllocator::retire(ObjectId id, const Range& range) {
-  if (range.shadow != nullptr) {
-    tier_state_[range.shadow_tier].usage.shadow_bytes -= range.bytes;
-    give_back_range(range.shadow_tier, range.shadow, range.bytes, range.shadow_owner);
-  }
+void ObjectAllocator::retire(ObjectId id, Range& range) {
+  drop_shadow_locked(range);
   table_.erase(range.slot);
   give_back_range(range.tier, range.base, range.bytes, range.owner);
   live_.erase(id);
@@ -160,13 +157,15 @@ void ObjectAllocator::drop_shadows_on_locked(TierIndex t) {
 
 void ObjectAllocator::set_keep_shadows(bool keep) {
   std::lock_guard lock(mutex_);
-  keep_shadows_ = keep;
+  keep_shadows_.store(keep, std::memory_order_release);
   if (!keep) {
     for (TierIndex t = 0; t < tiers_.size(); ++t) drop_shadows_on_locked(t);
   }
 }
 
 void ObjectAllocator::drop_shadows(std::span<const ObjectId> ids) {
+  // Off, there are none (set_keep_shadows(false) dropped them): no lock taken on a layer's way in.
+  if (!keep_shadows_.load(std::memory_order_acquire)) return;
   std::lock_guard lock(mutex_);
   for (ObjectId id : ids) {
     auto it = live_.find(id);
@@ -620,7 +619,8 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
     // address is the destination's range now.
     if (old_pages == nullptr) {  // the kernel dropped them (no MREMAP_DONTUNMAP)
       tiers_[result.from]->unreserve(bytes);
-    } else if (keep_shadows_ && chunk == nullptr && to < result.from && !r.free_pending) {
+    } else if (keep_shadows_.load(std::memory_order_relaxed) && chunk == nullptr && to < result.from &&
+               !r.free_pending) {
       r.shadow = static_cast<std::byte*>(old_pages);
       r.shadow_tier = result.from;
       r.shadow_owner = r.owner;

@@ -87,6 +87,27 @@ Plan interleave(const PlanInputs& in) {
   });
 }
 
+// Of the plans make(0) .. make(count - 1), the valid one the simulator predicts cheapest (the
+// first of equals); where none is valid, make(fallback), its predictions filled in all the same.
+template <typename Make>
+Plan cheapest_of(const PlanInputs& in, std::size_t count, std::size_t fallback, Make make) {
+  Plan best;
+  bool have = false;
+  for (std::size_t i = 0; i < count; ++i) {
+    Plan plan = make(i);
+    if (!simulate(plan, in).empty()) continue;
+    if (!have || plan.predicted_extra_ns < best.predicted_extra_ns) {
+      best = std::move(plan);
+      have = true;
+    }
+  }
+  if (!have) {
+    best = make(fallback);
+    (void)simulate(best, in);
+  }
+  return best;
+}
+
 // Sentinel with migration intervals of `n` layers. `region` bytes of the budget hold the short-
 // lived objects.
 Plan sentinel_with(const PlanInputs& in, std::uint32_t n, std::uint64_t region) {
@@ -412,27 +433,16 @@ Plan next_use_plan(const PlanInputs& in, std::uint32_t horizon, bool clean_first
 }
 
 Plan belady_oracle(const PlanInputs& in) {
-  Plan best;
-  bool have = false;
-  std::vector<std::uint32_t> horizons;
-  for (std::uint32_t h = 1; h < in.layers; h = h * 3 / 2 + 1) horizons.push_back(h);
-  horizons.push_back(std::max(1U, 2 * in.layers));
-  for (std::uint32_t h : horizons) {
-    for (const bool clean_first : {false, true}) {
-      if (clean_first && !in.clean_moves_out_free) continue;
-      Plan plan = next_use_plan(in, h, clean_first);
-      if (!simulate(plan, in).empty()) continue;
-      if (!have || plan.predicted_extra_ns < best.predicted_extra_ns) {
-        best = std::move(plan);
-        have = true;
-      }
-    }
+  std::vector<std::pair<std::uint32_t, bool>> variants;  // (lookahead, clean objects out first)
+  for (std::uint32_t h = 1; h < in.layers; h = h * 3 / 2 + 1) {
+    variants.emplace_back(h, false);
+    if (in.clean_moves_out_free) variants.emplace_back(h, true);
   }
-  if (!have) {
-    best = next_use_plan(in, 1, false);
-    (void)simulate(best, in);
-  }
-  return best;
+  variants.emplace_back(std::max(1U, 2 * in.layers), false);
+  if (in.clean_moves_out_free) variants.emplace_back(std::max(1U, 2 * in.layers), true);
+  variants.emplace_back(1, false);  // the fallback where no lookahead gives a valid plan
+  return cheapest_of(in, variants.size() - 1, variants.size() - 1,
+                     [&](std::size_t i) { return next_use_plan(in, variants[i].first, variants[i].second); });
 }
 
 // Residency: per object, whether it is on the fast tier at each boundary b in [0, layers) of its
@@ -605,24 +615,14 @@ Plan reactive_with(const PlanInputs& in, double decay, double threshold) {
 }
 
 Plan reactive(const PlanInputs& in) {
-  // Tuned as the other policies are: the decay and threshold the simulator predicts cheapest.
-  Plan best;
-  bool have = false;
-  for (double decay : {0.5, 0.8, 0.95}) {
-    for (double threshold : {1.0, 1.5, 2.5}) {
-      Plan plan = reactive_with(in, decay, threshold);
-      if (!simulate(plan, in).empty()) continue;
-      if (!have || plan.predicted_extra_ns < best.predicted_extra_ns) {
-        best = std::move(plan);
-        have = true;
-      }
-    }
-  }
-  if (!have) {
-    best = reactive_with(in, 0.8, 1.0);
-    (void)simulate(best, in);
-  }
-  return best;
+  // Tuned as the other policies are: the decay and threshold the simulator predicts cheapest
+  // (where none is valid: decay 0.8, threshold 1).
+  constexpr double kDecays[] = {0.5, 0.8, 0.95};
+  constexpr double kThresholds[] = {1.0, 1.5, 2.5};
+  constexpr std::size_t kPairs = std::size(kDecays) * std::size(kThresholds);
+  return cheapest_of(in, kPairs, std::size(kThresholds), [&](std::size_t i) {
+    return reactive_with(in, kDecays[i / std::size(kThresholds)], kThresholds[i % std::size(kThresholds)]);
+  });
 }
 
 // AutoSwap (Zhang et al., arXiv 1903.06631) over the two tiers: with every object fast, find the
@@ -774,21 +774,8 @@ Plan autoswap_with(const PlanInputs& in, SwapScore score_kind) {
 }
 
 Plan autoswap(const PlanInputs& in) {
-  Plan best;
-  bool have = false;
-  for (SwapScore kind : {SwapScore::kVote, SwapScore::kAbsenceTime, SwapScore::kAbsenceArea}) {
-    Plan plan = autoswap_with(in, kind);
-    if (!simulate(plan, in).empty()) continue;
-    if (!have || plan.predicted_extra_ns < best.predicted_extra_ns) {
-      best = std::move(plan);
-      have = true;
-    }
-  }
-  if (!have) {
-    best = autoswap_with(in, SwapScore::kVote);
-    (void)simulate(best, in);
-  }
-  return best;
+  constexpr SwapScore kScores[] = {SwapScore::kVote, SwapScore::kAbsenceTime, SwapScore::kAbsenceArea};
+  return cheapest_of(in, std::size(kScores), 0, [&](std::size_t i) { return autoswap_with(in, kScores[i]); });
 }
 
 // The oracle: with full knowledge of the step, the plan the simulator predicts cheapest among

@@ -451,10 +451,7 @@ void Runtime::start_migration(const profiler::StepProfile& profile) {
   }
   if (std::string problem = migrator::simulate(plan.value(), inputs.value()); !problem.empty())
     spdlog::warn("policy '{}': {}", policy_, problem);
-  if (clean_moves_) {
-    allocator_.set_keep_shadows(true);
-    shadows_on_ = true;
-  }
+  if (clean_moves_) allocator_.set_keep_shadows(true);
   if (Status s = allocator_.set_budget(fast, budget); !s.is_ok())
     spdlog::warn("policy '{}': {}", policy_, s.message());
   const std::uint32_t layers = inputs->layers;
@@ -583,7 +580,7 @@ Status Runtime::layer_begin(std::string_view name, std::span<const ObjectId> rea
     move_wait_ns_ += pinned->wait_ns;
   }
   // What the layer writes loses its shadow copy (pinned: no move can make a new one meanwhile).
-  if (shadows_on_) allocator_.drop_shadows(writes);
+  allocator_.drop_shadows(writes);
   // Sizes, keys and the slow-tier bytes the layer will charge for, from one look at the objects.
   std::fill(slow_read_bytes_.begin(), slow_read_bytes_.end(), 0);
   std::fill(slow_written_bytes_.begin(), slow_written_bytes_.end(), 0);
@@ -638,7 +635,7 @@ Status Runtime::pin_objects(std::span<const ObjectId> ids, std::span<void*> addr
     move_wait_ns_ += pinned->wait_ns;
   }
   for (std::size_t i = 0; i < ids.size(); ++i) addresses[i] = found[i].address;
-  if (shadows_on_) allocator_.drop_shadows(ids);  // host code may write any of them
+  allocator_.drop_shadows(ids);  // host code may write any of them
   return Status::ok();
 }
 

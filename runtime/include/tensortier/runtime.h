@@ -291,7 +291,6 @@ class Runtime {
   std::string fast_budget_;
   bool clean_moves_ = true;
   double mover_steals_compute_ = 1.0;
-  std::atomic<bool> shadows_on_{false};  // set once the executor starts; read by pin_objects on any thread
   std::unique_ptr<migrator::Executor> executor_;             // the training thread's
   std::atomic<const migrator::Executor*> running_{nullptr};  // the same, for stats() on any thread
   std::atomic<PlacementAdvisor*> advisor_{nullptr};

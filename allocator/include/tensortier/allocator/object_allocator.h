@@ -253,7 +253,8 @@ class ObjectAllocator {
   // room (like the cache). Off by default: with it on, a write that bypasses the layer marks and
   // pins would be lost at the next clean move.
   void set_keep_shadows(bool keep);
-  // Drops the shadows of these objects (ids that are not live are skipped).
+  // Drops the shadows of these objects (ids that are not live are skipped); with shadows off it
+  // returns at once, taking no lock.
   void drop_shadows(std::span<const ObjectId> ids);
 
  private:
@@ -308,7 +309,7 @@ class ObjectAllocator {
   // the budget has no room for a new range; nullopt when neither. Caller holds mutex_.
   std::optional<CachedRange> take_cached_locked(TierIndex t, std::size_t bytes);
   // Drops a freed large object: its span, its range (to its tier's cache) and its entry.
-  void retire(ObjectId id, const Range& range);
+  void retire(ObjectId id, Range& range);
   void give_back_range(TierIndex t, void* address, std::size_t bytes, TierIndex owner);
   void release_range(TierIndex placement, TierIndex owner, void* address, std::size_t bytes);
   // Lets cached ranges (then shadows, then empty group chunks) of tier t go until it has
@@ -338,7 +339,7 @@ class ObjectAllocator {
   std::atomic<std::uint64_t> relocations_{0};
   ReleaseObserver release_observer_;
   MoveFailureHook move_failure_hook_;
-  bool keep_shadows_ = false;
+  std::atomic<bool> keep_shadows_{false};  // written under mutex_; drop_shadows reads it without
 };
 
 }  // namespace tensortier
