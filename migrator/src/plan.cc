@@ -217,8 +217,10 @@ Plan sentinel_with(const PlanInputs& in, std::uint32_t n, std::uint64_t region) 
       plan.moves.push_back(m);
     }
   }
-  std::stable_sort(plan.moves.begin(), plan.moves.end(), [](const PlannedMove& a, const PlannedMove& b) {
-    return std::tuple(a.after_layer, a.to != 0) < std::tuple(b.after_layer, b.to != 0);
+  // By boundary; at one boundary, outs first: the mover takes them in this order, and a move in
+  // finds room only once the outs before it are done.
+  std::stable_sort(plan.moves.begin(), plan.moves.end(), [&](const PlannedMove& a, const PlannedMove& b) {
+    return std::tuple(a.after_layer, a.to == in.fast) < std::tuple(b.after_layer, b.to == in.fast);
   });
   return plan;
 }
@@ -423,10 +425,11 @@ Plan next_use_plan(const PlanInputs& in, std::uint32_t horizon, bool clean_first
     mv.useful_until = last != o.uses.begin() && *(last - 1) >= mv.needed_by ? *(last - 1) : mv.needed_by;
     stay_end[i] = kStepStart;
   }
-  std::stable_sort(moves.begin(), moves.end(), [](const PlannedMove& a, const PlannedMove& b) {
+  // By boundary (the start's own first), outs first at each: the order the mover takes them.
+  std::stable_sort(moves.begin(), moves.end(), [&](const PlannedMove& a, const PlannedMove& b) {
     const std::uint64_t x = a.after_layer == kStepStart ? 0 : std::uint64_t{a.after_layer} + 1;
     const std::uint64_t y = b.after_layer == kStepStart ? 0 : std::uint64_t{b.after_layer} + 1;
-    return std::tuple(x, a.to != 0) < std::tuple(y, b.to != 0);
+    return std::tuple(x, a.to == in.fast) < std::tuple(y, b.to == in.fast);
   });
   plan.moves = std::move(moves);
   return plan;
@@ -957,8 +960,19 @@ std::string simulate(Plan& plan, const PlanInputs& in) {
     set_tier(o, s != plan.start.end() ? s->second : in.fast);
   }
   std::multimap<std::uint32_t, const PlannedMove*> moves;  // boundary -> move
-  for (const PlannedMove& m : plan.moves)
-    moves.emplace(m.after_layer == kStepStart ? 0 : m.after_layer + 1, &m);
+  std::unordered_map<std::uint32_t, bool> has_in;  // boundary -> a move in listed so far
+  for (const PlannedMove& m : plan.moves) {
+    const std::uint32_t b = m.after_layer == kStepStart ? 0 : m.after_layer + 1;
+    moves.emplace(b, &m);
+    // The mover takes a boundary's moves in the plan's order: a move out listed after a move in
+    // leaves that move in without the room it makes.
+    if (m.to == in.fast) {
+      has_in[b] = true;
+    } else if (has_in[b]) {
+      note(fmt::format("after layer {}, a move out of key {:#x} is listed after a move in: outs go first",
+                       static_cast<std::int64_t>(m.after_layer), m.key));
+    }
+  }
   std::multimap<std::uint32_t, const PlanObject*> births, deaths;
   for (const PlanObject& o : in.objects) {
     if (o.persistent) continue;

@@ -122,7 +122,7 @@ struct Plan {
   std::uint64_t fast_budget_bytes = 0;
   std::map<ObjectKey, TierIndex> start;  // where each persistent object is when a step begins
   std::map<ObjectKey, TierIndex> birth;  // where each object born in the step is allocated
-  std::vector<PlannedMove> moves;        // by after_layer (kStepStart last: it means "before layer 0")
+  std::vector<PlannedMove> moves;        // by after_layer; at one, outs before ins (the mover's order)
   std::string variant;                   // the oracle: whose plan it chose
   std::uint32_t interval_layers = 0;     // sentinel's migration interval (0: none)
   std::uint64_t region_bytes = 0;        // sentinel's short-lived region (offset planner)
