@@ -107,6 +107,41 @@ TEST(Threaded, LookupsRacingWritersNeverSeeAWrongSpan) {
   EXPECT_GT(found.load(), 0);
 }
 
+// A span whose record is being rewritten (set_tier, as a move does) is still found: a lookup
+// that gave up while the writer was preempted mid-update would turn the profiler's own fault into
+// a real SIGSEGV. Two writers rewrite one span's record without pause on a 2-core machine, so they
+// are often preempted between the odd and the even sequence number; readers must never miss it.
+TEST(Threaded, ALookupNeverMissesASpanWhoseRecordIsBeingRewritten) {
+  ObjectTable table;
+  constexpr std::uintptr_t kBase = std::uintptr_t{0x610000000000};
+  const ObjectTable::Slot slot = table.insert({7, kBase, 16 * 4096, 0, false});
+  std::atomic<bool> stop{false};
+  std::atomic<long> missed{0}, found{0};
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 2; ++w) {
+    threads.emplace_back([&, w] {
+      for (std::uint32_t i = 0; !stop.load(std::memory_order_relaxed); ++i)
+        table.set_tier(slot, (i + static_cast<std::uint32_t>(w)) % 2);
+    });
+  }
+  threads.emplace_back([&] {
+    std::mt19937 rng(1);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(700);
+    while (std::chrono::steady_clock::now() < until) {
+      SpanView span;
+      if (table.lookup(reinterpret_cast<void*>(kBase + rng() % (16 * 4096)), &span) && span.id == 7) {
+        ++found;
+      } else {
+        ++missed;
+      }
+    }
+    stop = true;
+  });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(missed.load(), 0) << "of " << found.load() + missed.load() << " lookups";
+  EXPECT_GT(found.load(), 1000);
+}
+
 TEST(Threaded, TierBudgetHoldsUnderContention) {
   auto configs = parse_tier_spec("t=emulated:optane:16MiB");
   ASSERT_TRUE(configs);
@@ -259,6 +294,75 @@ TEST(Threaded, StepProfilerWithASamplerAndWorkerThreads) {
       EXPECT_GE(a.touches, 32.0);
     }
   }
+}
+
+// runtime.h: allocate() and free() may be called from any thread at any time. A helper thread
+// allocates, writes, reads back and frees objects of its own (a range freed is soon reused) while
+// the training thread runs profiled steps, whose layer boundaries protect the objects born since
+// the last one. A span freed while a boundary was protecting it, or a range still protected when
+// reused, would fault outside the profiler's knowledge: a SIGSEGV that ends this test.
+TEST(Threaded, OtherThreadsAllocateWriteAndFreeWhileStepsAreProfiled) {
+  RuntimeOptions options("fast=dram:512MiB");
+  options.profile.granularity_bytes = profiler::kSmallPageBytes;
+  auto rt = Runtime::create(options);
+  ASSERT_TRUE(rt) << rt.status().to_string();
+  Runtime& runtime = *rt.value();
+  std::atomic<bool> done{false};
+  std::atomic<std::uint64_t> helper_rounds{0}, helper_errors{0};
+  std::thread helper([&] {
+    std::mt19937 rng(7);
+    std::vector<ObjectInfo> held;
+    while (!done.load(std::memory_order_relaxed)) {
+      const std::size_t bytes = std::size_t{4096} << (rng() % 6);  // 4 KiB .. 128 KiB
+      auto o = runtime.allocate("helper", bytes);
+      if (!o) {
+        helper_errors.fetch_add(1);
+        continue;
+      }
+      auto* p = static_cast<volatile unsigned char*>(o->address);
+      p[0] = 1;  // the first byte of a fresh object: where a stale protection faults
+      for (std::size_t at = 0; at < bytes; at += 4096) p[at] = static_cast<unsigned char>(at >> 12);
+      for (std::size_t at = 0; at < bytes; at += 4096) {
+        if (p[at] != static_cast<unsigned char>(at >> 12)) helper_errors.fetch_add(1);
+      }
+      held.push_back(*o);
+      if (held.size() > 4 || rng() % 2 == 0) {  // free one, not always the newest
+        const std::size_t victim = rng() % held.size();
+        if (!runtime.free(held[victim].address).is_ok()) helper_errors.fetch_add(1);
+        held.erase(held.begin() + static_cast<std::ptrdiff_t>(victim));
+      }
+      helper_rounds.fetch_add(1, std::memory_order_relaxed);
+    }
+    for (const ObjectInfo& o : held) {
+      if (!runtime.free(o.address).is_ok()) helper_errors.fetch_add(1);
+    }
+  });
+  constexpr std::size_t kBytes = 16 * 4096;
+  auto weights = runtime.allocate("w", kBytes).value();
+  std::memset(weights.address, 1, kBytes);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  int steps = 0;
+  while (steps < 10 || std::chrono::steady_clock::now() < until) {
+    runtime.request_profile();
+    ASSERT_TRUE(runtime.step_begin().is_ok());
+    for (int layer = 0; layer < 6; ++layer) {
+      auto act = runtime.allocate("act", kBytes).value();
+      const void* reads[] = {weights.address};
+      const void* writes[] = {act.address};
+      ASSERT_TRUE(runtime.layer_begin("layer", reads, writes).is_ok());
+      std::memset(act.address, static_cast<int>(static_cast<const unsigned char*>(weights.address)[layer]), kBytes);
+      ASSERT_TRUE(runtime.layer_end().is_ok());
+      ASSERT_TRUE(runtime.free(act.address).is_ok());
+    }
+    ASSERT_TRUE(runtime.step_end().is_ok());
+    ++steps;
+  }
+  done.store(true);
+  helper.join();
+  EXPECT_EQ(helper_errors.load(), 0u);
+  EXPECT_GT(helper_rounds.load(), 100u) << "the helper hardly ran beside the steps";
+  ASSERT_NE(runtime.profile(), nullptr);
+  EXPECT_EQ(runtime.profile()->layers.size(), 6u);
 }
 
 }  // namespace

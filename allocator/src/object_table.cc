@@ -2,6 +2,8 @@
 #include "tensortier/allocator/object_table.h"
 
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <new>
@@ -17,7 +19,14 @@ void* map_zeroed(std::size_t bytes) {
   return p;
 }
 
-constexpr int kMaxReadTries = 16;
+// A reader retries while the record is being written. A writer preempted between its odd and
+// even sequence stores (it holds writer_mutex_, and touches no watched memory, so it always gets
+// to finish) can keep the record odd for a scheduler tick: after kSpinTries the reader yields the
+// CPU to it (sched_yield: a bare system call, no lock, safe in the SIGSEGV handler). Giving up
+// early would report a live span as absent, and the profiler's own fault would become a crash;
+// kMaxReadTries only bounds a bug (a writer that never finishes) to seconds.
+constexpr int kSpinTries = 64;
+constexpr int kMaxReadTries = 1 << 20;
 
 }  // namespace
 
@@ -131,6 +140,7 @@ bool ObjectTable::lookup(const void* address, SpanView* out) const noexcept {
   if (chunk == nullptr) return false;
   const Record& r = chunk[slot % kChunkRecords];
   for (int attempt = 0; attempt < kMaxReadTries; ++attempt) {
+    if (attempt >= kSpinTries) syscall(SYS_sched_yield);
     const std::uint32_t before = r.sequence.load(std::memory_order_acquire);
     if ((before & 1U) != 0) continue;
     // Acquire loads keep the second sequence read after the field reads.

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <ctime>
 #include <chrono>
 #include <thread>
 
@@ -22,6 +23,7 @@ namespace tensortier::profiler {
 namespace {
 
 std::atomic<FaultTracker*> g_active{nullptr};  // the installed tracker, read by the handler
+std::atomic<int> g_in_handler{0};               // handlers between reading g_active and done with it
 struct sigaction g_previous {};                // the handler before ours; written before install
 
 // Per-unit flags, set by the handler, cleared by collect().
@@ -47,6 +49,40 @@ void chain(int signal, siginfo_t* info, void* ucontext) {
   default_action.sa_handler = SIG_DFL;
   sigemptyset(&default_action.sa_mask);
   sigaction(SIGSEGV, &default_action, nullptr);
+}
+
+// A fault the tracker does not own may still be one it caused: a thread faults on a watched
+// span, and before its handler looks, another thread unwatches the span (a free, the end of the
+// profile) or a new tracker replaces this one; the page is accessible by then. Passing that fault
+// on would be fatal (the default action). So a thread's first declined protection fault at an
+// address is retried: the handler returns, and the instruction runs again. A second fault at the
+// same address on the same thread within kRetryWindowNs is real and is passed on. Each thread's
+// last declined fault sits in a slot by thread id (a rare collision costs one more retry).
+constexpr std::size_t kDeclineSlots = 256;
+constexpr std::int64_t kRetryWindowNs = 100'000'000;
+struct Declined {
+  std::atomic<std::uint64_t> key{0};
+  std::atomic<std::int64_t> at_ns{0};
+};
+Declined g_declined[kDeclineSlots];
+
+// True the first time this thread declines a fault at `address` (retry it); false when the
+// retry faulted there again (pass it on). Async-signal-safe: gettid, clock_gettime, atomics.
+bool first_decline(const void* address) {
+  const auto tid = static_cast<std::uint64_t>(syscall(SYS_gettid));
+  const std::uint64_t key = (reinterpret_cast<std::uintptr_t>(address) ^ (tid << 48)) | 1;
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  const std::int64_t now_ns = std::int64_t{now.tv_sec} * 1'000'000'000 + now.tv_nsec;
+  Declined& d = g_declined[tid % kDeclineSlots];
+  if (d.key.load(std::memory_order_relaxed) == key &&
+      now_ns - d.at_ns.load(std::memory_order_relaxed) < kRetryWindowNs) {
+    d.key.store(0, std::memory_order_relaxed);
+    return false;
+  }
+  d.key.store(key, std::memory_order_relaxed);
+  d.at_ns.store(now_ns, std::memory_order_relaxed);
+  return true;
 }
 
 // Alternate signal stacks. oneDNN's JIT kernels keep data below the stack pointer, beyond the
@@ -149,6 +185,9 @@ struct FaultTracker::SpanState {
   std::unique_ptr<std::atomic<std::uint8_t>[]> flags;
   std::atomic<bool> touched{false};  // some unit has flags this interval
   std::atomic<bool> coarse{false};   // the whole span was granted read-write (mprotect of a unit failed)
+  // Cleared by unwatch before it unprotects the span: a handler whose grant may land after that
+  // unprotection (a read fault's PROT_READ) then makes the unit read-write again.
+  std::atomic<bool> watched{true};
   bool async = false;                // registered with AsyncWrites: writes told by the kernel
   std::atomic<std::uint64_t> faults{0};
   std::atomic<std::uint64_t> retouch_weight{0};  // sum of sampled re-touch weights (kWeightOne = 1)
@@ -170,7 +209,10 @@ FaultTracker::FaultTracker(Lookup lookup, const void* context, Options options)
 }
 
 void FaultTracker::on_signal(int signal, siginfo_t* info, void* ucontext) {
-  FaultTracker* tracker = g_active.load(std::memory_order_acquire);
+  // Counted in g_in_handler while it may use the tracker: the destructor waits for it to leave.
+  g_in_handler.fetch_add(1);
+  FaultTracker* tracker = g_active.load();
+  bool owned = false;
   if (tracker != nullptr && info != nullptr && info->si_code == SEGV_ACCERR) {
     bool is_write = false;
     bool write_known = false;
@@ -179,9 +221,13 @@ void FaultTracker::on_signal(int signal, siginfo_t* info, void* ucontext) {
     is_write = (static_cast<const ucontext_t*>(ucontext)->uc_mcontext.gregs[REG_ERR] & 0x2) != 0;
     write_known = true;
 #endif
-    if (tracker->handle_owned(info->si_addr, is_write, write_known)) return;
+    owned = tracker->handle_owned(info->si_addr, is_write, write_known);
   }
-
+  g_in_handler.fetch_sub(1);
+  if (owned) return;
+  // A protection fault (not an unmapped address) may be one a concurrent unwatch has just made
+  // stale: retry it once before passing it on (first_decline).
+  if (info != nullptr && info->si_code == SEGV_ACCERR && first_decline(info->si_addr)) return;
   chain(signal, info, ucontext);
 }
 
@@ -206,6 +252,11 @@ bool FaultTracker::handle_owned(const void* address, bool is_write, bool write_k
     return false;  // not watched (any more): not ours
   }
   const std::uint64_t unit = (reinterpret_cast<std::uintptr_t>(address) - span.base) / s->unit_bytes;
+  if (!s->watched.load()) {
+    // Being unwatched (the span is freed, or the profile ends): it is on its way to read-write.
+    mprotect(s->unit_address(unit), s->unit_length(unit, 1), PROT_READ | PROT_WRITE);
+    return true;
+  }
   std::atomic<std::uint8_t>& flag = s->flags[unit];
   const std::uint8_t before = flag.load(std::memory_order_relaxed);
   if (!write_known) {
@@ -233,6 +284,11 @@ bool FaultTracker::handle_owned(const void* address, bool is_write, bool write_k
     if (mprotect(reinterpret_cast<void*>(span.base), span.bytes, PROT_READ | PROT_WRITE) != 0) return false;
     s->coarse.store(true, std::memory_order_relaxed);
   }
+  // An unwatch on another thread may have unprotected the span just before this grant, which
+  // would then leave the unit read-only for good (a later write: a fault nobody owns). It clears
+  // `watched` before it unprotects, so seeing it set here means its unprotection comes after.
+  if (prot != (PROT_READ | PROT_WRITE) && !s->watched.load())
+    mprotect(s->unit_address(unit), s->unit_length(unit, 1), PROT_READ | PROT_WRITE);
   return true;
 }
 
@@ -264,18 +320,30 @@ Result<std::unique_ptr<FaultTracker>> FaultTracker::install(Lookup lookup, const
   action.sa_flags = SA_SIGINFO | SA_NODEFER;  // a chained handler may fault again
   action.sa_flags |= SA_ONSTACK;              // see give_threads_alt_stacks()
   sigemptyset(&action.sa_mask);
-  if (sigaction(SIGSEGV, &action, &g_previous) != 0) {
-    g_active.store(nullptr);
-    return internal_error("sigaction(SIGSEGV) failed");
+  // Ours stays installed once it is (see ~FaultTracker): install it, and take the handler before
+  // it as the one to pass faults on to, only where the current one is not ours (the first
+  // install, or the program installed its own since).
+  struct sigaction current {};
+  if (sigaction(SIGSEGV, nullptr, &current) != 0) return internal_error("sigaction(SIGSEGV) failed");
+  const bool ours = (current.sa_flags & SA_SIGINFO) != 0 && current.sa_sigaction == &FaultTracker::on_signal;
+  if (!ours) {
+    g_previous = current;
+    if (sigaction(SIGSEGV, &action, nullptr) != 0) return internal_error("sigaction(SIGSEGV) failed");
   }
   return tracker;
 }
 
 FaultTracker::~FaultTracker() {
   unwatch_all();
+  // The handler is not uninstalled: a thread may have faulted on a span before the unwatch and
+  // not yet been given the signal (the kernel delivers it when the thread next runs, with the
+  // handler installed then). With ours still there, that fault is retried (first_decline) and
+  // goes on, the page being accessible now; a real fault is passed on to the handler before ours.
+  g_active.store(nullptr);
+  // A handler that found this tracker before the store above may still be reading its spans'
+  // state: wait for it before they are freed (handlers take microseconds).
+  while (g_in_handler.load() != 0) std::this_thread::yield();
   async_.reset();
-  sigaction(SIGSEGV, &g_previous, nullptr);
-  g_active.store(nullptr, std::memory_order_release);
 }
 
 Status FaultTracker::watch(const SpanView& span) {
@@ -326,6 +394,7 @@ void FaultTracker::unwatch(std::uintptr_t base) {
   auto it = watched_.find(base);
   if (it == watched_.end()) return;
   const SpanView& span = it->second->span;
+  it->second->watched.store(false);  // before the unprotection (see handle_owned)
   if (it->second->async) async_->remove(span.base, span.bytes);
   mprotect(reinterpret_cast<void*>(span.base), span.bytes, PROT_READ | PROT_WRITE);
   if (Entry* entry = find_entry(base); entry != nullptr)
@@ -336,6 +405,7 @@ void FaultTracker::unwatch(std::uintptr_t base) {
 void FaultTracker::unwatch_all() {
   std::lock_guard lock(mutex_);
   for (const auto& [base, state] : watched_) {
+    state->watched.store(false);  // before the unprotection (see handle_owned)
     if (state->async) async_->remove(base, state->span.bytes);
     mprotect(reinterpret_cast<void*>(base), state->span.bytes, PROT_READ | PROT_WRITE);
     if (Entry* entry = find_entry(base); entry != nullptr)

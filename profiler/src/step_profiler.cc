@@ -148,14 +148,17 @@ void StepProfiler::on_layer_begin(const LayerEvent& event) {
   layer.allocator_live_bytes = event.live_bytes;
   layer.unprofiled_duration_ns = event.previous_duration_ns;
   layer.accesses_before = collect();
-  std::vector<SpanView> pending;
   {
+    // The spans born since the last boundary are protected under mutex_, which on_free takes
+    // too: a span another thread frees is either gone from pending_ before this or unwatched
+    // after it, never protected after its free (its range would be reused still PROT_NONE, and
+    // the fault on it is nobody's: a SIGSEGV).
     std::lock_guard lock(mutex_);
     layer.index = layers_begun_++;
-    pending.swap(pending_);
-  }
-  for (const SpanView& s : pending) {
-    if (Status st = tracker_->watch(s); !st.is_ok()) watch_errors_.push_back(st.message());
+    for (const SpanView& s : pending_) {
+      if (Status st = tracker_->watch(s); !st.is_ok()) watch_errors_.push_back(st.message());
+    }
+    pending_.clear();
   }
   profile_.layers.push_back(std::move(layer));
   if (counters_ != nullptr) counters_at_begin_ = counters_->read();

@@ -365,15 +365,16 @@ void Runtime::start_profile() {
 }
 
 void Runtime::finish_profile(std::uint64_t step_duration_ns) {
-  std::unique_ptr<profiler::StepProfiler> done;
+  std::shared_ptr<const profiler::StepProfile> profile;
   {
+    // Held until every span is unprotected (finish): another thread's free after the observer
+    // goes would otherwise return a range that is still PROT_NONE, to be reused so.
     std::lock_guard lock(alloc_events_mutex_);
     remove_observer(profiler_.get());
-    done = std::move(profiler_);
+    std::unique_ptr<profiler::StepProfiler> done = std::move(profiler_);
+    profile = std::make_shared<const profiler::StepProfile>(
+        done->finish(signature_, step_duration_ns, allocator_.peak_live_bytes()));
   }
-  auto profile = std::make_shared<const profiler::StepProfile>(
-      done->finish(signature_, step_duration_ns, allocator_.peak_live_bytes()));
-  done.reset();
   std::uint64_t unprofiled_ns = 0;
   for (const profiler::LayerProfile& l : profile->layers) unprofiled_ns += l.unprofiled_duration_ns;
   spdlog::info(

@@ -6,8 +6,11 @@
 // a top array of leaf pointers, each leaf holding one 32-bit slot number per 4 KiB page of a
 // 1 GiB region. Slots hold span records in fixed chunks that never move. Readers use atomic loads
 // only, and a per-record sequence number (seqlock) so a record being rewritten is never read
-// half-old, half-new; a reader that keeps finding it mid-write gives up (returns false) rather
-// than spin, so a handler that interrupted a writer on its own thread cannot hang.
+// half-old, half-new. A reader that finds it mid-write retries, yielding the CPU after a few
+// spins, until the writer (preempted, perhaps) has finished: a live span is never reported absent.
+// The profiler's handler cannot interrupt a writer on its own thread (a writer touches no watched
+// memory, and SIGSEGV is synchronous); a bound of about a million yields only keeps a bug from
+// hanging forever.
 //
 // Ownership: the table owns its leaves and chunks (mmap'd, freed with the table). It does not own
 // the spans' memory.

@@ -17,7 +17,9 @@
 // first touch (re-protection sampling).
 // A fault the tracker does not own (no span, or a span not watched) goes to the handler that was
 // installed before it, so a real crash still crashes with the usual report (the default action, a
-// debugger's or a sanitizer's handler).
+// debugger's or a sanitizer's handler). A protection fault is first retried once: another thread
+// may have unwatched the span between the fault and the handler's look (the page is accessible
+// by then); a second fault at the same address on the same thread is passed on.
 //
 // The handler runs on an alternate signal stack: install() gives one to every thread alive that
 // has none (oneDNN's JIT kernels keep data below the stack pointer, which a signal frame on the
@@ -30,8 +32,12 @@
 // Kernel copies (read(2) into a protected buffer, and the like) do not fault: they fail with
 // EFAULT. Code that hands watched memory to the kernel must not run while a span is protected.
 //
-// Ownership: one FaultTracker may exist at a time (installing a second is an error); it restores
-// the previous handler and unprotects everything when destroyed. The spans' memory stays the
+// Ownership: one FaultTracker may exist at a time (installing a second is an error); it
+// unprotects everything when destroyed. Its SIGSEGV handler stays installed after it, passing on
+// every fault it does not own (after the one retry above): a fault on a span taken just before the
+// tracker went may be delivered after it, and the default action would then end the process. A
+// program that installs its own SIGSEGV handler later replaces ours; the next install puts ours
+// back in front of it and passes faults on to it. The spans' memory stays the
 // allocator's; the tracker keeps the per-span state of every span it ever watched until it is
 // destroyed, because a handler on another thread may still be reading it.
 // Thread safety: the handler is async-signal-safe (atomics, mprotect, no locks, no allocation)
