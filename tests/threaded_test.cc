@@ -350,7 +350,8 @@ TEST(Threaded, OtherThreadsAllocateWriteAndFreeWhileStepsAreProfiled) {
       const void* reads[] = {weights.address};
       const void* writes[] = {act.address};
       ASSERT_TRUE(runtime.layer_begin("layer", reads, writes).is_ok());
-      std::memset(act.address, static_cast<int>(static_cast<const unsigned char*>(weights.address)[layer]), kBytes);
+      std::memset(act.address, static_cast<int>(static_cast<const unsigned char*>(weights.address)[layer]),
+                  kBytes);
       ASSERT_TRUE(runtime.layer_end().is_ok());
       ASSERT_TRUE(runtime.free(act.address).is_ok());
     }

@@ -57,7 +57,15 @@ Result<std::vector<std::uint32_t>> idx_dims(const std::vector<unsigned char>& by
   std::size_t total = 1;
   for (int i = 0; i < rank; ++i) {
     dims.push_back(big_endian(&bytes[4 + 4 * static_cast<std::size_t>(i)]));
-    total *= dims.back();
+    // A product past the file's size (or past 64 bits, where it would wrap) is a corrupt header.
+    if (__builtin_mul_overflow(total, std::size_t{dims.back()}, &total) || total > bytes.size()) {
+      std::string shape;
+      for (std::size_t k = 0; k < static_cast<std::size_t>(rank); ++k)
+        shape += fmt::format("{}{}", k == 0 ? "" : " x ", big_endian(&bytes[4 + 4 * k]));
+      return invalid_argument(
+          fmt::format("'{}' is truncated or corrupt: its header's dims {} need more than the file's {} bytes",
+                      path, shape, bytes.size()));
+    }
   }
   if (bytes.size() != header + total) {
     return invalid_argument(
@@ -160,6 +168,14 @@ Status BatchIterator::next(Engine& engine, Batch& batch) {
     batch.labels = std::move(l).value();
   }
   const std::size_t size = data_.images.size() / data_.count();
+  // A buffer made for another data set's images (a batch reused across sets) must match in shape.
+  if (batch.images.elements() != batch_size_ * size || batch.labels.elements() != batch_size_) {
+    return invalid_argument(fmt::format(
+        "the batch holds {} values of images but a batch of {} samples of {}x{}x{} needs {}: images of "
+        "another "
+        "size than the ones it was made for",
+        batch.images.elements(), batch_size_, data_.channels, data_.height, data_.width, batch_size_ * size));
+  }
   // Between steps a migration policy may be moving the batch: fill it pinned.
   TENSORTIER_RETURN_IF_ERROR(engine.host_access({&batch.images, &batch.labels}, [&] {
     auto* labels = static_cast<std::int32_t*>(batch.labels.address());

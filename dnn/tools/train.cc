@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -71,7 +73,12 @@ Status apply_profile_flags(const Options& o, Runtime& rt) {
     p.enabled = false;
   } else if (!o.profile.empty()) {
     p.enabled = true;
-    p.step = std::stoull(o.profile);
+    std::uint64_t step = 0;
+    const auto [end, ec] = std::from_chars(o.profile.data(), o.profile.data() + o.profile.size(), step);
+    if (ec != std::errc() || end != o.profile.data() + o.profile.size() || step > (std::uint64_t{1} << 40))
+      return invalid_argument(
+          fmt::format("--profile {}: too large; use 'off' or a step number below 2^40", o.profile));
+    p.step = step;
   }
   if (!o.profile_granularity.empty()) {
     auto bytes = parse_size_bytes(o.profile_granularity);
@@ -152,12 +159,19 @@ int main(int argc, char** argv) {
   app.add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
   app.add_option("--weight-decay", o.weight_decay, "SGD weight decay")->capture_default_str();
   app.add_option("--width", o.width, "Channels of the first stage (VGG, ResNet), hidden units/4 (MLP)")
+      ->check(CLI::Range(1, 65536))
       ->capture_default_str();
   app.add_option("--image-size", o.image_size, "Synthetic data: image height and width")
+      ->check(CLI::Range(1, 4096))
       ->capture_default_str();
-  app.add_option("--channels", o.channels, "Synthetic data: image channels")->capture_default_str();
-  app.add_option("--classes", o.classes, "Synthetic data: classes")->capture_default_str();
+  app.add_option("--channels", o.channels, "Synthetic data: image channels")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  app.add_option("--classes", o.classes, "Synthetic data: classes")
+      ->check(CLI::Range(2, 1 << 20))
+      ->capture_default_str();
   app.add_option("--synthetic-count", o.synthetic_count, "Synthetic data: training samples")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 30))
       ->capture_default_str();
   app.add_option("--train-limit", o.train_limit, "Use only the first N training samples (0: all)")
       ->capture_default_str();
@@ -167,6 +181,7 @@ int main(int argc, char** argv) {
                  "Tier spec (docs/TIERS.md); default: TENSORTIER_TIERS, else hwloc discovery");
   app.add_option("--seed", o.seed, "Seed of weights and shuffling")->capture_default_str();
   app.add_option("--log-every", o.log_every, "Without a terminal: print a line every N steps")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1'000'000'000}))
       ->capture_default_str();
   app.add_option("--profile", o.profile,
                  "Which step to profile (0-based; 'off': none); default: TENSORTIER_PROFILE, else 1")
@@ -202,6 +217,12 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 100))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  // CLI11 reads "nan" and "inf" as numbers: a run on them trains to a nan loss.
+  for (const auto& [flag, value] : {std::pair{"--lr", o.lr}, std::pair{"--momentum", o.momentum},
+                                    std::pair{"--weight-decay", o.weight_decay}}) {
+    if (!std::isfinite(value) || value < 0)
+      return fail(invalid_argument(fmt::format("{} {}: use a finite number of 0 or more", flag, value)));
+  }
 
   spdlog::set_level(spdlog::level::warn);
   RuntimeOptions runtime_options(o.tiers);
@@ -229,6 +250,14 @@ int main(int argc, char** argv) {
     if (!te) return fail(te.status());
     train = std::move(tr).value();
     test = std::move(te).value();
+    // The network is built for the training images; a test image of another size would not fit
+    // its input (and overflow the batch buffer).
+    if (test.height != train.height || test.width != train.width || test.channels != train.channels) {
+      return fail(invalid_argument(fmt::format(
+          "the test images in {} are {}x{}x{} but the training images are {}x{}x{}: use test and training "
+          "files of one data set",
+          o.data_dir, test.channels, test.height, test.width, train.channels, train.height, train.width)));
+    }
   } else {
     train = synthetic_dataset(o.synthetic_count, o.channels, o.image_size, o.image_size, o.classes, o.seed);
     test = synthetic_dataset(std::max<std::size_t>(o.batch, o.synthetic_count / 4), o.channels, o.image_size,
@@ -328,7 +357,8 @@ int main(int argc, char** argv) {
   // The training step's profile (before the test steps, which are another kind of step).
   if (auto profile = rt.profile()) {
     print_profile(*profile);
-    if (!o.profile_json.empty()) fmt::print("  written to {}\n", o.profile_json);
+    if (!o.profile_json.empty() && rt.profile_json_status().is_ok())
+      fmt::print("  written to {}\n", rt.profile_json_path());
   }
 
   BatchIterator test_batches(test, o.batch, o.seed, /*shuffle=*/false);
@@ -350,6 +380,12 @@ int main(int argc, char** argv) {
   for (const auto& u : rt.stats().tiers) {
     fmt::print("tier {}: peak {} of {} budget, {} objects fell back to a slower tier\n", u.name,
                format_bytes(u.peak_mapped_bytes), format_bytes(u.budget_bytes), u.fallbacks_out);
+  }
+  // Asked for and not written: the run's results are above, and the exit status says it failed.
+  if (!o.profile_json.empty() && !rt.profile_json_status().is_ok()) return fail(rt.profile_json_status());
+  if (!o.profile_json.empty() && rt.profile_json_path().empty()) {
+    return fail(failed_precondition(
+        fmt::format("--profile-json {}: no step was profiled, so nothing was written", o.profile_json)));
   }
   return 0;
 }

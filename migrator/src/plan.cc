@@ -960,7 +960,7 @@ std::string simulate(Plan& plan, const PlanInputs& in) {
     set_tier(o, s != plan.start.end() ? s->second : in.fast);
   }
   std::multimap<std::uint32_t, const PlannedMove*> moves;  // boundary -> move
-  std::unordered_map<std::uint32_t, bool> has_in;  // boundary -> a move in listed so far
+  std::unordered_map<std::uint32_t, bool> has_in;          // boundary -> a move in listed so far
   for (const PlannedMove& m : plan.moves) {
     const std::uint32_t b = m.after_layer == kStepStart ? 0 : m.after_layer + 1;
     moves.emplace(b, &m);

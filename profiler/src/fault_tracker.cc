@@ -13,8 +13,8 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
-#include <ctime>
 #include <chrono>
+#include <ctime>
 #include <thread>
 
 #include <fmt/format.h>
@@ -23,7 +23,7 @@ namespace tensortier::profiler {
 namespace {
 
 std::atomic<FaultTracker*> g_active{nullptr};  // the installed tracker, read by the handler
-std::atomic<int> g_in_handler{0};               // handlers between reading g_active and done with it
+std::atomic<int> g_in_handler{0};              // handlers between reading g_active and done with it
 struct sigaction g_previous {};                // the handler before ours; written before install
 
 // Per-unit flags, set by the handler, cleared by collect().
@@ -188,7 +188,7 @@ struct FaultTracker::SpanState {
   // Cleared by unwatch before it unprotects the span: a handler whose grant may land after that
   // unprotection (a read fault's PROT_READ) then makes the unit read-write again.
   std::atomic<bool> watched{true};
-  bool async = false;                // registered with AsyncWrites: writes told by the kernel
+  bool async = false;  // registered with AsyncWrites: writes told by the kernel
   std::atomic<std::uint64_t> faults{0};
   std::atomic<std::uint64_t> retouch_weight{0};  // sum of sampled re-touch weights (kWeightOne = 1)
 

@@ -393,7 +393,9 @@ void Runtime::finish_profile(std::uint64_t step_duration_ns) {
                  ? path.substr(0, dot) + suffix + path.substr(dot)
                  : path + suffix;
     }
-    if (Status s = profiler::write_json(*profile, path); !s.is_ok()) {
+    profile_json_path_ = path;
+    profile_json_status_ = profiler::write_json(*profile, path);
+    if (const Status& s = profile_json_status_; !s.is_ok()) {
       spdlog::warn("{}", s.message());
     } else {
       spdlog::info("profile of step {} written to {}", profile->step, path);

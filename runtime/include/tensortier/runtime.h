@@ -216,6 +216,11 @@ class Runtime {
   // this signature (layer names and argument sizes; see StepProfile::signature).
   std::shared_ptr<const profiler::StepProfile> profile() const { return last_profile_; }
   std::shared_ptr<const profiler::StepProfile> profile_of(std::uint64_t signature) const;
+  // The newest profile's JSON (ProfileOptions::json_path): the path it was written to, or an
+  // error naming the path and the cause when writing failed (an existing file there is then left
+  // as it was). Empty path and ok before a profile was asked to be written. Training thread.
+  const std::string& profile_json_path() const { return profile_json_path_; }
+  const Status& profile_json_status() const { return profile_json_status_; }
   // The signature of the last completed step.
   std::uint64_t last_step_signature() const { return last_signature_; }
   // Profiles the next step whatever ProfileOptions::step says (even when profiling is off).
@@ -303,6 +308,8 @@ class Runtime {
   std::set<std::uint64_t> profile_failed_;  // signatures whose profile could not start
   std::map<std::uint64_t, std::shared_ptr<const profiler::StepProfile>> profiles_;  // by signature
   std::shared_ptr<const profiler::StepProfile> last_profile_;
+  std::string profile_json_path_;
+  Status profile_json_status_;
 };
 
 // RuntimeOptions::profile with the TENSORTIER_PROFILE* variables applied. Errors name the

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Hostile input to tensortier-train: each case must be refused with a message that names the
+# problem and a failing exit status (never a signal, never success), or, for a bad cache, run
+# as if the cache were not there. Usage: tests/cli_hostile_input.sh TRAIN_BINARY
+set -uo pipefail
+train=${1:?usage: $0 path/to/tensortier-train}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+run=(--model mlp --data synthetic --width 4 --batch 4 --synthetic-count 16 --steps 2)
+small=("${run[@]}" --tiers fast=dram:64MiB)
+
+# expect_refusal NAME PATTERN ARGS...: exits with a status of 1..128 (CLI11's own refusals use
+# 105 and up; over 128 is a signal) and prints PATTERN.
+expect_refusal() {
+  local name=$1 pattern=$2
+  shift 2
+  local out status
+  out=$("$@" 2>&1)
+  status=$?
+  if [[ $status -eq 0 || $status -gt 128 ]]; then
+    echo "FAIL $name: exit status $status (a refusal exits 1..128; over 128 is a signal)"
+    echo "$out" | tail -5
+    failures=$((failures + 1))
+  elif ! grep -qE -- "$pattern" <<<"$out"; then
+    echo "FAIL $name: exit $status without /$pattern/ in:"
+    echo "$out" | tail -5
+    failures=$((failures + 1))
+  else
+    echo "ok   $name: $(grep -E -- "$pattern" <<<"$out" | head -1)"
+  fi
+}
+
+expect_refusal log-every-0 "--log-every" "$train" "${small[@]}" --log-every 0
+expect_refusal classes-0 "--classes" "$train" "${small[@]}" --classes 0
+expect_refusal classes-negative "--classes" "$train" "${small[@]}" --classes -3
+expect_refusal channels-0 "--channels" "$train" "${small[@]}" --channels 0
+expect_refusal image-size-0 "--image-size" "$train" "${small[@]}" --image-size 0
+expect_refusal profile-huge "--profile.*too large" "$train" "${small[@]}" --profile 99999999999999999999999
+expect_refusal lr-nan "--lr nan" "$train" "${small[@]}" --lr nan
+expect_refusal lr-inf "--lr inf" "$train" "${small[@]}" --lr inf
+expect_refusal momentum-negative "--momentum" "$train" "${small[@]}" --momentum -1
+
+# --profile-json that cannot be written: a directory, a missing directory. A good profile
+# already there survives a failed write.
+expect_refusal profile-json-directory "is a directory" "$train" "${small[@]}" --profile-json "$work"
+expect_refusal profile-json-missing-dir "cannot write the profile to '$work/none/p.json'" \
+  "$train" "${small[@]}" --profile-json "$work/none/p.json"
+if "$train" "${small[@]}" --profile-json "$work/good.json" >/dev/null 2>&1 && [[ -s "$work/good.json" ]]; then
+  cp "$work/good.json" "$work/good.before"
+  chmod a-w "$work"
+  if [[ $(id -u) -ne 0 ]]; then  # root writes anywhere: the case cannot be set up
+    expect_refusal profile-json-unwritable "writing the profile to|cannot write the profile" \
+      "$train" "${small[@]}" --profile-json "$work/good.json"
+    cmp -s "$work/good.json" "$work/good.before" || { echo "FAIL: a failed write changed the good profile"; failures=$((failures + 1)); }
+  fi
+  chmod u+w "$work"
+  ls "$work"/*.tmp >/dev/null 2>&1 && { echo "FAIL: a temporary profile file was left behind"; failures=$((failures + 1)); }
+else
+  echo "FAIL profile-json-good: a profile was not written to $work/good.json"
+  failures=$((failures + 1))
+fi
+
+# Fashion-MNIST files that lie: test images of another size, a header whose dims overflow.
+python3 - "$work" <<'PY'
+import gzip, struct, sys, os
+work = sys.argv[1]
+def idx(path, dims, data):
+    with gzip.open(path, "wb") as f:
+        f.write(struct.pack(">BBBB", 0, 0, 8, len(dims)) + b"".join(struct.pack(">I", d) for d in dims) + data)
+for name, test_side, train_dims in (("mismatch", 20, None), ("overflow", 28, (4, 2**31, 2**31))):
+    d = os.path.join(work, name)
+    os.makedirs(d)
+    n = 16 if train_dims is None else train_dims[0]
+    if train_dims is None:
+        idx(f"{d}/train-images-idx3-ubyte.gz", (n, 28, 28), bytes(n * 28 * 28))
+    else:
+        idx(f"{d}/train-images-idx3-ubyte.gz", train_dims, b"")
+    idx(f"{d}/train-labels-idx1-ubyte.gz", (n,), bytes(i % 10 for i in range(n)))
+    idx(f"{d}/t10k-images-idx3-ubyte.gz", (n, test_side, test_side), bytes(n * test_side * test_side))
+    idx(f"{d}/t10k-labels-idx1-ubyte.gz", (n,), bytes(n))
+PY
+expect_refusal test-images-other-size "test images .* are 1x20x20 but the training images are 1x28x28" \
+  "$train" --model mlp --width 4 --batch 4 --steps 2 --tiers fast=dram:64MiB --data-dir "$work/mismatch"
+expect_refusal idx-dims-overflow "truncated or corrupt: its header's dims 4 x 2147483648 x 2147483648" \
+  "$train" --model mlp --width 4 --batch 4 --steps 2 --tiers fast=dram:64MiB --data-dir "$work/overflow"
+
+# A DRAM-bandwidth cache with the wrong types in it is a hint gone bad: measured again, and the
+# run goes on.
+mkdir -p "$work/cache/tensortier"
+echo '{"read_gbps": "fast", "write_gbps": [1], "threads": {}, "cpu_model": 3, "memory_bytes": null}' \
+  > "$work/cache/tensortier/dram_bandwidth.json"
+if out=$(XDG_CACHE_HOME="$work/cache" "$train" "${run[@]}" --tiers fast=dram:64MiB,slow=emulated:cxl:1GiB 2>&1); then
+  echo "ok   bad-bandwidth-cache: trained ($(grep -c 'test accuracy' <<<"$out") test line)"
+else
+  echo "FAIL bad-bandwidth-cache: exit $? with a malformed cache:"
+  echo "$out" | tail -5
+  failures=$((failures + 1))
+fi
+
+echo "$failures failed"
+[[ $failures -eq 0 ]]
