@@ -46,6 +46,13 @@ expect_refusal momentum-negative "--momentum" "$train" "${small[@]}" --momentum 
 expect_refusal profile-json-directory "is a directory" "$train" "${small[@]}" --profile-json "$work"
 expect_refusal profile-json-missing-dir "cannot write the profile to '$work/none/p.json'" \
   "$train" "${small[@]}" --profile-json "$work/none/p.json"
+# The library's log lines go to stderr, not into the program's output.
+if "$train" "${small[@]}" --profile-json "$work" 2>/dev/null | grep -q 'warning\]'; then
+  echo "FAIL log-to-stderr: a library warning went to stdout"
+  failures=$((failures + 1))
+else
+  echo "ok   log-to-stderr: no library line on stdout"
+fi
 if "$train" "${small[@]}" --profile-json "$work/good.json" >/dev/null 2>&1 && [[ -s "$work/good.json" ]]; then
   cp "$work/good.json" "$work/good.before"
   chmod a-w "$work"

@@ -1,6 +1,10 @@
 // The threaded parts, run under ThreadSanitizer in CI: concurrent allocate/free from several
 // threads, lock-free lookups racing writers, tier budgets under contention, and the profiler's
 // fault tracking with faults on several threads while a sampler re-protects pages.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -364,6 +368,56 @@ TEST(Threaded, OtherThreadsAllocateWriteAndFreeWhileStepsAreProfiled) {
   EXPECT_GT(helper_rounds.load(), 100u) << "the helper hardly ran beside the steps";
   ASSERT_NE(runtime.profile(), nullptr);
   EXPECT_EQ(runtime.profile()->layers.size(), 6u);
+}
+
+// A fork() in the middle of a profiled step (with a sampler thread, and a policy's mover once
+// one runs): the child has none of the parent's threads. Its calls into the runtime must fail
+// at once naming fork, not hang (step_end used to wait forever for the sampler), and it must be
+// able to destroy the runtime and exit. The parent carries on.
+TEST(Threaded, AChildAfterForkIsRefusedAndDoesNotHang) {
+  RuntimeOptions options("fast=dram:256MiB");
+  options.profile.step = 0;
+  options.profile.sample_interval_us = 100;
+  auto created = Runtime::create(options);
+  ASSERT_TRUE(created) << created.status().to_string();
+  std::unique_ptr<Runtime> rt = std::move(created).value();
+  auto w = rt->allocate("w", 64 * 4096).value();
+  std::memset(w.address, 1, 64 * 4096);
+  ASSERT_TRUE(rt->step_begin().is_ok());
+  const void* reads[] = {w.address};
+  ASSERT_TRUE(rt->layer_begin("layer", reads, {}).is_ok());
+  const pid_t child = fork();
+  ASSERT_NE(child, -1);
+  if (child == 0) {
+    // The child: no gtest assertions (they belong to the parent); the exit status tells.
+    int code = 0;
+    if (static_cast<const volatile unsigned char*>(w.address)[4096] != 1) code |= 1;  // still readable
+    const Status end = rt->layer_end();
+    if (end.is_ok() || end.message().find("fork") == std::string::npos) code |= 2;
+    const Status step = rt->step_end();
+    if (step.is_ok() || step.message().find("fork") == std::string::npos) code |= 4;
+    if (rt->step_begin().is_ok()) code |= 8;
+    rt.reset();  // the destructor must not wait for threads the child does not have
+    _exit(code);
+  }
+  int status = 0;
+  pid_t done = 0;
+  for (int i = 0; i < 1000 && done == 0; ++i) {  // up to 10 s
+    done = waitpid(child, &status, WNOHANG);
+    if (done == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (done == 0) {
+    kill(child, SIGKILL);
+    waitpid(child, &status, 0);
+    FAIL() << "the child after fork hung";
+  }
+  ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal "
+                                 << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "bits: 1 unreadable object, 2 layer_end, 4 step_end, 8 step_begin";
+  // The parent carries on.
+  EXPECT_TRUE(rt->layer_end().is_ok());
+  EXPECT_TRUE(rt->step_end().is_ok());
+  EXPECT_NE(rt->profile(), nullptr);
 }
 
 }  // namespace

@@ -89,6 +89,9 @@ Result<std::uint64_t> parse_size_bytes(std::string_view text) {
   }
   std::uint64_t value = 0;
   const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+  if (ec == std::errc::result_out_of_range && end == digits.data() + digits.size()) {
+    return invalid_argument(fmt::format("size '{}' is too large: it does not fit in 64 bits", text));
+  }
   if (ec != std::errc() || end != digits.data() + digits.size() || digits.empty()) {
     return invalid_argument(fmt::format(
         "unparsable size '{}': write a whole number with an optional unit B, KiB, MiB, GiB or TiB "
@@ -96,7 +99,7 @@ Result<std::uint64_t> parse_size_bytes(std::string_view text) {
         text));
   }
   if (value != 0 && multiplier > UINT64_MAX / value) {
-    return invalid_argument(fmt::format("size '{}' does not fit in 64 bits", text));
+    return invalid_argument(fmt::format("size '{}' is too large: it does not fit in 64 bits", text));
   }
   return value * multiplier;
 }

@@ -217,6 +217,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 100))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  // A line at a time even into a pipe or a file (tee, a log): progress shows as it happens.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   // CLI11 reads "nan" and "inf" as numbers: a run on them trains to a nan loss.
   for (const auto& [flag, value] : {std::pair{"--lr", o.lr}, std::pair{"--momentum", o.momentum},
                                     std::pair{"--weight-decay", o.weight_decay}}) {

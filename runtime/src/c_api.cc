@@ -2,6 +2,8 @@
 #include "tensortier/tensortier.h"
 
 #include <cstring>
+#include <exception>
+#include <new>
 #include <string>
 
 #include "tensortier/runtime.h"
@@ -23,19 +25,46 @@ tt_status null_argument(const char* call) {
   return report(tensortier::invalid_argument(std::string(call) + ": a required pointer argument is NULL"));
 }
 
+// No C++ exception may cross into C (undefined behaviour: usually std::terminate). The runtime
+// reports errors as Status; what can still throw (std::bad_alloc from a container, a length_error
+// from a table past its limit) becomes a status here.
+template <typename Body>
+tt_status guarded(const char* call, Body&& body) noexcept {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    return report(tensortier::out_of_memory(std::string(call) + ": out of memory (std::bad_alloc)"));
+  } catch (const std::exception& e) {
+    return report(tensortier::internal_error(std::string(call) + ": " + e.what()));
+  } catch (...) {
+    return report(tensortier::internal_error(std::string(call) + ": an unknown C++ exception"));
+  }
+}
+
+// tt_status is the C face of StatusCode: the same values, kept in step here.
+static_assert(static_cast<int>(tensortier::StatusCode::kOk) == TT_OK);
+static_assert(static_cast<int>(tensortier::StatusCode::kInvalidArgument) == TT_INVALID_ARGUMENT);
+static_assert(static_cast<int>(tensortier::StatusCode::kOutOfMemory) == TT_OUT_OF_MEMORY);
+static_assert(static_cast<int>(tensortier::StatusCode::kNotFound) == TT_NOT_FOUND);
+static_assert(static_cast<int>(tensortier::StatusCode::kUnavailable) == TT_UNAVAILABLE);
+static_assert(static_cast<int>(tensortier::StatusCode::kFailedPrecondition) == TT_FAILED_PRECONDITION);
+static_assert(static_cast<int>(tensortier::StatusCode::kInternal) == TT_INTERNAL);
+
 }  // namespace
 
 extern "C" {
 
 tt_status tt_runtime_create(const char* spec, tt_runtime** out) {
-  if (out == nullptr) return null_argument("tt_runtime_create");
-  *out = nullptr;
-  tensortier::RuntimeOptions options;
-  if (spec != nullptr) options.tier_spec = spec;
-  auto runtime = tensortier::Runtime::create(options);
-  if (!runtime) return report(runtime.status());
-  *out = new tt_runtime{std::move(runtime).value()};
-  return report(tensortier::Status::ok());
+  return guarded("tt_runtime_create", [&]() -> tt_status {
+    if (out == nullptr) return null_argument("tt_runtime_create");
+    *out = nullptr;
+    tensortier::RuntimeOptions options;
+    if (spec != nullptr) options.tier_spec = spec;
+    auto runtime = tensortier::Runtime::create(options);
+    if (!runtime) return report(runtime.status());
+    *out = new tt_runtime{std::move(runtime).value()};
+    return report(tensortier::Status::ok());
+  });
 }
 
 void tt_runtime_destroy(tt_runtime* runtime) {
@@ -43,58 +72,74 @@ void tt_runtime_destroy(tt_runtime* runtime) {
 }
 
 tt_status tt_alloc(tt_runtime* runtime, const char* name, size_t bytes, uint32_t group, void** out) {
-  if (runtime == nullptr || out == nullptr) return null_argument("tt_alloc");
-  *out = nullptr;
-  auto info = runtime->runtime->allocate(name != nullptr ? name : "", bytes, group);
-  if (!info) return report(info.status());
-  *out = info->address;
-  return report(tensortier::Status::ok());
+  return guarded("tt_alloc", [&]() -> tt_status {
+    if (runtime == nullptr || out == nullptr) return null_argument("tt_alloc");
+    *out = nullptr;
+    auto info = runtime->runtime->allocate(name != nullptr ? name : "", bytes, group);
+    if (!info) return report(info.status());
+    *out = info->address;
+    return report(tensortier::Status::ok());
+  });
 }
 
 tt_status tt_free(tt_runtime* runtime, void* address) {
-  if (runtime == nullptr) return null_argument("tt_free");
-  return report(runtime->runtime->free(address));
+  return guarded("tt_free", [&]() -> tt_status {
+    if (runtime == nullptr) return null_argument("tt_free");
+    return report(runtime->runtime->free(address));
+  });
 }
 
 tt_status tt_move(tt_runtime* runtime, const void* address, uint32_t tier, void** out) {
-  if (runtime == nullptr) return null_argument("tt_move");
-  auto moved = runtime->runtime->move(address, tier);
-  if (!moved) return report(moved.status());
-  if (out != nullptr) *out = moved->address;
-  return report(tensortier::Status::ok());
+  return guarded("tt_move", [&]() -> tt_status {
+    if (runtime == nullptr) return null_argument("tt_move");
+    auto moved = runtime->runtime->move(address, tier);
+    if (!moved) return report(moved.status());
+    if (out != nullptr) *out = moved->address;
+    return report(tensortier::Status::ok());
+  });
 }
 
 tt_status tt_object_tier(const tt_runtime* runtime, const void* address, uint32_t* out) {
-  if (runtime == nullptr || out == nullptr) return null_argument("tt_object_tier");
-  auto info = runtime->runtime->object(address);
-  if (!info) return report(info.status());
-  *out = info->tier;
-  return report(tensortier::Status::ok());
+  return guarded("tt_object_tier", [&]() -> tt_status {
+    if (runtime == nullptr || out == nullptr) return null_argument("tt_object_tier");
+    auto info = runtime->runtime->object(address);
+    if (!info) return report(info.status());
+    *out = info->tier;
+    return report(tensortier::Status::ok());
+  });
 }
 
 tt_status tt_step_begin(tt_runtime* runtime) {
-  if (runtime == nullptr) return null_argument("tt_step_begin");
-  return report(runtime->runtime->step_begin());
+  return guarded("tt_step_begin", [&]() -> tt_status {
+    if (runtime == nullptr) return null_argument("tt_step_begin");
+    return report(runtime->runtime->step_begin());
+  });
 }
 
 tt_status tt_step_end(tt_runtime* runtime) {
-  if (runtime == nullptr) return null_argument("tt_step_end");
-  return report(runtime->runtime->step_end());
+  return guarded("tt_step_end", [&]() -> tt_status {
+    if (runtime == nullptr) return null_argument("tt_step_end");
+    return report(runtime->runtime->step_end());
+  });
 }
 
 tt_status tt_layer_begin(tt_runtime* runtime, const char* name, const void* const* reads, size_t read_count,
                          const void* const* writes, size_t write_count) {
-  if (runtime == nullptr || (reads == nullptr && read_count != 0) ||
-      (writes == nullptr && write_count != 0)) {
-    return null_argument("tt_layer_begin");
-  }
-  return report(
-      runtime->runtime->layer_begin(name != nullptr ? name : "", {reads, read_count}, {writes, write_count}));
+  return guarded("tt_layer_begin", [&]() -> tt_status {
+    if (runtime == nullptr || (reads == nullptr && read_count != 0) ||
+        (writes == nullptr && write_count != 0)) {
+      return null_argument("tt_layer_begin");
+    }
+    return report(runtime->runtime->layer_begin(name != nullptr ? name : "", {reads, read_count},
+                                                {writes, write_count}));
+  });
 }
 
 tt_status tt_layer_end(tt_runtime* runtime) {
-  if (runtime == nullptr) return null_argument("tt_layer_end");
-  return report(runtime->runtime->layer_end());
+  return guarded("tt_layer_end", [&]() -> tt_status {
+    if (runtime == nullptr) return null_argument("tt_layer_end");
+    return report(runtime->runtime->layer_end());
+  });
 }
 
 size_t tt_tier_count(const tt_runtime* runtime) {
@@ -102,43 +147,47 @@ size_t tt_tier_count(const tt_runtime* runtime) {
 }
 
 tt_status tt_tier_stats_get(const tt_runtime* runtime, size_t tier, tt_tier_stats* out) {
-  if (runtime == nullptr || out == nullptr) return null_argument("tt_tier_stats_get");
-  const auto stats = runtime->runtime->stats();
-  if (tier >= stats.tiers.size()) {
-    return report(tensortier::invalid_argument("tt_tier_stats_get: tier " + std::to_string(tier) +
-                                               " does not exist (" + std::to_string(stats.tiers.size()) +
-                                               " tiers)"));
-  }
-  const tensortier::TierUsage& u = stats.tiers[tier];
-  *out = tt_tier_stats{};
-  std::strncpy(out->name, u.name.c_str(), sizeof out->name - 1);
-  out->budget_bytes = u.budget_bytes;
-  out->mapped_bytes = u.mapped_bytes;
-  out->peak_mapped_bytes = u.peak_mapped_bytes;
-  out->live_bytes = u.live_bytes;
-  out->live_objects = u.live_objects;
-  out->cached_bytes = u.cached_bytes;
-  out->fallbacks_out = u.fallbacks_out;
-  out->fallbacks_in = u.fallbacks_in;
-  return report(tensortier::Status::ok());
+  return guarded("tt_tier_stats_get", [&]() -> tt_status {
+    if (runtime == nullptr || out == nullptr) return null_argument("tt_tier_stats_get");
+    const auto stats = runtime->runtime->stats();
+    if (tier >= stats.tiers.size()) {
+      return report(tensortier::invalid_argument("tt_tier_stats_get: tier " + std::to_string(tier) +
+                                                 " does not exist (" + std::to_string(stats.tiers.size()) +
+                                                 " tiers)"));
+    }
+    const tensortier::TierUsage& u = stats.tiers[tier];
+    *out = tt_tier_stats{};
+    std::strncpy(out->name, u.name.c_str(), sizeof out->name - 1);
+    out->budget_bytes = u.budget_bytes;
+    out->mapped_bytes = u.mapped_bytes;
+    out->peak_mapped_bytes = u.peak_mapped_bytes;
+    out->live_bytes = u.live_bytes;
+    out->live_objects = u.live_objects;
+    out->cached_bytes = u.cached_bytes;
+    out->fallbacks_out = u.fallbacks_out;
+    out->fallbacks_in = u.fallbacks_in;
+    return report(tensortier::Status::ok());
+  });
 }
 
 tt_status tt_profile_json(const tt_runtime* runtime, char* buffer, size_t capacity, size_t* needed) {
-  if (runtime == nullptr || (buffer == nullptr && capacity > 0)) return null_argument("tt_profile_json");
-  const auto profile = runtime->runtime->profile();
-  if (profile == nullptr) {
-    return report(tensortier::not_found(
-        "tt_profile_json: no step has been profiled yet (the second step is, by default)"));
-  }
-  const std::string json = tensortier::profiler::to_json(*profile);
-  if (needed != nullptr) *needed = json.size() + 1;
-  if (capacity < json.size() + 1) {
-    return report(tensortier::out_of_memory("tt_profile_json: the profile takes " +
-                                            std::to_string(json.size() + 1) + " bytes; the buffer has " +
-                                            std::to_string(capacity)));
-  }
-  std::memcpy(buffer, json.c_str(), json.size() + 1);
-  return report(tensortier::Status::ok());
+  return guarded("tt_profile_json", [&]() -> tt_status {
+    if (runtime == nullptr || (buffer == nullptr && capacity > 0)) return null_argument("tt_profile_json");
+    const auto profile = runtime->runtime->profile();
+    if (profile == nullptr) {
+      return report(tensortier::not_found(
+          "tt_profile_json: no step has been profiled yet (the second step is, by default)"));
+    }
+    const std::string json = tensortier::profiler::to_json(*profile);
+    if (needed != nullptr) *needed = json.size() + 1;
+    if (capacity < json.size() + 1) {
+      return report(tensortier::out_of_memory("tt_profile_json: the profile takes " +
+                                              std::to_string(json.size() + 1) + " bytes; the buffer has " +
+                                              std::to_string(capacity)));
+    }
+    std::memcpy(buffer, json.c_str(), json.size() + 1);
+    return report(tensortier::Status::ok());
+  });
 }
 
 const char* tt_last_error(void) {

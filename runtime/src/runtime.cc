@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include <fmt/format.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "tensortier/allocator/tier_spec.h"
@@ -148,7 +149,30 @@ Result<std::pair<std::string, std::string>> resolve_migration(const RuntimeOptio
   return std::pair{policy, budget};
 }
 
+namespace {
+
+// The library logs through spdlog's default logger, which spdlog makes unnamed, on stdout: the
+// host program's output. Where it is still that one, it is pointed at stderr (same level); a
+// program that installed its own default logger (it has a name) decides where the lines go.
+void log_to_stderr_unless_the_program_chose() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const std::shared_ptr<spdlog::logger> current = spdlog::default_logger();
+    if (current == nullptr || !current->name().empty()) return;
+    try {
+      auto logger = spdlog::stderr_color_mt("tensortier");
+      logger->set_level(current->level());
+      spdlog::set_default_logger(std::move(logger));
+    } catch (const spdlog::spdlog_ex&) {
+      // A logger named "tensortier" exists already: the program's; leave the default as it is.
+    }
+  });
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) {
+  log_to_stderr_unless_the_program_chose();
   auto resolved = resolve_tier_spec(options);
   if (!resolved) return resolved.status();
   Result<profiler::ProfileOptions> profile = resolve_profile_options(options);
@@ -195,6 +219,13 @@ Runtime::Runtime(std::vector<std::unique_ptr<Tier>> tiers, std::string spec, std
 }
 
 Runtime::~Runtime() {
+  if (getpid() != pid_) {
+    // A child after fork(): the mover and the profiler's sampler are the parent's threads, not
+    // here to be stopped or joined (that waited forever). Their objects are left, not destroyed.
+    (void)executor_.release();  // NOLINT(bugprone-unused-return-value): leaked on purpose
+    (void)profiler_.release();  // NOLINT(bugprone-unused-return-value): leaked on purpose
+    return;
+  }
   if (executor_ != nullptr) {  // first: its thread moves objects through this runtime
     advisor_.store(nullptr, std::memory_order_release);
     running_.store(nullptr, std::memory_order_release);
@@ -489,7 +520,16 @@ void Runtime::start_migration(const profiler::StepProfile& profile) {
   executor_->start();
 }
 
+Status Runtime::not_forked(std::string_view call) const {
+  if (getpid() == pid_) return Status::ok();
+  return failed_precondition(fmt::format(
+      "{}: this runtime belongs to process {}, and this is a child of it after fork(); the "
+      "child has none of its threads (mover, profiler): create a new Runtime in the child, or exec",
+      call, pid_));
+}
+
 Status Runtime::step_begin() {
+  TENSORTIER_RETURN_IF_ERROR(not_forked("step_begin"));
   if (in_step_) return failed_precondition("step_begin: the previous step has not ended (call step_end)");
   current_step_.clear();
   signature_ = 0xcbf29ce484222325ull;
@@ -511,6 +551,7 @@ Status Runtime::step_begin() {
 }
 
 Status Runtime::step_end() {
+  TENSORTIER_RETURN_IF_ERROR(not_forked("step_end"));
   if (!in_step_) return failed_precondition("step_end without step_begin");
   if (in_layer_) {
     return failed_precondition(
@@ -553,6 +594,7 @@ Status Runtime::layer_begin(std::string_view name, std::span<const void* const> 
 
 Status Runtime::layer_begin(std::string_view name, std::span<const ObjectId> reads,
                             std::span<const ObjectId> writes, std::span<void*> addresses) {
+  TENSORTIER_RETURN_IF_ERROR(not_forked("layer_begin"));
   if (!in_step_)
     return failed_precondition(fmt::format("layer_begin('{}') outside a step (call step_begin)", name));
   if (in_layer_) {
@@ -647,6 +689,7 @@ void Runtime::unpin_objects(std::span<const ObjectId> ids) {
 }
 
 Status Runtime::layer_end() {
+  TENSORTIER_RETURN_IF_ERROR(not_forked("layer_end"));
   if (!in_layer_) return failed_precondition("layer_end without layer_begin");
   // The emulated charge: the layer's slow-tier traffic, placed on each tier's bandwidth timeline
   // so that it ends `charge` after now unless moves hold the tier longer.

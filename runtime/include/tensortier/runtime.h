@@ -47,8 +47,14 @@
 //     thread that drives training: they must not be called concurrently with each other;
 //   - what other threads may read of the training thread's state (in_step(), the step count,
 //     the current layer index) is atomic.
+// fork(): a child gets a copy of the objects (readable and writable as before, the profiler's
+// protection faults included) but none of the runtime's threads. Its step and layer marks are
+// refused (kFailedPrecondition, naming fork); it may read and write objects, destroy the Runtime
+// (which then leaves the parent's threads alone) and exit, or exec. The parent carries on.
 // Ownership: the Runtime owns all object memory; free() or destroying the Runtime releases it.
 #pragma once
+
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -271,6 +277,10 @@ class Runtime {
   std::uint64_t signature_ = 0;       // of the step in progress, built at each layer_begin
   std::uint64_t last_signature_ = 0;  // of the last completed step
   std::uint64_t run_length_ = 0;      // completed steps in a row with last_signature_
+  // The process that created it: a child after fork() is refused step and layer marks
+  // (not_forked), and its destructor leaves the parent's threads alone.
+  const pid_t pid_ = getpid();
+  Status not_forked(std::string_view call) const;
 
   // Observers. observers_mutex_ guards the list only (events go to a copy); it is taken last.
   std::mutex observers_mutex_;
