@@ -105,5 +105,26 @@ else
   failures=$((failures + 1))
 fi
 
+# Tiers: an empty --tiers (it meant discovery, silently), a budget under one page, a budget over
+# the machine's memory (kept, with a warning), an emulated tier alone (run, with a warning).
+expect_refusal tiers-empty "--tiers.*empty" "$train" "${run[@]}" --tiers ""
+expect_refusal budget-under-a-page "less than one 4 KiB page" "$train" "${run[@]}" --tiers fast=dram:100B
+expect_warning() {  # NAME PATTERN ARGS...: runs to success and warns with PATTERN
+  local name=$1 pattern=$2
+  shift 2
+  local out
+  if ! out=$("$@" 2>&1); then
+    echo "FAIL $name: exit $?:"; echo "$out" | tail -5; failures=$((failures + 1))
+  elif ! grep -qE -- "$pattern" <<<"$out"; then
+    echo "FAIL $name: no /$pattern/ in:"; echo "$out" | tail -5; failures=$((failures + 1))
+  else
+    echo "ok   $name: $(grep -E -- "$pattern" <<<"$out" | head -1)"
+  fi
+}
+expect_warning budget-over-memory "budget of 64.0 TiB is more than this machine's memory" \
+  "$train" "${run[@]}" --tiers fast=dram:64TiB
+expect_warning emulated-only "the only tier, 'slow', is emulated" \
+  "$train" "${run[@]}" --tiers slow=emulated:cxl:1GiB
+
 echo "$failures failed"
 [[ $failures -eq 0 ]]

@@ -300,6 +300,38 @@ TEST(Move, ALayerThatWillNotWaitMakesTheMoveFail) {
   alloc->unpin(ids);
 }
 
+// A move_pages migration cannot be undone half-way, and pages a layer writes while they migrate
+// can fail to move: a layer waits for it to complete, past its bound, and sees it committed.
+TEST(Move, ALayerWaitsForAMovePagesMigrationPastItsBound) {
+  auto alloc = allocator_for("a=numa:0:64MiB,b=numa:0:64MiB");
+  ASSERT_NE(alloc, nullptr);
+  ASSERT_EQ(alloc->move_method(0, 1), MoveMethod::kMovePages);
+  auto obj = alloc->allocate("x", 1 << 20);
+  ASSERT_TRUE(obj);
+  fill(obj->address, 1 << 20, 6);
+  const ObjectId ids[] = {obj->id};
+  std::atomic<bool> in_flight{false};
+  // The hook runs after the pages migrated, before the commit: it holds the move in flight.
+  alloc->set_move_failure_hook([&](ObjectId, TierIndex) {
+    in_flight = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    return false;
+  });
+  std::thread mover([&] { EXPECT_TRUE(alloc->move(obj->id, 1)); });
+  while (!in_flight) std::this_thread::yield();
+  PinnedObject pinned[1];
+  auto pin = alloc->pin(ids, pinned, std::chrono::milliseconds(5));
+  mover.join();
+  ASSERT_TRUE(pin) << pin.status().to_string();
+  EXPECT_EQ(pin->late_moves, 1u);
+  EXPECT_EQ(pin->aborted_moves, 0u);
+  EXPECT_GE(pin->wait_ns, 100'000'000u) << "the layer stopped waiting at its 5 ms bound";
+  EXPECT_EQ(pinned[0].tier, 1u) << "the layer ran before the migration committed";
+  EXPECT_EQ(pinned[0].address, obj->address);
+  EXPECT_TRUE(holds(obj->address, 1 << 20, 6));
+  alloc->unpin(ids);
+}
+
 TEST(Move, SmallObjectsMoveWithTheirChunkInPlaceOnly) {
   TempDir dir;
   auto alloc = allocator_for(fmt::format("d=dram:64MiB,e=emulated:cxl:64MiB,p=pmem:{}:64MiB", dir.path()));

@@ -337,7 +337,9 @@ TEST(NumaVm, SentinelAcrossTheNodesKeepsEveryPageWhereItsPlacementSays) {
   const RuntimeStats stats = rt.stats();
   EXPECT_GT(stats.migration.moves, 0u) << "nothing moved between the nodes";
   EXPECT_GT(watch.checked, 100u);
-  EXPECT_EQ(watch.misplaced, 0u) << watch.first_problem;
+  EXPECT_EQ(watch.misplaced, 0u) << watch.first_problem << " (moves " << stats.moves << ", failed "
+                                 << stats.failed_moves << ", late " << stats.late_moves << ", move wait "
+                                 << stats.move_wait_ns / 1000000 << " ms)";
 }
 
 TEST(NumaVm, DaxKmemTierAllocatesOnTheKmemNode) {

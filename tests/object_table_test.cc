@@ -16,7 +16,7 @@ constexpr std::uintptr_t kBase = std::uintptr_t{0x7f0000000000};
 
 TEST(ObjectTable, FindsTheSpanOfEveryAddressInside) {
   ObjectTable table;
-  const auto slot = table.insert({42, kBase, 3 * 4096, 1, false});
+  const auto slot = table.insert({42, kBase, 3 * 4096, 1, false}).value();
   SpanView span;
   for (std::uintptr_t a : {kBase, kBase + 1, kBase + 4096, kBase + 3 * 4096 - 1}) {
     ASSERT_TRUE(table.lookup(reinterpret_cast<void*>(a), &span)) << std::hex << a;
@@ -40,12 +40,12 @@ TEST(ObjectTable, SpansAcrossALeafBoundaryAndReusedSlots) {
   ObjectTable table;
   const std::uintptr_t gib = std::uintptr_t{1} << 30;
   const std::uintptr_t base = kBase + gib - 2 * 4096;  // two pages in one leaf, two in the next
-  auto a = table.insert({1, base, 4 * 4096, 0, false});
+  auto a = table.insert({1, base, 4 * 4096, 0, false}).value();
   SpanView span;
   ASSERT_TRUE(table.lookup(reinterpret_cast<void*>(base + 3 * 4096), &span));
   EXPECT_EQ(span.id, 1u);
   table.erase(a);
-  auto b = table.insert({2, kBase, 4096, 0, true});
+  auto b = table.insert({2, kBase, 4096, 0, true}).value();
   EXPECT_EQ(a, b);  // slot reused
   EXPECT_FALSE(table.lookup(reinterpret_cast<void*>(base), &span));
   ASSERT_TRUE(table.lookup(reinterpret_cast<void*>(kBase), &span));
@@ -55,7 +55,8 @@ TEST(ObjectTable, SpansAcrossALeafBoundaryAndReusedSlots) {
 
 TEST(ObjectTable, HundredThousandSpans) {
   ObjectTable table;
-  for (std::uint64_t i = 0; i < 100'000; ++i) table.insert({i + 1, kBase + i * 8192, 4096, 0, false});
+  for (std::uint64_t i = 0; i < 100'000; ++i)
+    ASSERT_TRUE(table.insert({i + 1, kBase + i * 8192, 4096, 0, false}));
   EXPECT_EQ(table.size(), 100'000u);
   SpanView span;
   for (std::uint64_t i = 0; i < 100'000; i += 997) {
@@ -63,6 +64,25 @@ TEST(ObjectTable, HundredThousandSpans) {
     EXPECT_EQ(span.id, i + 1);
     EXPECT_FALSE(table.lookup(reinterpret_cast<void*>(kBase + i * 8192 + 4096), &span));  // gaps
   }
+}
+
+// A full table says so (an error value, not an exception) and registers nothing; a freed slot
+// makes room again.
+TEST(ObjectTable, AFullTableRefusesAnInsertWithAnError) {
+  ObjectTable table(/*max_spans=*/3);
+  ObjectTable::Slot slots[3];
+  for (std::uint64_t i = 0; i < 3; ++i)
+    slots[i] = table.insert({i + 1, kBase + i * 8192, 4096, 0, false}).value();
+  const Result<ObjectTable::Slot> fourth = table.insert({4, kBase + 3 * 8192, 4096, 0, false});
+  ASSERT_FALSE(fourth);
+  EXPECT_EQ(fourth.status().code(), StatusCode::kOutOfMemory);
+  EXPECT_NE(fourth.status().message().find("most live spans (3)"), std::string::npos)
+      << fourth.status().message();
+  SpanView span;
+  EXPECT_FALSE(table.lookup(reinterpret_cast<void*>(kBase + 3 * 8192), &span));
+  EXPECT_EQ(table.size(), 3u);
+  table.erase(slots[1]);
+  EXPECT_TRUE(table.insert({4, kBase + 3 * 8192, 4096, 0, false}));
 }
 
 // The handler does what the profiler's will: look the address up, record, unprotect, return.
@@ -86,7 +106,7 @@ TEST(ObjectTable, LookupWorksInsideASigsegvHandler) {
   g_table = &table;
   void* memory = mmap(nullptr, 2 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(memory, MAP_FAILED);
-  table.insert({7, reinterpret_cast<std::uintptr_t>(memory), 2 * 4096, 0, false});
+  ASSERT_TRUE(table.insert({7, reinterpret_cast<std::uintptr_t>(memory), 2 * 4096, 0, false}));
   struct sigaction action {};
   struct sigaction previous {};
   action.sa_sigaction = handler;

@@ -1,14 +1,19 @@
 // The threaded parts, run under ThreadSanitizer in CI: concurrent allocate/free from several
-// threads, lock-free lookups racing writers, tier budgets under contention, and the profiler's
-// fault tracking with faults on several threads while a sampler re-protects pages.
+// threads, lock-free lookups racing writers, tier budgets under contention, the profiler's fault
+// tracking with faults on several threads while a sampler re-protects pages, fork, and a stress
+// test of helpers allocating, moving and freeing beside profiled steps.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -83,8 +88,10 @@ TEST(Threaded, LookupsRacingWritersNeverSeeAWrongSpan) {
       for (int i = 0; i < kSpans; ++i) {
         // Span i always covers pages [i*4, i*4+round%4+1) and has id i.
         slots[i] =
-            table.insert({static_cast<std::uint64_t>(i), kBase + std::uintptr_t(i) * 4 * 4096,
-                          std::uint64_t(round % 4 + 1) * 4096, static_cast<std::uint32_t>(round % 2), false});
+            table
+                .insert({static_cast<std::uint64_t>(i), kBase + std::uintptr_t(i) * 4 * 4096,
+                         std::uint64_t(round % 4 + 1) * 4096, static_cast<std::uint32_t>(round % 2), false})
+                .value();
       }
       for (int i = 0; i < kSpans; ++i) table.erase(slots[i]);
     }
@@ -118,7 +125,7 @@ TEST(Threaded, LookupsRacingWritersNeverSeeAWrongSpan) {
 TEST(Threaded, ALookupNeverMissesASpanWhoseRecordIsBeingRewritten) {
   ObjectTable table;
   constexpr std::uintptr_t kBase = std::uintptr_t{0x610000000000};
-  const ObjectTable::Slot slot = table.insert({7, kBase, 16 * 4096, 0, false});
+  const ObjectTable::Slot slot = table.insert({7, kBase, 16 * 4096, 0, false}).value();
   std::atomic<bool> stop{false};
   std::atomic<long> missed{0}, found{0};
   std::vector<std::thread> threads;
@@ -368,6 +375,137 @@ TEST(Threaded, OtherThreadsAllocateWriteAndFreeWhileStepsAreProfiled) {
   EXPECT_GT(helper_rounds.load(), 100u) << "the helper hardly ran beside the steps";
   ASSERT_NE(runtime.profile(), nullptr);
   EXPECT_EQ(runtime.profile()->layers.size(), 6u);
+}
+
+// Stress (issue 13): three helper threads allocate objects small and large, write them, move
+// them between the tiers, check them and free them, while the training thread runs profiled and
+// unprofiled steps whose layers check what they read. Host code pins what it touches (the
+// runtime's rule for code outside layers); a move may be refused (a profiled step, a pin, no
+// room: kUnavailable / kOutOfMemory), never lose bytes. Bounded in time; under ASan and TSan in
+// CI.
+TEST(Threaded, StressHelpersAllocateMoveAndFreeBesideProfiledAndPlainSteps) {
+  RuntimeOptions options("fast=dram:64MiB,slow=emulated:cxl:256MiB");
+  options.layer_move_wait = std::chrono::seconds(10);  // see object_allocator.h on TSan and short waits
+  auto rt = Runtime::create(options);
+  ASSERT_TRUE(rt) << rt.status().to_string();
+  Runtime& runtime = *rt.value();
+  const std::uint64_t live_before = runtime.stats().live_objects;
+  std::atomic<bool> done{false};
+  std::atomic<std::uint64_t> rounds{0}, moves{0}, refused{0}, errors{0};
+  std::string first_error;
+  std::mutex error_mutex;
+  auto error = [&](const std::string& what) {
+    errors.fetch_add(1);
+    std::lock_guard lock(error_mutex);
+    if (first_error.empty()) first_error = what;
+  };
+  // Writes (or checks) the object's bytes under a pin: the pattern is its id and the offset.
+  auto touch = [&](const ObjectInfo& o, bool write) {
+    const ObjectId id = o.id;
+    void* address = nullptr;
+    if (Status s = runtime.pin_objects(std::span<const ObjectId>(&id, 1), std::span<void*>(&address, 1));
+        !s.is_ok()) {
+      error("pin: " + s.to_string());
+      return;
+    }
+    auto* p = static_cast<unsigned char*>(address);
+    for (std::size_t at = 0; at < o.bytes; at += 61) {
+      const auto expected = static_cast<unsigned char>(id * 31 + at);
+      if (write) {
+        p[at] = expected;
+      } else if (p[at] != expected) {
+        error("object " + std::to_string(id) + " lost its byte at " + std::to_string(at));
+        break;
+      }
+    }
+    runtime.unpin_objects(std::span<const ObjectId>(&id, 1));
+  };
+  auto helper = [&](unsigned seed) {
+    std::mt19937 rng(seed);
+    std::vector<ObjectInfo> held;
+    while (!done.load(std::memory_order_relaxed)) {
+      const bool small = rng() % 2 == 0;
+      const std::size_t bytes = small ? 16 + rng() % 2000 : std::size_t{4096} << (rng() % 7);  // to 256 KiB
+      auto o = runtime.allocate("helper", bytes, /*group=*/static_cast<GroupId>(1 + rng() % 3));
+      if (!o) {
+        if (o.status().code() != StatusCode::kOutOfMemory) error("allocate: " + o.status().to_string());
+        continue;
+      }
+      touch(*o, /*write=*/true);
+      held.push_back(*o);
+      const ObjectInfo& pick = held[rng() % held.size()];
+      auto moved = runtime.move(pick.id, static_cast<TierIndex>(rng() % 2));
+      if (moved) {
+        moves.fetch_add(1);
+      } else if (moved.status().code() == StatusCode::kUnavailable ||
+                 moved.status().code() == StatusCode::kOutOfMemory) {
+        refused.fetch_add(1);
+      } else {
+        error("move: " + moved.status().to_string());
+      }
+      touch(held[rng() % held.size()], /*write=*/false);
+      if (held.size() > 8 || rng() % 3 == 0) {
+        const std::size_t victim = rng() % held.size();
+        touch(held[victim], /*write=*/false);
+        auto address = runtime.address_of(held[victim].id);
+        if (!address || !runtime.free(address.value()).is_ok()) error("free of a held object failed");
+        held.erase(held.begin() + static_cast<std::ptrdiff_t>(victim));
+      }
+      rounds.fetch_add(1, std::memory_order_relaxed);
+    }
+    for (const ObjectInfo& o : held) {
+      touch(o, /*write=*/false);
+      auto address = runtime.address_of(o.id);
+      if (!address || !runtime.free(address.value()).is_ok()) error("free at the end failed");
+    }
+  };
+  std::vector<std::thread> helpers;
+  for (unsigned t = 0; t < 3; ++t) helpers.emplace_back(helper, 100 + t);
+
+  constexpr std::size_t kBytes = 32 * 4096;
+  auto weights = runtime.allocate("w", kBytes).value();
+  {
+    std::vector<void*> address(1);
+    const ObjectId id = weights.id;
+    ASSERT_TRUE(runtime.pin_objects(std::span<const ObjectId>(&id, 1), address).is_ok());
+    std::memset(address[0], 3, kBytes);
+    runtime.unpin_objects(std::span<const ObjectId>(&id, 1));
+  }
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  int steps = 0;
+  while (steps < 8 || std::chrono::steady_clock::now() < until) {
+    if (steps % 2 == 0) runtime.request_profile();
+    ASSERT_TRUE(runtime.step_begin().is_ok());
+    for (int layer = 0; layer < 5; ++layer) {
+      auto act = runtime.allocate("act", kBytes).value();
+      const ObjectId reads[] = {weights.id};
+      const ObjectId writes[] = {act.id};
+      std::vector<void*> addresses(2);
+      ASSERT_TRUE(runtime.layer_begin("layer", reads, writes, addresses).is_ok());
+      const auto* w = static_cast<const unsigned char*>(addresses[0]);
+      ASSERT_TRUE(std::all_of(w, w + kBytes, [](unsigned char c) { return c == 3; })) << "step " << steps;
+      std::memset(addresses[1], layer, kBytes);
+      ASSERT_TRUE(runtime.layer_end().is_ok());
+      ASSERT_TRUE(runtime.free(runtime.address_of(act.id).value()).is_ok());
+    }
+    ASSERT_TRUE(runtime.step_end().is_ok());
+    // Between steps the weights move too, as a policy's mover would move them.
+    (void)runtime.move(weights.id, static_cast<TierIndex>(steps % 2));
+    ++steps;
+  }
+  done.store(true);
+  for (auto& h : helpers) h.join();
+  std::printf("stress: %d steps, %llu helper rounds, %llu moves, %llu refused\n", steps,
+              static_cast<unsigned long long>(rounds.load()), static_cast<unsigned long long>(moves.load()),
+              static_cast<unsigned long long>(refused.load()));
+  EXPECT_EQ(errors.load(), 0u) << first_error;
+  EXPECT_GT(rounds.load(), 100u) << "the helpers hardly ran beside the steps";
+  EXPECT_GT(moves.load(), 10u) << "hardly any move went through (" << refused.load() << " refused)";
+  ASSERT_NE(runtime.profile(), nullptr);
+  ASSERT_TRUE(runtime.free(runtime.address_of(weights.id).value()).is_ok());
+  const RuntimeStats after = runtime.stats();
+  EXPECT_EQ(after.live_objects, live_before) << "accounts are off after the stress";
+  for (const TierUsage& u : after.tiers) EXPECT_EQ(u.live_bytes, 0u) << u.name;
 }
 
 // A fork() in the middle of a profiled step (with a sampler thread, and a policy's mover once

@@ -73,7 +73,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadSpec{"=dram", "no name"}, BadSpec{"a=dram,a=dram", "used twice"},
         BadSpec{"a=numa:x", "'x' is not a NUMA node number"}, BadSpec{"a=numa", "numa:NODE[:SIZE]"},
         BadSpec{"a=emulated", "emulated:PRESET[:SIZE]"}, BadSpec{"a=dram:1G:2G", "dram[:SIZE]"},
-        BadSpec{"a=pmem::1G", "pmem needs a directory"}));
+        BadSpec{"a=pmem::1G", "pmem needs a directory"}, BadSpec{"a=dram:100B", "less than one 4 KiB page"},
+        BadSpec{"a=dram:4095", "less than one 4 KiB page"}));
 
 TEST(SizeParse, UnitsArePowersOf1024) {
   EXPECT_EQ(parse_size_bytes("4096").value(), 4096u);

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -75,27 +76,15 @@ std::filesystem::path cache_path() {
   return {};
 }
 
-// The cached figures, when the file holds them for this machine; nullopt for anything else
-// (missing, unreadable, malformed, wrong types, another machine): the cache is only a hint.
+// The cached figures, when the file holds them for this machine; nullopt for anything else.
 std::optional<FastBandwidth> read_cache(const std::filesystem::path& path, const std::string& cpu,
                                         std::uint64_t mem, unsigned threads) {
   std::ifstream in(path);
   if (!in) return std::nullopt;
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) return std::nullopt;
-  auto number = [&](const char* key) -> std::optional<double> {
-    auto it = j.find(key);
-    if (it == j.end() || !it->is_number()) return std::nullopt;
-    return it->get<double>();
-  };
-  auto model = j.find("cpu_model");
-  const auto m = number("memory_bytes"), t = number("threads"), r = number("read_gbps"),
-             w = number("write_gbps");
-  if (model == j.end() || !model->is_string() || model->get<std::string>() != cpu || !m || !t || !r || !w)
-    return std::nullopt;
-  if (*m != static_cast<double>(mem) || *t != static_cast<double>(threads)) return std::nullopt;
-  if (!(*r > 0 && std::isfinite(*r) && *w > 0 && std::isfinite(*w))) return std::nullopt;
-  return FastBandwidth{*r, *w, threads, "cache " + path.string()};
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::optional<FastBandwidth> cached = parse_bandwidth_cache(text, cpu, mem, threads);
+  if (cached) cached->source = "cache " + path.string();
+  return cached;
 }
 
 FastBandwidth compute_dram_bandwidth() {

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "os_pages.h"
 
@@ -21,6 +22,18 @@ std::size_t range_alignment(std::size_t bytes) {
 
 std::uintptr_t as_uint(const void* p) {
   return reinterpret_cast<std::uintptr_t>(p);
+}
+
+// Rolls a failed move_pages migration back: the pages go back to `node`. The bytes are right
+// wherever the pages are; a page that will not go back leaves the object on two nodes, which
+// costs only speed, so that is logged (once per failed rollback) rather than failed.
+void put_pages_back(void* base, std::size_t bytes, int node, const Status& why) {
+  if (Status back = os::rebind_to_node(base, bytes, node); !back.is_ok()) {
+    spdlog::warn(
+        "a move_pages migration failed ({}) and its rollback to node {} did too ({}); the object's "
+        "bytes are intact, but some of its pages stay on the other node",
+        why.message(), node, back.message());
+  }
 }
 
 }  // namespace
@@ -87,8 +100,11 @@ std::optional<ObjectAllocator::CachedRange> ObjectAllocator::take_cached_locked(
   // anonymous memory, split: the caller takes its head (its pages are faulted in already) and
   // the tail stays cached, where the tail starts aligned as a range of its size must be (a budget
   // held at the step's peak otherwise churns the cache: ranges of other sizes let go, new ones
-  // faulted in). A memkind heap's ranges do not split.
+  // faulted in). A memkind heap's ranges do not split, nor does a NUMA-node tier's range that
+  // may hold huge pages other than at a huge-page boundary (move_pages would move the huge page
+  // shared by head and tail whole: one object's move would take the other's pages along).
   if (tiers_[t]->free_bytes() >= bytes) return std::nullopt;
+  const bool numa_bound = tiers_[t]->numa_node().has_value();
   constexpr int kLargerTried = 8;
   int tried = 0;
   for (auto it = state.cache.upper_bound(bytes); it != state.cache.end() && tried < kLargerTried;
@@ -97,7 +113,8 @@ std::optional<ObjectAllocator::CachedRange> ObjectAllocator::take_cached_locked(
     const CachedRange cached = it->second;
     auto* tail = static_cast<std::byte*>(cached.address) + bytes;
     if (tiers_[cached.owner]->range_kind() != RangeKind::kAnonymous ||
-        as_uint(tail) % range_alignment(size - bytes) != 0)
+        as_uint(tail) % range_alignment(size - bytes) != 0 ||
+        (numa_bound && size >= kHugePageBytes && bytes % kHugePageBytes != 0))
       continue;
     state.cache.erase(it);
     state.cache.emplace(size - bytes, CachedRange{tail, cached.owner});
@@ -239,30 +256,47 @@ Status ObjectAllocator::set_budget(TierIndex t, std::uint64_t bytes) {
 }
 
 // Places a small object in a chunk of its group on tier t with room (not one that is moving: its
-// bytes are being copied), else a new chunk. Returns the object's own range (base, bytes).
+// bytes are being copied), trying the chunks next fit from the last one used, else in a new
+// chunk. Returns the object's own range (base, bytes).
 Result<ObjectAllocator::Range> ObjectAllocator::place_small(Live& live, TierIndex t) {
   const std::size_t bytes = round_up(live.info.bytes, kSmallAlignmentBytes);
-  auto fits = [&](const Chunk& c) { return !c.range.moving && c.used_bytes + bytes <= kGroupChunkBytes; };
+  const std::size_t count = bytes / kSmallAlignmentBytes;
   GroupState* group = &groups_[{live.info.group, t}];
-  auto it = std::find_if(group->chunks.begin(), group->chunks.end(),
-                         [&](const std::unique_ptr<Chunk>& c) { return fits(*c); });
-  Chunk* chunk = it != group->chunks.end() ? it->get() : nullptr;
+  Chunk* chunk = nullptr;
+  std::optional<std::size_t> first;
+  const std::size_t chunks = group->chunks.size();
+  for (std::size_t i = 0; i < chunks && !first; ++i) {
+    const std::size_t at = (group->cursor + i) % chunks;
+    Chunk& c = *group->chunks[at];
+    if (c.range.moving || c.slots.free_slots() < count) continue;
+    first = c.slots.take(count);
+    if (first) {
+      chunk = &c;
+      group->cursor = at;
+    }
+  }
   if (chunk == nullptr) {
     Result<Range> range = take_range(t, kGroupChunkBytes);  // may drop empty chunks of groups_
     if (!range) return range.status();
+    Result<ObjectTable::Slot> slot = table_.insert(
+        SpanView{live.info.group, as_uint(range->base), kGroupChunkBytes, t, /*is_group=*/true});
+    if (!slot) {  // the range goes back: nothing leaks
+      give_back_range(t, range->base, range->bytes, range->owner);
+      return slot.status();
+    }
     group = &groups_[{live.info.group, t}];
     auto fresh = std::make_unique<Chunk>();
     fresh->range = range.value();
+    fresh->range.slot = slot.value();
     fresh->group = live.info.group;
-    fresh->range.slot = table_.insert(
-        SpanView{live.info.group, as_uint(fresh->range.base), kGroupChunkBytes, t, /*is_group=*/true});
+    first = fresh->slots.take(count);
     chunk = fresh.get();
     group->chunks.push_back(std::move(fresh));
+    group->cursor = group->chunks.size() - 1;
   }
   Range placed;
-  placed.base = chunk->range.base + chunk->used_bytes;
+  placed.base = chunk->range.base + *first * kSmallAlignmentBytes;
   placed.bytes = bytes;
-  chunk->used_bytes += bytes;
   ++chunk->live;
   chunk->live_bytes += live.info.bytes;
   live.chunk = chunk;
@@ -302,6 +336,7 @@ Result<ObjectInfo> ObjectAllocator::allocate(std::string_view name, std::size_t 
     return out_of_memory(fmt::format("object '{}': {} bytes is beyond any machine's memory", name, bytes));
   }
   std::lock_guard lock(mutex_);
+  std::string refusal;  // the first refusal that was not the budget's
   Live live;
   live.info.name = std::string(name);
   live.info.bytes = bytes;
@@ -309,25 +344,27 @@ Result<ObjectInfo> ObjectAllocator::allocate(std::string_view name, std::size_t 
   live.info.small = bytes < kPageBytes;
   live.info.reserved_bytes = live.info.small ? 0 : round_up(bytes, kPageBytes);
   for (TierIndex t = preferred; t < tiers_.size(); ++t) {
-    Result<Range> placed = [&]() -> Result<Range> {
-      try {
-        return live.info.small ? place_small(live, t) : take_range(t, live.info.reserved_bytes);
-      } catch (const std::exception& e) {  // the object table could not grow
-        return internal_error(fmt::format("object table: {}", e.what()));
-      }
-    }();
+    Result<Range> placed = live.info.small ? place_small(live, t) : take_range(t, live.info.reserved_bytes);
     if (!placed) {
       if (placed.status().code() != StatusCode::kOutOfMemory) return placed.status();
+      // The budget had room, so the OS (or the object table) refused: said as such at the end.
+      const std::size_t needed = live.info.small ? kGroupChunkBytes : live.info.reserved_bytes;
+      if (tiers_[t]->free_bytes() >= needed && refusal.empty()) refusal = placed.status().message();
       continue;  // no room on this tier: try the next slower one
+    }
+    if (!live.info.small) {
+      Result<ObjectTable::Slot> slot =
+          table_.insert(SpanView{next_id_, as_uint(placed->base), placed->bytes, t, /*is_group=*/false});
+      if (!slot) {  // the range goes back: nothing leaks
+        give_back_range(t, placed->base, placed->bytes, placed->owner);
+        return Status(slot.status().code(), fmt::format("object '{}': {}", name, slot.status().message()));
+      }
+      live.range = placed.value();
+      live.range.slot = slot.value();
     }
     live.info.id = next_id_++;
     live.info.key = key != 0 ? key : live.info.id;
     live.info.address = placed->base;
-    if (!live.info.small) {
-      live.range = placed.value();
-      live.range.slot = table_.insert(
-          SpanView{live.info.id, as_uint(live.range.base), live.range.bytes, t, /*is_group=*/false});
-    }
     TierUsage& usage = tier_state_[t].usage;
     usage.live_bytes += bytes;
     live_bytes_ += bytes;
@@ -342,6 +379,12 @@ Result<ObjectInfo> ObjectAllocator::allocate(std::string_view name, std::size_t 
     by_address_.emplace(live.info.address, live.info.id);
     live_.emplace(live.info.id, std::move(live));
     return info;
+  }
+  if (!refusal.empty()) {
+    return out_of_memory(
+        fmt::format("object '{}' ({}): {}, with room left in the budget; the budget is more "
+                    "than the machine can give: lower it in the tier spec, or free memory",
+                    name, format_bytes(bytes), refusal));
   }
   return no_room_error(name, bytes, preferred);
 }
@@ -367,7 +410,11 @@ Status ObjectAllocator::free(const void* address) {
   if (live.chunk != nullptr) {
     Chunk& chunk = *live.chunk;
     chunk.live_bytes -= live.info.bytes;
-    if (--chunk.live == 0) chunk.used_bytes = 0;  // the whole chunk is free again
+    --chunk.live;
+    const auto offset =
+        static_cast<std::size_t>(static_cast<const std::byte*>(live.info.address) - chunk.range.base);
+    chunk.slots.give_back(offset / kSmallAlignmentBytes,
+                          round_up(live.info.bytes, kSmallAlignmentBytes) / kSmallAlignmentBytes);
     live_.erase(it);
   } else if (live.range.moving) {
     live.range.free_pending = true;  // the mover releases it when its copy ends
@@ -530,7 +577,7 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
   void* destination = nullptr;
   if (result.method == MoveMethod::kMovePages) {
     status = os::rebind_to_node(base, bytes, *tiers_[to]->numa_node());
-    if (!status.is_ok()) (void)os::rebind_to_node(base, bytes, *tiers_[result.from]->numa_node());
+    if (!status.is_ok()) put_pages_back(base, bytes, *tiers_[result.from]->numa_node(), status);
   } else if (cached_destination) {
     destination = cached_destination->address;
     if (!clean) std::memcpy(destination, base, bytes);
@@ -566,7 +613,7 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
     injected = status.is_ok() && hook && hook(id, to);
   }
   if (injected && result.method == MoveMethod::kMovePages) {  // the pages go back where they were
-    (void)os::rebind_to_node(base, bytes, *tiers_[result.from]->numa_node());
+    put_pages_back(base, bytes, *tiers_[result.from]->numa_node(), internal_error("injected failure"));
   }
 
   // Phase 3, under the lock: commit, or roll back and leave the object where it was.
@@ -588,6 +635,15 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
       old_pages = replaced.value();
       destination = nullptr;  // its mapping now lives at base
     }
+  }
+  // kNewAddress: the new address's span goes into the table before the old one leaves it (they
+  // do not overlap); a table that cannot take it fails the move like any other error.
+  std::optional<ObjectTable::Slot> new_slot;
+  if (status.is_ok() && !injected && !aborted && result.method == MoveMethod::kNewAddress) {
+    Result<ObjectTable::Slot> slot =
+        table_.insert(SpanView{id, as_uint(destination), bytes, to, /*is_group=*/false});
+    status = slot.status();
+    if (slot) new_slot = slot.value();
   }
   if (!status.is_ok() || injected || aborted) {
     if (destination != nullptr && cached_destination) {
@@ -631,13 +687,13 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
     r.owner = cached_destination ? cached_destination->owner : to;
     if (clean) ++tier_state_[to].usage.clean_moves;
   }
-  commit_move(id, live, chunk, result.method, destination, result);
+  commit_move(id, live, chunk, result.method, destination, new_slot, result);
   return result;
 }
 
 // Records a finished move: budgets, owner and placement, the object table, stats. mutex_ held.
 void ObjectAllocator::commit_move(ObjectId id, Live* live, Chunk* chunk, MoveMethod method, void* destination,
-                                  MoveResult& result) {
+                                  std::optional<ObjectTable::Slot> new_slot, MoveResult& result) {
   Range& r = chunk != nullptr ? chunk->range : live->range;
   const TierIndex from = r.tier, to = result.to;
   void* const old_base = r.base;
@@ -672,7 +728,7 @@ void ObjectAllocator::commit_move(ObjectId id, Live* live, Chunk* chunk, MoveMet
   in.bytes_moved_in += r.bytes;
   if (method == MoveMethod::kNewAddress) {
     table_.erase(r.slot);
-    r.slot = table_.insert(SpanView{id, as_uint(r.base), r.bytes, to, /*is_group=*/false});
+    r.slot = new_slot.value();
     give_back_range(from, old_base, r.bytes, old_owner);
     if (!r.free_pending) {
       by_address_.erase(live->info.address);
@@ -725,8 +781,9 @@ Result<PinResult> ObjectAllocator::pin(std::span<const ObjectId> ids, std::span<
     const auto deadline = std::chrono::steady_clock::now() + wait;
     while (any_moving() && moved_or_unpinned_.wait_until(lock, deadline) != std::cv_status::timeout) {
     }
-    // Past the bound a copy fails and the object stays put; a move_pages migration goes on beside
-    // the layer (the kernel keeps the bytes right) and completes.
+    // Past the bound a copy fails and the object stays put. A move_pages migration cannot be
+    // stopped half-way without leaving pages on both nodes, and a layer that wrote its pages
+    // while they migrate could make some of them fail to move: the layer waits for it to finish.
     for (ObjectId id : ids) {
       Range* r = unit_of(id);
       if (r != nullptr && r->moving && r->abortable && !r->abort_move) {
@@ -734,6 +791,13 @@ Result<PinResult> ObjectAllocator::pin(std::span<const ObjectId> ids, std::span<
         ++result.aborted_moves;
       }
     }
+    auto migrating_pages = [&] {
+      return std::any_of(ids.begin(), ids.end(), [&](ObjectId id) {
+        const Range* r = unit_of(id);
+        return r != nullptr && r->moving && !r->abortable;
+      });
+    };
+    moved_or_unpinned_.wait(lock, [&] { return !migrating_pages(); });
     result.wait_ns = steady_now_ns() - start;
   }
   for (std::size_t i = 0; i < ids.size(); ++i) {

@@ -5,18 +5,21 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <new>
+
+#include <fmt/format.h>
 
 namespace tensortier {
 namespace {
 
 // Zero-filled memory straight from the kernel: untouched parts of the (large, sparse) arrays
 // cost nothing, and zero is "empty" for every entry.
+// nullptr when the OS has none.
 void* map_zeroed(std::size_t bytes) {
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) throw std::bad_alloc();
-  return p;
+  return p == MAP_FAILED ? nullptr : p;
 }
 
 // A reader retries while the record is being written. A writer preempted between its odd and
@@ -30,12 +33,13 @@ constexpr int kMaxReadTries = 1 << 20;
 
 }  // namespace
 
-ObjectTable::ObjectTable()
-    : top_(static_cast<std::atomic<Leaf*>*>(map_zeroed(kTopEntries * sizeof(std::atomic<Leaf*>)))) {}
+ObjectTable::ObjectTable(std::size_t max_spans)
+    : max_spans_(std::min(max_spans, kMaxSpans)),
+      top_(static_cast<std::atomic<Leaf*>*>(map_zeroed(kTopEntries * sizeof(std::atomic<Leaf*>)))) {}
 
 ObjectTable::~ObjectTable() {
   for (Leaf* leaf : leaves_) munmap(leaf, kLeafEntries * sizeof(Leaf));
-  munmap(top_, kTopEntries * sizeof(std::atomic<Leaf*>));
+  if (top_ != nullptr) munmap(top_, kTopEntries * sizeof(std::atomic<Leaf*>));
   for (auto& chunk : chunks_) {
     if (Record* c = chunk.load(std::memory_order_relaxed)) {
       for (std::size_t i = 0; i < kChunkRecords; ++i) c[i].~Record();
@@ -53,17 +57,28 @@ ObjectTable::Leaf* ObjectTable::leaf_for(std::uintptr_t page, bool create) {
   Leaf* leaf = entry.load(std::memory_order_acquire);
   if (leaf == nullptr && create) {
     leaf = static_cast<Leaf*>(map_zeroed(kLeafEntries * sizeof(Leaf)));
-    entry.store(leaf, std::memory_order_release);
+    if (leaf == nullptr) return nullptr;
     leaves_.push_back(leaf);
+    entry.store(leaf, std::memory_order_release);
   }
   return leaf;
+}
+
+bool ObjectTable::make_leaves(std::uintptr_t base, std::uint64_t bytes) {
+  const std::uintptr_t first = base >> kPageShift;
+  const std::uintptr_t last = (base + bytes - 1) >> kPageShift;
+  for (std::uintptr_t leaf = first >> kLeafBits; leaf <= last >> kLeafBits; ++leaf) {
+    if (leaf_for(leaf << kLeafBits, /*create=*/true) == nullptr) return false;
+  }
+  return true;
 }
 
 void ObjectTable::fill(std::uintptr_t base, std::uint64_t bytes, std::uint32_t value) {
   const std::uintptr_t first = base >> kPageShift;
   const std::uintptr_t last = (base + bytes - 1) >> kPageShift;
   for (std::uintptr_t page = first; page <= last;) {
-    Leaf* leaf = leaf_for(page, /*create=*/true);
+    Leaf* leaf = leaf_for(page, /*create=*/false);  // made by insert()
+    if (leaf == nullptr) return;
     const std::uintptr_t leaf_end = ((page >> kLeafBits) + 1) << kLeafBits;
     for (; page <= last && page < leaf_end; ++page) {
       leaf[page & (kLeafEntries - 1)].store(value, std::memory_order_release);
@@ -86,23 +101,31 @@ void ObjectTable::write_record(Record& r, const SpanView& span) {
   r.sequence.store(seq + 2, std::memory_order_release);  // even: stable
 }
 
-ObjectTable::Slot ObjectTable::insert(const SpanView& span) {
+Result<ObjectTable::Slot> ObjectTable::insert(const SpanView& span) {
   std::lock_guard lock(writer_mutex_);
+  if (live_ >= max_spans_) {
+    return out_of_memory(
+        fmt::format("the object table holds its most live spans ({}); free objects first, "
+                    "or allocate fewer, larger ones",
+                    max_spans_));
+  }
+  if (top_ == nullptr || !make_leaves(span.base, span.bytes)) {
+    return out_of_memory("the OS gave no memory for the object table's own pages");
+  }
   Slot slot;
   if (!free_slots_.empty()) {
     slot = free_slots_.back();
     free_slots_.pop_back();
   } else {
-    slot = next_slot_++;
-    const std::size_t chunk = slot / kChunkRecords;
-    if (chunk >= kMaxChunks) throw std::length_error("ObjectTable: more than 16M live spans");
+    const std::size_t chunk = next_slot_ / kChunkRecords;
     if (chunks_[chunk].load(std::memory_order_relaxed) == nullptr) {
       void* memory = std::calloc(kChunkRecords, sizeof(Record));
-      if (memory == nullptr) throw std::bad_alloc();
+      if (memory == nullptr) return out_of_memory("the object table could not grow: no memory");
       auto* records = static_cast<Record*>(memory);
       for (std::size_t i = 0; i < kChunkRecords; ++i) new (&records[i]) Record();
       chunks_[chunk].store(records, std::memory_order_release);
     }
+    slot = next_slot_++;
   }
   write_record(record(slot), span);
   fill(span.base, span.bytes, slot + 1);
@@ -130,7 +153,7 @@ void ObjectTable::erase(Slot slot) {
 bool ObjectTable::lookup(const void* address, SpanView* out) const noexcept {
   const auto addr = reinterpret_cast<std::uintptr_t>(address);
   const std::uintptr_t page = addr >> kPageShift;
-  if ((page >> kLeafBits) >= kTopEntries) return false;
+  if (top_ == nullptr || (page >> kLeafBits) >= kTopEntries) return false;
   const Leaf* leaf = top_[page >> kLeafBits].load(std::memory_order_acquire);
   if (leaf == nullptr) return false;
   const std::uint32_t entry = leaf[page & (kLeafEntries - 1)].load(std::memory_order_acquire);

@@ -7,8 +7,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -55,6 +57,10 @@ void unmap(void* address, std::size_t bytes) {
 void advise_huge_pages(void* address, std::size_t bytes) {
   // Best effort: where THP is off ("never") or the mapping cannot take it, 4 KiB pages serve.
   (void)madvise(address, bytes, MADV_HUGEPAGE);
+}
+
+void advise_no_huge_pages(void* address, std::size_t bytes) {
+  (void)madvise(address, bytes, MADV_NOHUGEPAGE);  // best effort, as above
 }
 
 Status populate(void* address, std::size_t bytes) {
@@ -138,9 +144,12 @@ Status move_to_node(void* address, std::size_t bytes, int node) {
   std::vector<void*> pages = page_addresses(address, bytes);
   const std::size_t count = pages.size();
   // A transparent huge page moves whole with its first 4 KiB page; move_pages then reports its
-  // other pages as busy (-EBUSY), and a page under concurrent use can be busy too. So what
-  // counts is where each page is afterwards: query, and try the stragglers once more.
-  for (int attempt = 0; attempt < 2 && !pages.empty(); ++attempt) {
+  // other pages as busy (-EBUSY), and a page under concurrent use (another thread's write, a
+  // query of its node) can be busy for a moment too. So what counts is where each page is
+  // afterwards: query, and try the stragglers again, after a short pause from the second time.
+  constexpr int kAttempts = 4;
+  for (int attempt = 0; attempt < kAttempts && !pages.empty(); ++attempt) {
+    if (attempt >= 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     std::vector<int> nodes(pages.size(), node);
     std::vector<int> status(pages.size(), 0);
     if (move_pages(0, pages.size(), pages.data(), nodes.data(), status.data(), MPOL_MF_MOVE) < 0) {
@@ -159,7 +168,7 @@ Status move_to_node(void* address, std::size_t bytes, int node) {
       }
     }
     if (off_node.empty()) return Status::ok();
-    if (attempt == 1) {
+    if (attempt == kAttempts - 1) {
       return internal_error(fmt::format("move_pages left {} of {} pages off node {} (first: {})",
                                         off_node.size(), count, node, first_problem));
     }

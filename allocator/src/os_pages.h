@@ -18,6 +18,9 @@ void unmap(void* address, std::size_t bytes);
 
 // Asks for transparent huge pages on [address, address + bytes); best effort (no error).
 void advise_huge_pages(void* address, std::size_t bytes);
+// A range that must never share a transparent huge page with its neighbours (one that moves by
+// move_pages: the kernel migrates a huge page whole, the neighbour's pages with it).
+void advise_no_huge_pages(void* address, std::size_t bytes);
 
 // Faults every page in now, so later accesses take no page fault and NUMA policy is applied at
 // once. Uses MADV_POPULATE_WRITE (Linux >= 5.14), else touches one byte per page. Fails with

@@ -7,6 +7,7 @@
 #include <bit>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "tier_backends.h"
 
@@ -114,6 +115,18 @@ Result<std::unique_ptr<Tier>> open_tier(const TierConfig& config) {
 }
 
 namespace detail {
+std::uint64_t budget_for(const TierConfig& config, std::uint64_t capacity_bytes,
+                         std::string_view capacity_what) {
+  if (config.budget_bytes == 0) return capacity_bytes;
+  if (capacity_bytes != 0 && config.budget_bytes > capacity_bytes) {
+    spdlog::warn(
+        "tier '{}': its budget of {} is more than {} ({}); the OS may refuse memory before the "
+        "budget is reached",
+        config.name, format_bytes(config.budget_bytes), capacity_what, format_bytes(capacity_bytes));
+  }
+  return config.budget_bytes;
+}
+
 std::uint64_t physical_memory_bytes() {
   return static_cast<std::uint64_t>(sysconf(_SC_PHYS_PAGES)) *
          static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));

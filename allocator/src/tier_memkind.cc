@@ -74,7 +74,7 @@ Result<std::unique_ptr<Tier>> open_memkind_tier(const TierConfig& config) {
                       "use 'emulated:optane' instead, or for a test set MEMKIND_DAX_KMEM_NODES=<node>",
                       config.name, memkind_message(err)));
     }
-    const std::uint64_t budget = config.budget_bytes != 0 ? config.budget_bytes : physical_memory_bytes();
+    const std::uint64_t budget = budget_for(config, physical_memory_bytes(), "this machine's memory");
     return std::unique_ptr<Tier>(
         new MemkindTier(config, budget, MEMKIND_DAX_KMEM, "MEMKIND_DAX_KMEM", false));
   }
@@ -86,12 +86,11 @@ Result<std::unique_ptr<Tier>> open_memkind_tier(const TierConfig& config) {
         "a DAX file system there (mount -o dax /dev/pmem0 {})",
         config.name, config.pmem_dir, config.pmem_dir));
   }
-  std::uint64_t budget = config.budget_bytes;
-  if (budget == 0) {
-    struct statvfs fs {};
-    if (statvfs(config.pmem_dir.c_str(), &fs) == 0)
-      budget = static_cast<std::uint64_t>(fs.f_bavail) * fs.f_frsize;
-  }
+  std::uint64_t available_bytes = 0;  // unknown if statvfs fails: no default, no warning
+  if (struct statvfs fs{}; statvfs(config.pmem_dir.c_str(), &fs) == 0)
+    available_bytes = static_cast<std::uint64_t>(fs.f_bavail) * fs.f_frsize;
+  const std::uint64_t budget =
+      budget_for(config, available_bytes, fmt::format("the space free on '{}'", config.pmem_dir));
   memkind_t kind = nullptr;
   // max_size 0: the kind's file may grow as far as the file system allows; the tier's budget is
   // what bounds it.

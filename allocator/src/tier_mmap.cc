@@ -26,7 +26,14 @@ class MmapTier : public Tier {
     Result<void*> mapped = os::map_anonymous(bytes, alignment);
     if (!mapped) return mapped;
     void* address = mapped.value();
-    if (bytes >= kHugePageBytes) os::advise_huge_pages(address, bytes);
+    if (bytes >= kHugePageBytes) {
+      os::advise_huge_pages(address, bytes);
+    } else if (node_ >= 0) {
+      // Adjacent ranges with one NUMA policy merge into one mapping, where khugepaged can fold
+      // two objects' pages into one huge page; move_pages moves such a page whole, so moving one
+      // object would carry its neighbour's pages to the other node (seen in the NUMA VM).
+      os::advise_no_huge_pages(address, bytes);
+    }
     if (node_ >= 0) {
       if (Status s = os::bind_to_node(address, bytes, node_); !s.is_ok()) {
         os::unmap(address, bytes);
@@ -91,7 +98,7 @@ class EmulatedTier final : public MmapTier {
 }  // namespace
 
 Result<std::unique_ptr<Tier>> open_dram_tier(const TierConfig& config) {
-  const std::uint64_t budget = config.budget_bytes != 0 ? config.budget_bytes : physical_memory_bytes();
+  const std::uint64_t budget = budget_for(config, physical_memory_bytes(), "this machine's memory");
   return std::unique_ptr<Tier>(new DramTier(config, budget, -1));
 }
 
@@ -118,8 +125,8 @@ Result<std::unique_ptr<Tier>> open_numa_tier(const TierConfig& config) {
   }
   long long free_bytes = 0;
   const long long node_bytes = numa_node_size64(node, &free_bytes);
-  const std::uint64_t budget =
-      config.budget_bytes != 0 ? config.budget_bytes : static_cast<std::uint64_t>(std::max(0LL, node_bytes));
+  const std::uint64_t budget = budget_for(config, static_cast<std::uint64_t>(std::max(0LL, node_bytes)),
+                                          fmt::format("NUMA node {}'s memory", node));
   return std::unique_ptr<Tier>(new NumaTier(config, budget, node));
 }
 
@@ -129,7 +136,7 @@ Result<std::unique_ptr<Tier>> open_emulated_tier(const TierConfig& config) {
     return invalid_argument(fmt::format("tier '{}': {}", config.name, preset.status().message()));
   }
   const FastBandwidth bandwidth = dram_bandwidth();
-  const std::uint64_t budget = config.budget_bytes != 0 ? config.budget_bytes : physical_memory_bytes();
+  const std::uint64_t budget = budget_for(config, physical_memory_bytes(), "this machine's memory");
   return std::unique_ptr<Tier>(
       new EmulatedTier(config, budget, CostModel(preset.value(), bandwidth), bandwidth.source));
 }

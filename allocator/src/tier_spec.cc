@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "tensortier/allocator/tier.h"  // kPageBytes
+
 namespace tensortier {
 namespace {
 
@@ -133,6 +135,12 @@ Result<std::vector<TierConfig>> parse_tier_spec(std::string_view spec) {
         auto size = parse_size_bytes(args[1 + required]);
         if (!size) return error(size.status().message());
         if (size.value() == 0) return error("a budget of 0 bytes holds nothing; give a size > 0");
+        if (size.value() < kPageBytes) {
+          return error(
+              fmt::format("a budget of {} bytes is less than one {} KiB page, which is the least any "
+                          "object takes; give at least 4KiB",
+                          size.value(), kPageBytes / 1024));
+        }
         config.budget_bytes = size.value();
       }
       return Status::ok();

@@ -10,6 +10,8 @@
 
 #include <fmt/format.h>
 
+#include "tensortier/dnn/idx.h"
+
 namespace tensortier::dnn {
 namespace {
 
@@ -41,40 +43,6 @@ Result<std::vector<unsigned char>> read_gzip(const std::string& path) {
   return out;
 }
 
-std::uint32_t big_endian(const unsigned char* p) {
-  return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) | p[3];
-}
-
-// Parses an IDX file of unsigned bytes with `rank` dimensions; returns dims and data offset.
-Result<std::vector<std::uint32_t>> idx_dims(const std::vector<unsigned char>& bytes, int rank,
-                                            const std::string& path) {
-  const std::size_t header = 4 + 4 * static_cast<std::size_t>(rank);
-  if (bytes.size() < header || bytes[0] != 0 || bytes[1] != 0 || bytes[2] != 0x08 || bytes[3] != rank) {
-    return invalid_argument(
-        fmt::format("'{}' is not an IDX file of {}-D unsigned bytes (bad header)", path, rank));
-  }
-  std::vector<std::uint32_t> dims;
-  std::size_t total = 1;
-  for (int i = 0; i < rank; ++i) {
-    dims.push_back(big_endian(&bytes[4 + 4 * static_cast<std::size_t>(i)]));
-    // A product past the file's size (or past 64 bits, where it would wrap) is a corrupt header.
-    if (__builtin_mul_overflow(total, std::size_t{dims.back()}, &total) || total > bytes.size()) {
-      std::string shape;
-      for (std::size_t k = 0; k < static_cast<std::size_t>(rank); ++k)
-        shape += fmt::format("{}{}", k == 0 ? "" : " x ", big_endian(&bytes[4 + 4 * k]));
-      return invalid_argument(
-          fmt::format("'{}' is truncated or corrupt: its header's dims {} need more than the file's {} bytes",
-                      path, shape, bytes.size()));
-    }
-  }
-  if (bytes.size() != header + total) {
-    return invalid_argument(
-        fmt::format("'{}' is truncated or corrupt: {} bytes of data for dims that need {}", path,
-                    bytes.size() - header, total));
-  }
-  return dims;
-}
-
 }  // namespace
 
 Result<Dataset> load_fashion_mnist(const std::string& dir, bool train, std::size_t limit) {
@@ -85,9 +53,9 @@ Result<Dataset> load_fashion_mnist(const std::string& dir, bool train, std::size
   if (!images) return images.status();
   auto labels = read_gzip(labels_path);
   if (!labels) return labels.status();
-  auto image_dims = idx_dims(images.value(), 3, images_path);
+  auto image_dims = parse_idx_header(images.value(), 3, images_path);
   if (!image_dims) return image_dims.status();
-  auto label_dims = idx_dims(labels.value(), 1, labels_path);
+  auto label_dims = parse_idx_header(labels.value(), 1, labels_path);
   if (!label_dims) return label_dims.status();
   if ((*image_dims)[0] != (*label_dims)[0]) {
     return invalid_argument(fmt::format("'{}' has {} images but '{}' has {} labels", images_path,

@@ -178,7 +178,16 @@ int main(int argc, char** argv) {
   app.add_option("--test-limit", o.test_limit, "Use only the first N test samples (0: all)")
       ->capture_default_str();
   app.add_option("--tiers", o.tiers,
-                 "Tier spec (docs/TIERS.md); default: TENSORTIER_TIERS, else hwloc discovery");
+                 "Tier spec (docs/TIERS.md); default: TENSORTIER_TIERS, else hwloc discovery")
+      ->check(
+          [](const std::string& spec) {
+            // An empty value would silently mean "no spec" (discovery), unlike a blank one.
+            return spec.empty() ? std::string(
+                                      "empty: give a tier spec, or leave --tiers out for "
+                                      "TENSORTIER_TIERS or hwloc discovery")
+                                : std::string();
+          },
+          "SPEC");
   app.add_option("--seed", o.seed, "Seed of weights and shuffling")->capture_default_str();
   app.add_option("--log-every", o.log_every, "Without a terminal: print a line every N steps")
       ->check(CLI::Range(std::size_t{1}, std::size_t{1'000'000'000}))

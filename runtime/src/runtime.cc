@@ -193,6 +193,12 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
     spdlog::info("tier {}", tier.value()->describe());
     tiers.push_back(std::move(tier).value());
   }
+  if (tiers.size() == 1 && tiers.front()->cost_model() != nullptr) {
+    spdlog::warn(
+        "the only tier, '{}', is emulated slow memory: every object is charged as slow (a slow-only "
+        "run); name a fast tier first in the spec to tier memory",
+        tiers.front()->name());
+  }
   auto runtime = std::unique_ptr<Runtime>(
       new Runtime(std::move(tiers), format_tier_spec(configs), source, std::move(profile).value()));
   runtime->layer_move_wait_ = options.layer_move_wait;

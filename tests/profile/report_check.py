@@ -43,4 +43,75 @@ with open(other, "w", encoding="utf-8") as f:
     json.dump({"schema": "something/else"}, f)
 wrong = subprocess.run([tool, other], capture_output=True, text=True)
 assert wrong.returncode == 2 and "something/else" in wrong.stderr, wrong
-print(f"report: {len(layers)} layer rows, 5 object rows, 2 PNGs; bad input named")
+
+# Hostile input (issue 13): a profile missing a field, a non-UTF-8 file, a directory, an
+# unwritable --png-dir: each a one-line error and exit 2, never a traceback.
+def refused(args, pattern):
+    r = subprocess.run([tool] + args, capture_output=True, text=True)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and re.search(pattern, r.stderr), (args, r)
+
+
+cut = os.path.join(work, "cut.json")
+with open(cut, "w", encoding="utf-8") as f:
+    json.dump({k: v for k, v in profile.items() if k != "layers"}, f)
+refused([cut], r"lacks the field 'layers'")
+typed = os.path.join(work, "typed.json")
+with open(typed, "w", encoding="utf-8") as f:
+    json.dump(dict(profile, peak_live_bytes="lots"), f)
+refused([typed], r"wrong type")
+binary = os.path.join(work, "binary.json")
+with open(binary, "wb") as f:
+    f.write(b"\xff\xfe\x00garbage")
+refused([binary], r"not UTF-8")
+refused([work], r"is a directory")
+blocker = os.path.join(work, "a-file")
+open(blocker, "w").close()
+refused([profile_path, "--png-dir", os.path.join(blocker, "png")], r"cannot make --png-dir")
+
+# A small fuzzer of the reader (Python: libFuzzer does not reach it): seeded random mutations of
+# the real profile (a key dropped or a value of another type at any depth, the text cut short
+# or its bytes flipped); every answer must be a report (exit 0) or a one-line error (exit 2).
+import random
+
+rng = random.Random(13)
+text = json.dumps(profile)
+
+
+def paths(node, prefix=()):
+    yield prefix
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from paths(v, prefix + (k,))
+    elif isinstance(node, list):
+        for i, v in enumerate(node[:3]):
+            yield from paths(v, prefix + (i,))
+
+
+all_paths = [p for p in paths(profile) if p]
+mutant = os.path.join(work, "mutant.json")
+for trial in range(40):
+    kind = trial % 4
+    if kind < 2:
+        doc = json.loads(text)
+        path = rng.choice(all_paths)
+        parent = doc
+        for k in path[:-1]:
+            parent = parent[k]
+        if kind == 0:
+            del parent[path[-1]]
+        else:
+            parent[path[-1]] = rng.choice([None, "x", -1, 1e308, [], {}, True])
+        data = json.dumps(doc).encode()
+    elif kind == 2:
+        data = text.encode()[: rng.randrange(len(text))]
+    else:
+        data = bytearray(text.encode())
+        for _ in range(rng.randrange(1, 8)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        data = bytes(data)
+    with open(mutant, "wb") as f:
+        f.write(data)
+    r = subprocess.run([tool, mutant], capture_output=True, text=True)
+    assert r.returncode in (0, 2) and "Traceback" not in r.stderr, (trial, kind, r.returncode, r.stderr[-2000:])
+    assert r.returncode == 0 or len(r.stderr.strip().splitlines()) == 1, (trial, r.stderr)
+print(f"report: {len(layers)} layer rows, 5 object rows, 2 PNGs; bad input named; 40 mutants answered")

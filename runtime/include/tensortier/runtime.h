@@ -30,10 +30,10 @@
 // (ObjectKey: an object allocated in a step by the training thread is keyed by its allocation
 // ordinal in the step; any other by its id). layer_begin pins the objects a layer declares until
 // layer_end and gives their current addresses: a move of a pinned object waits, and a layer
-// waits (at most RuntimeOptions::layer_move_wait, counted as a late move) only for a move of its
-// own objects already in flight. Host code that touches object bytes outside a layer must not
-// race a move of that object: inside a step, mark it as a layer; anywhere, pin_objects() around
-// it. No move runs while a step is profiled.
+// waits (counted as a late move) only for a move of its own objects already in flight: a copy at
+// most RuntimeOptions::layer_move_wait, a NUMA-node (move_pages) migration until it completes. Host code that
+// touches object bytes outside a layer must not race a move of that object: inside a step, mark it as a
+// layer; anywhere, pin_objects() around it. No move runs while a step is profiled.
 //
 // Emulated slow tiers are charged in every layer: each declared read and write of an object
 // placed on one costs its bytes at the slow tier's bandwidth instead of DRAM's (CostModel),
@@ -87,8 +87,9 @@ struct RuntimeOptions {
 
   std::string tier_spec;  // empty: TENSORTIER_TIERS, else hwloc discovery
   profiler::ProfileOptions profile;
-  // Longest a layer waits at layer_begin for a move of one of its objects already in flight;
-  // past it the move fails and the object stays where it was.
+  // Longest a layer waits at layer_begin for a copying move of one of its objects already in
+  // flight; past it the move fails and the object stays where it was. (A move_pages migration
+  // cannot be stopped half-way: the layer waits for it to complete.)
   std::chrono::nanoseconds layer_move_wait{std::chrono::milliseconds(100)};
   // Migration (migrator/): the policy that runs from the step after the profiled one (empty:
   // none; migrator::policy_names() lists them), between the fastest and the slowest tier, and
@@ -198,9 +199,10 @@ class Runtime {
   Status layer_end();
   // For host code that reads or writes object bytes outside the layer marks (a data loader
   // filling a batch between steps): pins the objects, waiting for a move of one of them already
-  // in flight (at most RuntimeOptions::layer_move_wait; past it a copying move fails), and gives
-  // their current addresses; they do not move until unpin_objects(). Any thread. Errors:
-  // kNotFound for an object that is not live (nothing is pinned then).
+  // in flight (a copy at most RuntimeOptions::layer_move_wait, past which it fails; a move_pages
+  // migration until it completes), and gives their current addresses; they do not move until
+  // unpin_objects(). Any thread. Errors: kNotFound for an object that is not live (nothing is
+  // pinned then).
   Status pin_objects(std::span<const ObjectId> ids, std::span<void*> addresses);
   void unpin_objects(std::span<const ObjectId> ids);
   bool in_step() const { return in_step_.load(std::memory_order_acquire); }

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -108,6 +109,13 @@ unsigned engine_threads();
 // that cannot be read is measured anew); else measured now (~0.3 s) and cached. Computed once
 // per process; thread-safe.
 FastBandwidth dram_bandwidth();
+
+// The figures a DRAM-bandwidth cache file's text holds, when it was written on a machine with
+// this CPU model, memory size and thread count and its bandwidths are finite and positive;
+// nullopt for anything else (malformed JSON, wrong types, another machine): the cache is only a
+// hint. Never throws. The source is left empty.
+std::optional<FastBandwidth> parse_bandwidth_cache(std::string_view json_text, const std::string& cpu_model,
+                                                   std::uint64_t memory_bytes, unsigned threads);
 
 // Measures read and write stream bandwidth with `threads` threads over `buffer_bytes`, best of
 // `repetitions` each.

@@ -6,9 +6,11 @@
 //   aligned with transparent huge pages from 2 MiB up), so protecting or moving it touches no
 //   other object.
 // - A smaller object is packed with others of the same group (a caller-given lifetime class) in
-//   that group's shared chunks of kGroupChunkBytes. The chunk, not the small object, is the unit
-//   of placement: lookup() of an address inside one returns the group span. A chunk's space is
-//   reused once all its objects are freed (objects of one lifetime class die together).
+//   that group's shared chunks of kGroupChunkBytes, in 64-byte slots. The chunk, not the small
+//   object, is the unit of placement: lookup() of an address inside one returns the group span.
+//   A freed object's slots are reused at once, while other objects in its chunk live (first fit
+//   in the chunk; the group's chunks are tried next fit from the last one used, so a new chunk is
+//   taken only when none has room, and the cost of an allocation does not grow with them).
 // - An object goes to the preferred tier; where that tier's budget has no room, to the next
 //   slower tier, and the fallback is counted on both. Where no tier has room: kOutOfMemory, never
 //   an abort.
@@ -37,9 +39,10 @@
 //   and is counted; an object freed while it moves is released when the move ends.
 // - A pinned object does not move: move() waits for its pins to go (bounded). pin() waits
 //   (bounded) for a move of the object already in flight and, past the bound, makes a copying
-//   move fail so the pin never waits longer; a kMovePages move is not made to fail (the kernel
-//   keeps the bytes right while the layer uses them, and undoing it half-way would strand pages
-//   on the wrong node): it completes beside the layer. A layer pins what it declares. (A copy
+//   move fail so the pin never waits longer; a kMovePages move is not made to fail (undoing it
+//   half-way would strand pages on the wrong node, and a layer writing pages under migration can
+//   make some of them fail to move): the pin waits for it to complete, past the bound too, so a
+//   pinned object's pages are where its tier says. A layer pins what it declares. (A copy
 //   that a pin stopped waiting for goes on reading bytes the pinner may write: its result is
 //   thrown away, but ThreadSanitizer reports the overlap; tests under it use a long bound.)
 //
@@ -67,6 +70,7 @@
 #include <vector>
 
 #include "tensortier/allocator/object_table.h"
+#include "tensortier/allocator/slot_bitmap.h"
 #include "tensortier/allocator/tier.h"
 #include "tensortier/status.h"
 
@@ -279,12 +283,13 @@ class ObjectAllocator {
   struct Chunk {  // shared pages of one group
     Range range;
     GroupId group = kDefaultGroup;
-    std::size_t used_bytes = 0;  // bump offset
-    std::size_t live = 0;        // live small objects in it
+    SlotBitmap<kGroupChunkBytes / kSmallAlignmentBytes> slots;  // which 64-byte slots are taken
+    std::size_t live = 0;                                       // live small objects in it
     std::uint64_t live_bytes = 0;
   };
   struct GroupState {
     std::vector<std::unique_ptr<Chunk>> chunks;
+    std::size_t cursor = 0;  // next fit: the chunk the last small object went to
   };
   struct Live {
     ObjectInfo info;         // tier/owner/address of a small object follow its chunk
@@ -323,7 +328,7 @@ class ObjectAllocator {
   Status no_room_error(std::string_view name, std::size_t bytes, TierIndex preferred) const;
   ObjectInfo view(const Live& live) const;
   void commit_move(ObjectId id, Live* live, Chunk* chunk, MoveMethod method, void* destination,
-                   MoveResult& result);
+                   std::optional<ObjectTable::Slot> new_slot, MoveResult& result);
 
   std::vector<std::unique_ptr<Tier>> tiers_;
   ObjectTable table_;

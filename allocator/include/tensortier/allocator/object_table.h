@@ -13,7 +13,8 @@
 // hanging forever.
 //
 // Ownership: the table owns its leaves and chunks (mmap'd, freed with the table). It does not own
-// the spans' memory.
+// the spans' memory. Errors are values: insert() says when the table is full or the OS gave no
+// memory for it (the span is then not registered); nothing throws.
 // Thread safety: insert(), set_tier() and erase() may be called from any thread (an internal
 // mutex orders writers). lookup() is lock-free, allocation-free and async-signal-safe; it may run
 // concurrently with writers and then sees the span either before or after the write.
@@ -25,6 +26,8 @@
 #include <cstdint>
 #include <mutex>
 #include <vector>
+
+#include "tensortier/status.h"
 
 namespace tensortier {
 
@@ -41,14 +44,18 @@ class ObjectTable {
  public:
   using Slot = std::uint32_t;  // index of a span record
 
-  ObjectTable();
+  static constexpr std::size_t kMaxSpans = std::size_t{1} << 24;  // 16M spans live at once
+
+  // max_spans: how many spans may be live at once (at most kMaxSpans; tests use fewer).
+  explicit ObjectTable(std::size_t max_spans = kMaxSpans);
   ~ObjectTable();
   ObjectTable(const ObjectTable&) = delete;
   ObjectTable& operator=(const ObjectTable&) = delete;
 
   // Registers [base, base + bytes) (page-aligned, whole pages, below 2^48). The range must not
-  // overlap a registered span. Returns the slot to pass to set_tier() and erase().
-  Slot insert(const SpanView& span);
+  // overlap a registered span. Returns the slot to pass to set_tier() and erase(); kOutOfMemory
+  // when max_spans are live or the OS has no memory for the table's own pages.
+  Result<Slot> insert(const SpanView& span);
   // Records that the span now lives on another tier (a move keeps its address).
   void set_tier(Slot slot, std::uint32_t tier);
   // Unregisters the span.
@@ -67,7 +74,7 @@ class ObjectTable {
   static constexpr std::size_t kLeafEntries = std::size_t{1} << kLeafBits;
   static constexpr std::size_t kTopEntries = std::size_t{1} << kTopBits;
   static constexpr std::size_t kChunkRecords = 4096;
-  static constexpr std::size_t kMaxChunks = 4096;  // 16M spans at most
+  static constexpr std::size_t kMaxChunks = kMaxSpans / kChunkRecords;
 
   struct Record {
     std::atomic<std::uint32_t> sequence{0};  // odd while being written
@@ -82,9 +89,12 @@ class ObjectTable {
   Record& record(Slot slot) const;
   Leaf* leaf_for(std::uintptr_t page, bool create);
   void write_record(Record& r, const SpanView& span);
-  void fill(std::uintptr_t base, std::uint64_t bytes, std::uint32_t value);
+  // Makes every leaf [base, base + bytes) needs; false when the OS gives no memory.
+  bool make_leaves(std::uintptr_t base, std::uint64_t bytes);
+  void fill(std::uintptr_t base, std::uint64_t bytes, std::uint32_t value);  // leaves made
 
-  std::atomic<Leaf*>* top_ = nullptr;  // kTopEntries leaf pointers (mmap'd)
+  const std::size_t max_spans_;
+  std::atomic<Leaf*>* top_ = nullptr;  // kTopEntries leaf pointers (mmap'd; null if that failed)
   std::array<std::atomic<Record*>, kMaxChunks> chunks_{};
   mutable std::mutex writer_mutex_;  // orders insert/set_tier/erase
   std::vector<Leaf*> leaves_;        // every leaf made; guarded by writer_mutex_
