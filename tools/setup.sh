@@ -5,6 +5,7 @@
 # them). Usage: tools/setup.sh [test] [vm]
 #   test: adds what only the tests need (PyTorch for the cross-check)
 #   vm:   adds what tests/numa_vm/run.sh needs to boot its two-node VM
+#   fuzz: adds clang and libFuzzer for tools/fuzz.sh
 set -euo pipefail
 
 packages=(
@@ -23,7 +24,8 @@ for group in "$@"; do
   case "$group" in
     test) packages+=(python3-torch) ;;                    # tests/torch/crosscheck.py (PyTorch 1.13)
     vm) packages+=(qemu-system-x86 busybox-static cpio) ;;  # the two-node NUMA VM (tests/numa_vm/)
-    *) echo "setup: unknown group '$group' (known: test, vm)" >&2; exit 2 ;;
+    fuzz) packages+=(clang libclang-rt-14-dev) ;;            # libFuzzer targets (tools/fuzz.sh)
+    *) echo "setup: unknown group '$group' (known: test, vm, fuzz)" >&2; exit 2 ;;
   esac
 done
 
