@@ -1,8 +1,10 @@
 // Writes what the PyTorch cross-check (crosscheck.py) compares against: a model's initial
 // weights, five deterministic batches, the gradients of step 1 and the losses of five SGD steps,
 // as raw float32 files and a JSON manifest.
-// Usage: dnn_crosscheck_dump MODEL OUT_DIR   (MODEL: small_cnn or resblock)
+// Usage: dnn_crosscheck_dump MODEL OUT_DIR [N C H W WIDTH LR]   (MODEL: any make_model name;
+// the batch shape N x C x H x W, the model's width and SGD's learning rate)
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -37,19 +39,28 @@ int fail(const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) return fail("usage: dnn_crosscheck_dump MODEL OUT_DIR");
+  if (argc != 3 && argc != 9) return fail("usage: dnn_crosscheck_dump MODEL OUT_DIR [N C H W WIDTH LR]");
   const std::string model = argv[1];
   const std::filesystem::path dir = argv[2];
   std::filesystem::create_directories(dir);
-  const dnnl::memory::dims input =
+  dnnl::memory::dims input =
       model == "small_cnn" ? dnnl::memory::dims{8, 3, 12, 12} : dnnl::memory::dims{8, 3, 8, 8};
+  int width = 8;
+  float learning_rate = 0.05F;
+  if (argc == 9) {
+    for (int i = 0; i < 4; ++i) input[static_cast<std::size_t>(i)] = std::atoi(argv[3 + i]);
+    width = std::atoi(argv[7]);
+    learning_rate = std::strtof(argv[8], nullptr);
+    if (input[0] < 1 || input[1] < 1 || input[2] < 1 || input[3] < 1 || width < 1 || !(learning_rate > 0))
+      return fail("N C H W WIDTH must be positive integers and LR a positive number");
+  }
   constexpr int kClasses = 4;
-  const SgdOptions sgd{0.05F, 0.9F, 1e-3F};
+  const SgdOptions sgd{learning_rate, 0.9F, 1e-3F};
 
   auto rt = Runtime::create({"fast=dram:256MiB"});
   if (!rt) return fail(rt.status().to_string());
   Engine engine(*rt.value());
-  auto net = make_model(model, {kClasses, 8});
+  auto net = make_model(model, {kClasses, width});
   if (!net) return fail(net.status().to_string());
   if (Status s = net.value()->build(engine, input, 5); !s.is_ok()) return fail(s.to_string());
 
@@ -57,6 +68,7 @@ int main(int argc, char** argv) {
       {"model", model},
       {"input", input},
       {"classes", kClasses},
+      {"width", width},
       {"sgd", {{"lr", sgd.learning_rate}, {"momentum", sgd.momentum}, {"weight_decay", sgd.weight_decay}}}};
   auto params = net.value()->params();
   for (std::size_t i = 0; i < params.size(); ++i) {
