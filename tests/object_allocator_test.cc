@@ -182,9 +182,7 @@ TEST(ObjectAllocator, SmallObjectsOfMixedLifetimesReuseTheirChunksSpace) {
   EXPECT_LE(usage.peak_mapped_bytes, 3 * kGroupChunkBytes)
       << "mapped " << usage.mapped_bytes << " bytes for " << usage.live_bytes << " live";
   // The cost of a round stays flat as survivors accumulate (medians of the first and last 50
-  // rounds after 10; generous for a noisy machine: it grew with the chunk count before). Not
-  // under a sanitizer: CI runs those tests two at a time.
-#if !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
+  // rounds after 10; generous for a noisy machine: it grew with the chunk count before).
   auto median_of = [&](std::size_t from) {
     std::vector<double> v(round_ns.begin() + static_cast<std::ptrdiff_t>(from),
                           round_ns.begin() + static_cast<std::ptrdiff_t>(from + 50));
@@ -192,7 +190,6 @@ TEST(ObjectAllocator, SmallObjectsOfMixedLifetimesReuseTheirChunksSpace) {
     return v[25];
   };
   EXPECT_LT(median_of(kRounds - 50), 3 * median_of(10));
-#endif
   for (const auto& o : survivors) ASSERT_TRUE(alloc->free(o.address).is_ok());
 }
 
