@@ -924,6 +924,8 @@ std::string simulate(Plan& plan, const PlanInputs& in) {
   std::uint64_t fast = 0;
   plan.peak_fast_bytes = plan.bytes_in = plan.bytes_out = plan.clean_out_bytes = plan.slow_access_bytes = 0;
   plan.mover_cpu_ns = 0;
+  plan.fast_bytes_by_boundary.assign(in.layers + 1, 0);
+  plan.small_reserve_bytes = in.small_reserve_bytes;
   std::unordered_map<ObjectKey, bool> clean;  // on the fast tier with its slow pages kept, unwritten since
   if (in.clean_moves_out_free) {
     // A persistent object starts a step clean when the previous step's last move of it was a move
@@ -1042,6 +1044,7 @@ std::string simulate(Plan& plan, const PlanInputs& in) {
       }
     }
     plan.peak_fast_bytes = std::max(plan.peak_fast_bytes, fast);
+    plan.fast_bytes_by_boundary[t] = fast;
     if (fast + in.small_reserve_bytes > in.fast_budget_bytes) {
       note(fmt::format(
           "at the boundary before layer {} the fast tier would hold {} bytes (+{} for small objects) "

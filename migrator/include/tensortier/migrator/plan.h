@@ -133,6 +133,10 @@ struct Plan {
   std::uint64_t slow_access_bytes = 0;        // declared bytes the layers find on the slow tier
   double predicted_extra_ns = 0;              // unhidden move time + slow accesses + mover CPU, per step
   double mover_cpu_ns = 0;                    // the copies' CPU time per step (clean moves take none)
+  // Planned bytes on the fast tier at each boundary 0..layers, once that boundary's moves are
+  // handed out (as if each were done at once), and the room kept for small objects beside them.
+  std::vector<std::uint64_t> fast_bytes_by_boundary;
+  std::uint64_t small_reserve_bytes = 0;
   // A floor no plan can beat: the bytes that cannot be in fast memory at the step's peak must be
   // written to the slow tier and read back every step (training rewrites every byte it keeps), so
   // the slow tier is busy at least (peak - budget) x (1/write + 1/read bandwidth) per step; a step

@@ -1,0 +1,20 @@
+// The machine a benchmark ran on, recorded with every result of tensortier-bench so that a figure
+// can be read against the hardware and settings that produced it: CPU and the cores used, NUMA
+// nodes with their sizes, CPUs and hwloc memory attributes (HMAT bandwidth and latency), the
+// kernel and its tiering settings (NUMA balancing, demotion, memory tiers), the oneDNN and
+// tensortier versions.
+//
+// Reads /proc, /sys, uname and hwloc; what it cannot read is recorded as null, never guessed.
+// Thread-safe (each call reads afresh).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+namespace tensortier::bench {
+
+nlohmann::json machine_record();
+
+// One line for people: "CPU, N cores (M used), K NUMA nodes (node 1 CPU-less), Linux x.y".
+std::string machine_line(const nlohmann::json& record);
+
+}  // namespace tensortier::bench

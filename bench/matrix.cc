@@ -1,0 +1,448 @@
+#include "matrix.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "stats.h"
+#include "tensortier/allocator/tier_spec.h"
+
+namespace tensortier::bench {
+
+using nlohmann::json;
+
+nlohmann::json to_json(const MatrixConfig& c) {
+  return json{{"models", c.models},       {"policies", c.policies},         {"budgets", c.budgets},
+              {"specs", c.specs},         {"batch", c.batch},               {"image_size", c.image_size},
+              {"width", c.width},         {"steps", c.steps},               {"warmup", c.warmup},
+              {"reps", c.reps},           {"numactl", c.numactl},           {"fast_node", c.fast_node},
+              {"slow_node", c.slow_node}, {"emulate_as", c.emulate_as},     {"trace_policy", c.trace_policy}};
+}
+
+Result<MatrixConfig> config_from_json(const nlohmann::json& j) {
+  try {
+    MatrixConfig c;
+    j.at("models").get_to(c.models);
+    j.at("policies").get_to(c.policies);
+    j.at("budgets").get_to(c.budgets);
+    j.at("specs").get_to(c.specs);
+    j.at("batch").get_to(c.batch);
+    j.at("image_size").get_to(c.image_size);
+    j.at("width").get_to(c.width);
+    j.at("steps").get_to(c.steps);
+    j.at("warmup").get_to(c.warmup);
+    j.at("reps").get_to(c.reps);
+    j.at("numactl").get_to(c.numactl);
+    j.at("fast_node").get_to(c.fast_node);
+    j.at("slow_node").get_to(c.slow_node);
+    j.at("emulate_as").get_to(c.emulate_as);
+    j.at("trace_policy").get_to(c.trace_policy);
+    return c;
+  } catch (const json::exception& e) {
+    return invalid_argument(fmt::format("a matrix config that is not tensortier-bench's: {}", e.what()));
+  }
+}
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+namespace {
+
+std::optional<std::vector<TierConfig>> parsed(const std::string& spec) {
+  auto configs = parse_tier_spec(spec);
+  if (!configs || configs.value().empty()) return std::nullopt;
+  return std::move(configs).value();
+}
+
+}  // namespace
+
+bool spec_is_emulated(const std::string& spec) { return !spec_preset(spec).empty(); }
+
+std::string spec_preset(const std::string& spec) {
+  auto configs = parsed(spec);
+  if (!configs) return "";
+  for (const TierConfig& t : *configs) {
+    if (t.kind == TierKind::kEmulated) return t.preset;
+  }
+  return "";
+}
+
+int spec_slow_node(const std::string& spec) {
+  auto configs = parsed(spec);
+  return configs && configs->back().kind == TierKind::kNuma ? configs->back().numa_node : -1;
+}
+
+int spec_fast_node(const std::string& spec) {
+  auto configs = parsed(spec);
+  return configs && configs->front().kind == TierKind::kNuma ? configs->front().numa_node : -1;
+}
+
+const char* to_string(TaskKind kind) {
+  switch (kind) {
+    case TaskKind::kPolicies:
+      return "policies";
+    case TaskKind::kNumactl:
+      return "numactl";
+    case TaskKind::kEmulationCheck:
+      return "emulation-check";
+  }
+  return "?";
+}
+
+nlohmann::json to_json(const Task& t) {
+  return json{{"id", t.id},     {"kind", to_string(t.kind)}, {"model", t.model},       {"spec", t.spec},
+              {"budget", t.budget}, {"numactl", t.numactl},  {"rep", t.rep},           {"policies", t.policies},
+              {"trace", t.trace}};
+}
+
+Result<Task> task_from_json(const nlohmann::json& j) {
+  try {
+    Task t;
+    j.at("id").get_to(t.id);
+    const std::string kind = j.at("kind").get<std::string>();
+    if (kind == "policies") {
+      t.kind = TaskKind::kPolicies;
+    } else if (kind == "numactl") {
+      t.kind = TaskKind::kNumactl;
+    } else if (kind == "emulation-check") {
+      t.kind = TaskKind::kEmulationCheck;
+    } else {
+      return invalid_argument(fmt::format("unknown task kind '{}'", kind));
+    }
+    j.at("model").get_to(t.model);
+    j.at("spec").get_to(t.spec);
+    j.at("budget").get_to(t.budget);
+    j.at("numactl").get_to(t.numactl);
+    j.at("rep").get_to(t.rep);
+    j.at("policies").get_to(t.policies);
+    j.at("trace").get_to(t.trace);
+    return t;
+  } catch (const json::exception& e) {
+    return invalid_argument(fmt::format("a task that is not tensortier-bench's: {}", e.what()));
+  }
+}
+
+namespace {
+
+std::string task_id(const Task& t) {
+  return fmt::format("{}|{}|{}|{}|{}|rep{}", to_string(t.kind), t.model, t.spec, t.budget, t.numactl, t.rep);
+}
+
+}  // namespace
+
+std::vector<Task> expand(const MatrixConfig& c) {
+  // One repetition's tasks, in matrix order.
+  std::vector<Task> one;
+  for (const std::string& model : c.models) {
+    for (const std::string& spec : c.specs) {
+      for (const std::string& budget : c.budgets) {
+        one.push_back(Task{"", TaskKind::kPolicies, model, spec, budget, "", 0, c.policies, false});
+      }
+    }
+    for (const std::string& mode : c.numactl) {
+      // Every tensor on plain DRAM mappings, which follow the process's numactl policy.
+      one.push_back(Task{"", TaskKind::kNumactl, model, "fast=dram", "", mode, 0, {"fast-only"}, false});
+    }
+    if (!c.emulate_as.empty()) {
+      one.push_back(Task{"", TaskKind::kEmulationCheck, model, "fast=dram,slow=emulated:" + c.emulate_as, "", "",
+                         0, {"fast-only", "slow-only"}, false});
+    }
+  }
+  std::vector<Task> all;
+  for (int rep = 0; rep < c.reps; ++rep) {
+    // Rotated by the repetition: each task has other neighbours each time round.
+    const std::size_t shift = one.empty() ? 0 : static_cast<std::size_t>(rep) % one.size();
+    for (std::size_t i = 0; i < one.size(); ++i) {
+      Task t = one[(i + shift) % one.size()];
+      t.rep = rep;
+      t.id = task_id(t);
+      all.push_back(std::move(t));
+    }
+  }
+  // The traced task: the first model and spec at the last budget listed, first repetition.
+  if (!c.trace_policy.empty() && !c.models.empty() && !c.specs.empty() && !c.budgets.empty() &&
+      std::ranges::find(c.policies, c.trace_policy) != c.policies.end()) {
+    for (Task& t : all) {
+      if (t.kind == TaskKind::kPolicies && t.rep == 0 && t.model == c.models.front() &&
+          t.spec == c.specs.front() && t.budget == c.budgets.back()) {
+        t.trace = true;
+        break;
+      }
+    }
+  }
+  return all;
+}
+
+std::vector<Task> pending(const std::vector<Task>& all, const nlohmann::json& done) {
+  std::vector<Task> out;
+  for (const Task& t : all) {
+    if (!done.is_object() || !done.contains(t.id)) out.push_back(t);
+  }
+  return out;
+}
+
+namespace {
+
+double number(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : 0.0;
+}
+
+// What a table calls a spec: "emulated PRESET" or the spec itself (a real machine's).
+std::string tiers_label(const std::string& spec) {
+  const std::string preset = spec_preset(spec);
+  return preset.empty() ? spec : "emulated " + preset;
+}
+
+// The fast-only step time of a model's policies tasks on the first real spec, by repetition
+// (median over its budgets): the reference of rows measured in other processes.
+std::map<int, double> real_reference(const MatrixConfig& c, const json& tasks, const std::string& model,
+                                     const char* policy) {
+  std::string real;
+  for (const std::string& s : c.specs) {
+    if (!spec_is_emulated(s)) {
+      real = s;
+      break;
+    }
+  }
+  std::map<int, std::vector<double>> by_rep;
+  for (const auto& [id, t] : tasks.items()) {
+    if (t.value("kind", "") != "policies" || t.value("model", "") != model || t.value("spec", "") != real) continue;
+    const json& runs = t.at("runs");
+    if (runs.contains(policy) && runs.contains("fast-only")) {
+      by_rep[t.value("rep", 0)].push_back(std::string_view(policy) == "fast-only"
+                                              ? number(runs.at("fast-only"), "median_ms")
+                                              : number(runs.at(policy), "median_ms") /
+                                                    number(runs.at("fast-only"), "median_ms"));
+    }
+  }
+  std::map<int, double> out;
+  for (auto& [rep, v] : by_rep) out[rep] = median(v);
+  return out;
+}
+
+}  // namespace
+
+nlohmann::json summarize(const MatrixConfig& c, const nlohmann::json& tasks) {
+  json cells = json::array(), numactl = json::array(), checks = json::array();
+  // Policies cells, in matrix order.
+  for (const std::string& model : c.models) {
+    for (const std::string& spec : c.specs) {
+      for (const std::string& budget : c.budgets) {
+        std::vector<const json*> found;  // this group's finished tasks, one per repetition
+        for (const auto& [id, t] : tasks.items()) {
+          if (t.value("kind", "") == "policies" && t.value("model", "") == model && t.value("spec", "") == spec &&
+              t.value("budget", "") == budget && t.contains("runs") && t.at("runs").contains("fast-only")) {
+            found.push_back(&t);
+          }
+        }
+        if (found.empty()) continue;
+        std::vector<double> floors;
+        for (const json* t : found) {
+          const double f = number(t->at("runs").at("fast-only"), "median_ms");
+          double slow_floor = 0;
+          for (const auto& [p, r] : t->at("runs").items()) slow_floor = std::max(slow_floor, number(r, "floor_slow_ms"));
+          floors.push_back(f > 0 ? std::max(f, slow_floor) / f : 1.0);
+        }
+        std::map<std::string, double> ratio_of;
+        for (const std::string& policy : c.policies) {
+          std::map<std::string, std::vector<double>> v;
+          for (const json* t : found) {
+            const json& runs = t->at("runs");
+            if (!runs.contains(policy)) continue;
+            const json& r = runs.at(policy);
+            const double f = number(runs.at("fast-only"), "median_ms");
+            v["median_ms"].push_back(number(r, "median_ms"));
+            v["ratio"].push_back(f > 0 ? number(r, "median_ms") / f : 0.0);
+            for (const char* k : {"in_mib", "out_mib", "late_dropped", "failed", "mover_cpu_ms", "charge_ms",
+                                  "slow_mib", "fast_peak_mib"}) {
+              v[k].push_back(number(r, k));
+            }
+          }
+          if (v.empty()) continue;
+          json cell{{"model", model},   {"spec", spec},   {"tiers", tiers_label(spec)},
+                    {"emulated", spec_is_emulated(spec)},  {"budget", budget}, {"policy", policy},
+                    {"reps", v["ratio"].size()},           {"floor", median(floors)}};
+          for (auto& [k, values] : v) cell[k] = median(values);
+          ratio_of[policy] = cell["ratio"].get<double>();
+          cells.push_back(std::move(cell));
+        }
+        // Penalty shares: how much of slow-only's penalty a policy pays.
+        if (auto s = ratio_of.find("slow-only"); s != ratio_of.end() && s->second > 1.0) {
+          for (json& cell : cells) {
+            if (cell["model"] == model && cell["spec"] == spec && cell["budget"] == budget &&
+                cell["policy"] != "fast-only" && cell["policy"] != "slow-only") {
+              cell["penalty_share"] = (cell["ratio"].get<double>() - 1.0) / (s->second - 1.0);
+            }
+          }
+        }
+      }
+    }
+    // numactl rows: against fast-only of the same repetition on the first real spec.
+    const std::map<int, double> fast_ms = real_reference(c, tasks, model, "fast-only");
+    for (const std::string& mode : c.numactl) {
+      std::vector<double> ms, ratios;
+      for (const auto& [id, t] : tasks.items()) {
+        if (t.value("kind", "") != "numactl" || t.value("model", "") != model || t.value("numactl", "") != mode)
+          continue;
+        const double m = number(t.at("runs").at("fast-only"), "median_ms");
+        ms.push_back(m);
+        if (auto f = fast_ms.find(t.value("rep", 0)); f != fast_ms.end() && f->second > 0)
+          ratios.push_back(m / f->second);
+      }
+      if (ms.empty()) continue;
+      json row{{"model", model}, {"mode", mode}, {"reps", ms.size()}, {"median_ms", median(ms)}};
+      if (!ratios.empty()) row["ratio"] = median(ratios);
+      numactl.push_back(std::move(row));
+    }
+    // Emulation check: the preset's slow-only slowdown beside the real node's.
+    if (!c.emulate_as.empty()) {
+      const std::map<int, double> measured = real_reference(c, tasks, model, "slow-only");
+      std::vector<double> predicted, real;
+      for (const auto& [id, t] : tasks.items()) {
+        if (t.value("kind", "") != "emulation-check" || t.value("model", "") != model) continue;
+        const json& runs = t.at("runs");
+        predicted.push_back(number(runs.at("slow-only"), "median_ms") / number(runs.at("fast-only"), "median_ms"));
+        if (auto m = measured.find(t.value("rep", 0)); m != measured.end()) real.push_back(m->second);
+      }
+      if (!predicted.empty()) {
+        json row{{"model", model}, {"preset", c.emulate_as}, {"predicted", median(predicted)}};
+        if (!real.empty()) row["measured"] = median(real);
+        checks.push_back(std::move(row));
+      }
+    }
+  }
+  return json{{"cells", cells}, {"numactl", numactl}, {"emulation_checks", checks}};
+}
+
+std::string markdown_tables(const nlohmann::json& summary) {
+  // Rows (model, spec, budget) in the order the cells come; columns: the policies.
+  std::vector<std::string> policies;
+  std::vector<std::tuple<std::string, std::string, std::string>> rows;
+  std::map<std::tuple<std::string, std::string, std::string>, std::map<std::string, json>> at;
+  for (const json& cell : summary.at("cells")) {
+    const std::string p = cell.at("policy");
+    if (std::ranges::find(policies, p) == policies.end()) policies.push_back(p);
+    auto row = std::make_tuple(cell.at("model").get<std::string>(), cell.at("spec").get<std::string>(),
+                               cell.at("budget").get<std::string>());
+    if (!at.contains(row)) rows.push_back(row);
+    at[row][p] = cell;
+  }
+  std::string out;
+  if (!rows.empty()) {
+    out += "Step time over fast-only (median over repetitions of ratios taken side by side in one process); "
+           "in brackets the penalty share, (policy - fast-only) / (slow-only - fast-only). Floor: the step "
+           "time no plan can beat, over fast-only.\n\n";
+    out += "| model | tiers | fast budget | reps | fast-only ms | floor |";
+    for (const std::string& p : policies)
+      if (p != "fast-only") out += " " + p + " |";
+    out += "\n| --- | --- | --- | --- | --- | --- |";
+    for (const std::string& p : policies)
+      if (p != "fast-only") out += " --- |";
+    out += "\n";
+    for (const auto& row : rows) {
+      const auto& cells = at[row];
+      const json& f = cells.contains("fast-only") ? cells.at("fast-only") : cells.begin()->second;
+      out += fmt::format("| {} | {} | {} | {} | {:.1f} | {:.2f}x |", std::get<0>(row), f.at("tiers").get<std::string>(),
+                         std::get<2>(row), f.at("reps").get<int>(), f.value("median_ms", 0.0), f.value("floor", 1.0));
+      for (const std::string& p : policies) {
+        if (p == "fast-only") continue;
+        auto it = cells.find(p);
+        if (it == cells.end()) {
+          out += " |";
+          continue;
+        }
+        const json& c = it->second;
+        out += fmt::format(" {:.2f}x{} |", c.value("ratio", 0.0),
+                           c.contains("penalty_share") ? fmt::format(" ({:.2f})", c.at("penalty_share").get<double>())
+                                                       : "");
+      }
+      out += "\n";
+    }
+    out += "\nPer step: MiB moved in / out, moves dropped late, failed moves, mover CPU ms\n\n";
+    out += "| model | tiers | fast budget |";
+    for (const std::string& p : policies)
+      if (p != "fast-only" && p != "slow-only") out += " " + p + " |";
+    out += "\n| --- | --- | --- |";
+    for (const std::string& p : policies)
+      if (p != "fast-only" && p != "slow-only") out += " --- |";
+    out += "\n";
+    for (const auto& row : rows) {
+      const auto& cells = at[row];
+      out += fmt::format("| {} | {} | {} |", std::get<0>(row), cells.begin()->second.at("tiers").get<std::string>(),
+                         std::get<2>(row));
+      for (const std::string& p : policies) {
+        if (p == "fast-only" || p == "slow-only") continue;
+        auto it = cells.find(p);
+        if (it == cells.end()) {
+          out += " |";
+          continue;
+        }
+        const json& c = it->second;
+        out += fmt::format(" {:.0f} / {:.0f}, {:.0f}, {:.0f}, {:.0f} |", c.value("in_mib", 0.0), c.value("out_mib", 0.0),
+                           c.value("late_dropped", 0.0), c.value("failed", 0.0), c.value("mover_cpu_ms", 0.0));
+      }
+      out += "\n";
+    }
+  }
+  if (!summary.at("numactl").empty()) {
+    out += "\nnumactl baselines: the whole process under numactl, every tensor on plain DRAM mappings; ratio to "
+           "fast-only on the first real spec, measured in another process\n\n| model | numactl | reps | ms | "
+           "over fast-only |\n| --- | --- | --- | --- | --- |\n";
+    for (const json& r : summary.at("numactl")) {
+      out += fmt::format("| {} | {} | {} | {:.0f} | {} |\n", r.at("model").get<std::string>(),
+                         r.at("mode").get<std::string>(), r.at("reps").get<int>(), r.value("median_ms", 0.0),
+                         r.contains("ratio") ? fmt::format("{:.2f}x", r.at("ratio").get<double>()) : "n/a");
+    }
+  }
+  if (!summary.at("emulation_checks").empty()) {
+    out += "\nThe emulation model against the real slow node: slow-only over fast-only\n\n| model | emulated "
+           "preset (predicted) | real slow node (measured) |\n| --- | --- | --- |\n";
+    for (const json& r : summary.at("emulation_checks")) {
+      out += fmt::format("| {} | {}: {:.2f}x | {} |\n", r.at("model").get<std::string>(),
+                         r.at("preset").get<std::string>(), r.at("predicted").get<double>(),
+                         r.contains("measured") ? fmt::format("{:.2f}x", r.at("measured").get<double>()) : "n/a");
+    }
+  }
+  return out;
+}
+
+std::string csv(const nlohmann::json& summary) {
+  static constexpr const char* kColumns[] = {"model",      "tiers",   "spec",         "budget",       "policy",
+                                             "reps",       "median_ms", "ratio",      "penalty_share", "floor",
+                                             "in_mib",     "out_mib", "late_dropped", "failed",       "mover_cpu_ms",
+                                             "charge_ms",  "slow_mib", "fast_peak_mib"};
+  std::string out;
+  for (const char* c : kColumns) out += fmt::format("{}{}", out.empty() ? "" : ",", c);
+  out += "\n";
+  auto field = [](const json& v) -> std::string {
+    if (v.is_null()) return "";
+    if (v.is_string()) {
+      std::string s = v.get<std::string>();
+      // Specs hold commas: quote every text field, doubling inner quotes (RFC 4180).
+      std::string q = "\"";
+      for (char ch : s) q += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+      return q + "\"";
+    }
+    if (v.is_number_integer()) return std::to_string(v.get<long long>());
+    return fmt::format("{:.4f}", v.get<double>());
+  };
+  for (const json& cell : summary.at("cells")) {
+    for (std::size_t i = 0; i < std::size(kColumns); ++i) {
+      out += (i == 0 ? "" : ",") + field(cell.value(kColumns[i], json()));
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace tensortier::bench

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# tensortier-bench end to end on a tiny matrix (MLP, emulated optane-server):
+#   1. bad input (unknown model, unknown policy, a budget over 100%, a tier spec this machine
+#      cannot open) is refused before anything runs, naming it, and writes no results;
+#   2. a run interrupted after 2 of 4 tasks (--max-tasks, as a kill between tasks would leave
+#      it) is finished by the same command, which runs the other 2 only;
+#   3. every output is written: results.json/.csv, table.md, trace.json and the PNGs;
+#   4. another matrix on the same --out is refused (the results there are kept).
+# Usage: tests/bench_cli.sh TENSORTIER_BENCH WORK_DIR
+set -euo pipefail
+bench=$1
+work=$2
+rm -rf "$work" && mkdir -p "$work"
+fail() { echo "bench_cli: FAIL: $*" >&2; exit 1; }
+
+tiny=(--models mlp --batch 8 --width 16 --budgets 50%,20% --policies slow-only,sentinel --steps 2 --reps 2)
+
+# 1. Refused before anything runs.
+refused() {  # EXPECTED_TEXT ARGS...
+  local want=$1; shift
+  local out rc=0
+  out=$("$bench" --out "$work/bad" "$@" 2>&1) || rc=$?
+  [[ $rc -eq 2 ]] || fail "'$*' exited $rc, not 2: $out"
+  grep -qF -- "$want" <<<"$out" || fail "'$*' did not say '$want': $out"
+  [[ ! -e $work/bad/results.json ]] || fail "'$*' wrote results"
+}
+small=(--batch 8 --width 16 --steps 2)
+refused "unknown model 'resnet19' (known: mlp" "${small[@]}" --models resnet19
+refused "unknown policy 'sentinal' (known:" "${small[@]}" --models mlp --policies sentinal
+refused "--budgets '150%': a share of the profiled peak is a number above 0 and at most 100" "${small[@]}" --models mlp --budgets 150%
+refused "--tiers 'fast=dram,slow=numa:7'" "${small[@]}" --models mlp --tiers fast=dram,slow=numa:7
+refused "--numactl on: every spec is emulated" "${small[@]}" --models mlp --numactl on
+
+# 2. Interrupted after two tasks, then finished by the same command.
+rc=0
+"$bench" --out "$work/run" "${tiny[@]}" --max-tasks 2 >"$work/first.log" 2>&1 || rc=$?
+[[ $rc -eq 3 ]] || { cat "$work/first.log"; fail "the interrupted run exited $rc, not 3"; }
+python3 - "$work/run/results.json" <<'PY' || fail "the interrupted run's results"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert len(r["tasks"]) == 2, len(r["tasks"])
+assert "summary" not in r
+PY
+cp "$work/run/results.json" "$work/interrupted.json"
+"$bench" --out "$work/run" "${tiny[@]}" >"$work/second.log" 2>&1 || { cat "$work/second.log"; fail "the resumed run failed"; }
+grep -q "4 tasks, 2 done already: running the other 2" "$work/second.log" || { cat "$work/second.log"; fail "the resumed run did not say it ran the other 2"; }
+python3 - "$work/interrupted.json" "$work/run/results.json" <<'PY' || fail "the resumed run's results"
+import json, sys
+before = json.load(open(sys.argv[1]))["tasks"]
+after = json.load(open(sys.argv[2]))
+tasks = after["tasks"]
+assert len(tasks) == 4, len(tasks)
+for id, t in before.items():
+    assert tasks[id] == t, f"task {id} ran again"  # kept as it was, not measured again
+cells = after["summary"]["cells"]
+assert len(cells) == 2 * 3, len(cells)  # 2 budgets x (fast-only, slow-only, sentinel)
+for c in cells:
+    assert c["reps"] == 2, c
+    assert c["tiers"] == "emulated optane-server", c
+    assert c["median_ms"] > 0 and c["ratio"] > 0, c
+slow = [c for c in cells if c["policy"] == "slow-only"]
+assert all(c["ratio"] > 1.0 for c in slow), slow  # the charge is applied
+m = after["machine"]
+for k in ("cpu", "cpus_online", "threads_used", "numa_nodes", "kernel", "tiering", "onednn", "tensortier"):
+    assert k in m, k
+assert m["numa_nodes"], m
+PY
+
+# 3. Every output.
+for f in results.json results.csv table.md trace.json slowdown.png moved.png occupancy.png timeline.png; do
+  [[ -s $work/run/$f ]] || fail "no $f"
+done
+[[ $(wc -l <"$work/run/results.csv") -eq 7 ]] || fail "results.csv: not a header and 6 cells"
+grep -q "| mlp | emulated optane-server | 20% | 2 |" "$work/run/table.md" || fail "table.md has no 20% row"
+grep -q "Emulated: rows on 'emulated optane-server'" "$work/second.log" || fail "the emulated figures are not named"
+python3 - "$work/run/trace.json" "$work/run/results.json" <<'PY' || fail "trace or occupancy"
+import json, sys
+trace = json.load(open(sys.argv[1]))
+assert any(e.get("cat") == "layer" for e in trace["traceEvents"]), "no layer in the trace"
+occ = [t for t in json.load(open(sys.argv[2]))["tasks"].values() if "occupancy" in t]
+assert len(occ) == 1, len(occ)
+o = occ[0]["occupancy"]
+assert o["policy"] == "sentinel" and occ[0]["budget"] == "20%", o
+assert len(o["planned_bytes"]) == len(o["actual_bytes"]) == len(o["layers"]) + 1, o
+assert max(o["planned_bytes"]) + o["small_reserve_bytes"] <= o["budget_bytes"], o
+PY
+
+# 4. Another matrix on the same --out.
+rc=0
+out=$("$bench" --out "$work/run" --models lenet5 --budgets 20% --steps 2 2>&1) || rc=$?
+[[ $rc -eq 2 ]] && grep -q "holds another matrix" <<<"$out" || fail "another matrix was not refused: $out"
+cmp -s <(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["tasks"]))' "$work/run/results.json") <(echo 4) ||
+  fail "the refused run changed results.json"
+echo "bench_cli: every check held"
