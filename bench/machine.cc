@@ -99,14 +99,16 @@ std::string machine_line(const nlohmann::json& r) {
   if (r.contains("numa_nodes")) {
     for (const json& n : r.at("numa_nodes")) {
       ++nodes;
-      if (n.value("cpu_less", false)) cpu_less += fmt::format("{}node {} CPU-less", cpu_less.empty() ? "" : ", ", n.at("node").get<int>());
+      if (n.value("cpu_less", false))
+        cpu_less += fmt::format("{}node {} CPU-less", cpu_less.empty() ? "" : ", ", n.at("node").get<int>());
     }
   }
-  return fmt::format("{}, {} cores ({} used), {} NUMA node{}{}, {}",
-                     r.value("cpu", json("unknown CPU")).is_string() ? r.at("cpu").get<std::string>() : "unknown CPU",
-                     r.value("cpus_online", 0L), r.value("threads_used", 0U), nodes, nodes == 1 ? "" : "s",
-                     cpu_less.empty() ? "" : " (" + cpu_less + ")",
-                     r.value("kernel", json("")).is_string() ? r.at("kernel").get<std::string>() : "unknown kernel");
+  return fmt::format(
+      "{}, {} cores ({} used), {} NUMA node{}{}, {}",
+      r.value("cpu", json("unknown CPU")).is_string() ? r.at("cpu").get<std::string>() : "unknown CPU",
+      r.value("cpus_online", 0L), r.value("threads_used", 0U), nodes, nodes == 1 ? "" : "s",
+      cpu_less.empty() ? "" : " (" + cpu_less + ")",
+      r.value("kernel", json("")).is_string() ? r.at("kernel").get<std::string>() : "unknown kernel");
 }
 
 }  // namespace tensortier::bench

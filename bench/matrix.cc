@@ -15,11 +15,11 @@ namespace tensortier::bench {
 using nlohmann::json;
 
 nlohmann::json to_json(const MatrixConfig& c) {
-  return json{{"models", c.models},       {"policies", c.policies},         {"budgets", c.budgets},
-              {"specs", c.specs},         {"batch", c.batch},               {"image_size", c.image_size},
-              {"width", c.width},         {"steps", c.steps},               {"warmup", c.warmup},
-              {"reps", c.reps},           {"numactl", c.numactl},           {"fast_node", c.fast_node},
-              {"slow_node", c.slow_node}, {"emulate_as", c.emulate_as},     {"trace_policy", c.trace_policy}};
+  return json{{"models", c.models},       {"policies", c.policies},     {"budgets", c.budgets},
+              {"specs", c.specs},         {"batch", c.batch},           {"image_size", c.image_size},
+              {"width", c.width},         {"steps", c.steps},           {"warmup", c.warmup},
+              {"reps", c.reps},           {"numactl", c.numactl},       {"fast_node", c.fast_node},
+              {"slow_node", c.slow_node}, {"emulate_as", c.emulate_as}, {"trace_policy", c.trace_policy}};
 }
 
 Result<MatrixConfig> config_from_json(const nlohmann::json& j) {
@@ -65,7 +65,9 @@ std::optional<std::vector<TierConfig>> parsed(const std::string& spec) {
 
 }  // namespace
 
-bool spec_is_emulated(const std::string& spec) { return !spec_preset(spec).empty(); }
+bool spec_is_emulated(const std::string& spec) {
+  return !spec_preset(spec).empty();
+}
 
 std::string spec_preset(const std::string& spec) {
   auto configs = parsed(spec);
@@ -99,9 +101,9 @@ const char* to_string(TaskKind kind) {
 }
 
 nlohmann::json to_json(const Task& t) {
-  return json{{"id", t.id},     {"kind", to_string(t.kind)}, {"model", t.model},       {"spec", t.spec},
-              {"budget", t.budget}, {"numactl", t.numactl},  {"rep", t.rep},           {"policies", t.policies},
-              {"trace", t.trace}};
+  return json{{"id", t.id},     {"kind", to_string(t.kind)}, {"model", t.model},
+              {"spec", t.spec}, {"budget", t.budget},        {"numactl", t.numactl},
+              {"rep", t.rep},   {"policies", t.policies},    {"trace", t.trace}};
 }
 
 Result<Task> task_from_json(const nlohmann::json& j) {
@@ -153,8 +155,15 @@ std::vector<Task> expand(const MatrixConfig& c) {
       one.push_back(Task{"", TaskKind::kNumactl, model, "fast=dram", "", mode, 0, {"fast-only"}, false});
     }
     if (!c.emulate_as.empty()) {
-      one.push_back(Task{"", TaskKind::kEmulationCheck, model, "fast=dram,slow=emulated:" + c.emulate_as, "", "",
-                         0, {"fast-only", "slow-only"}, false});
+      one.push_back(Task{"",
+                         TaskKind::kEmulationCheck,
+                         model,
+                         "fast=dram,slow=emulated:" + c.emulate_as,
+                         "",
+                         "",
+                         0,
+                         {"fast-only", "slow-only"},
+                         false});
     }
   }
   std::vector<Task> all;
@@ -216,7 +225,8 @@ std::map<int, double> real_reference(const MatrixConfig& c, const json& tasks, c
   }
   std::map<int, std::vector<double>> by_rep;
   for (const auto& [id, t] : tasks.items()) {
-    if (t.value("kind", "") != "policies" || t.value("model", "") != model || t.value("spec", "") != real) continue;
+    if (t.value("kind", "") != "policies" || t.value("model", "") != model || t.value("spec", "") != real)
+      continue;
     const json& runs = t.at("runs");
     if (runs.contains(policy) && runs.contains("fast-only")) {
       by_rep[t.value("rep", 0)].push_back(std::string_view(policy) == "fast-only"
@@ -240,8 +250,9 @@ nlohmann::json summarize(const MatrixConfig& c, const nlohmann::json& tasks) {
       for (const std::string& budget : c.budgets) {
         std::vector<const json*> found;  // this group's finished tasks, one per repetition
         for (const auto& [id, t] : tasks.items()) {
-          if (t.value("kind", "") == "policies" && t.value("model", "") == model && t.value("spec", "") == spec &&
-              t.value("budget", "") == budget && t.contains("runs") && t.at("runs").contains("fast-only")) {
+          if (t.value("kind", "") == "policies" && t.value("model", "") == model &&
+              t.value("spec", "") == spec && t.value("budget", "") == budget && t.contains("runs") &&
+              t.at("runs").contains("fast-only")) {
             found.push_back(&t);
           }
         }
@@ -250,7 +261,8 @@ nlohmann::json summarize(const MatrixConfig& c, const nlohmann::json& tasks) {
         for (const json* t : found) {
           const double f = number(t->at("runs").at("fast-only"), "median_ms");
           double slow_floor = 0;
-          for (const auto& [p, r] : t->at("runs").items()) slow_floor = std::max(slow_floor, number(r, "floor_slow_ms"));
+          for (const auto& [p, r] : t->at("runs").items())
+            slow_floor = std::max(slow_floor, number(r, "floor_slow_ms"));
           floors.push_back(f > 0 ? std::max(f, slow_floor) / f : 1.0);
         }
         std::map<std::string, double> ratio_of;
@@ -269,9 +281,14 @@ nlohmann::json summarize(const MatrixConfig& c, const nlohmann::json& tasks) {
             }
           }
           if (v.empty()) continue;
-          json cell{{"model", model},   {"spec", spec},   {"tiers", tiers_label(spec)},
-                    {"emulated", spec_is_emulated(spec)},  {"budget", budget}, {"policy", policy},
-                    {"reps", v["ratio"].size()},           {"floor", median(floors)}};
+          json cell{{"model", model},
+                    {"spec", spec},
+                    {"tiers", tiers_label(spec)},
+                    {"emulated", spec_is_emulated(spec)},
+                    {"budget", budget},
+                    {"policy", policy},
+                    {"reps", v["ratio"].size()},
+                    {"floor", median(floors)}};
           for (auto& [k, values] : v) cell[k] = median(values);
           ratio_of[policy] = cell["ratio"].get<double>();
           cells.push_back(std::move(cell));
@@ -292,7 +309,8 @@ nlohmann::json summarize(const MatrixConfig& c, const nlohmann::json& tasks) {
     for (const std::string& mode : c.numactl) {
       std::vector<double> ms, ratios;
       for (const auto& [id, t] : tasks.items()) {
-        if (t.value("kind", "") != "numactl" || t.value("model", "") != model || t.value("numactl", "") != mode)
+        if (t.value("kind", "") != "numactl" || t.value("model", "") != model ||
+            t.value("numactl", "") != mode)
           continue;
         const double m = number(t.at("runs").at("fast-only"), "median_ms");
         ms.push_back(m);
@@ -311,7 +329,8 @@ nlohmann::json summarize(const MatrixConfig& c, const nlohmann::json& tasks) {
       for (const auto& [id, t] : tasks.items()) {
         if (t.value("kind", "") != "emulation-check" || t.value("model", "") != model) continue;
         const json& runs = t.at("runs");
-        predicted.push_back(number(runs.at("slow-only"), "median_ms") / number(runs.at("fast-only"), "median_ms"));
+        predicted.push_back(number(runs.at("slow-only"), "median_ms") /
+                            number(runs.at("fast-only"), "median_ms"));
         if (auto m = measured.find(t.value("rep", 0)); m != measured.end()) real.push_back(m->second);
       }
       if (!predicted.empty()) {
@@ -339,9 +358,10 @@ std::string markdown_tables(const nlohmann::json& summary) {
   }
   std::string out;
   if (!rows.empty()) {
-    out += "Step time over fast-only (median over repetitions of ratios taken side by side in one process); "
-           "in brackets the penalty share, (policy - fast-only) / (slow-only - fast-only). Floor: the step "
-           "time no plan can beat, over fast-only.\n\n";
+    out +=
+        "Step time over fast-only (median over repetitions of ratios taken side by side in one process); "
+        "in brackets the penalty share, (policy - fast-only) / (slow-only - fast-only). Floor: the step "
+        "time no plan can beat, over fast-only.\n\n";
     out += "| model | tiers | fast budget | reps | fast-only ms | floor |";
     for (const std::string& p : policies)
       if (p != "fast-only") out += " " + p + " |";
@@ -352,8 +372,9 @@ std::string markdown_tables(const nlohmann::json& summary) {
     for (const auto& row : rows) {
       const auto& cells = at[row];
       const json& f = cells.contains("fast-only") ? cells.at("fast-only") : cells.begin()->second;
-      out += fmt::format("| {} | {} | {} | {} | {:.1f} | {:.2f}x |", std::get<0>(row), f.at("tiers").get<std::string>(),
-                         std::get<2>(row), f.at("reps").get<int>(), f.value("median_ms", 0.0), f.value("floor", 1.0));
+      out += fmt::format("| {} | {} | {} | {} | {:.1f} | {:.2f}x |", std::get<0>(row),
+                         f.at("tiers").get<std::string>(), std::get<2>(row), f.at("reps").get<int>(),
+                         f.value("median_ms", 0.0), f.value("floor", 1.0));
       for (const std::string& p : policies) {
         if (p == "fast-only") continue;
         auto it = cells.find(p);
@@ -362,9 +383,9 @@ std::string markdown_tables(const nlohmann::json& summary) {
           continue;
         }
         const json& c = it->second;
-        out += fmt::format(" {:.2f}x{} |", c.value("ratio", 0.0),
-                           c.contains("penalty_share") ? fmt::format(" ({:.2f})", c.at("penalty_share").get<double>())
-                                                       : "");
+        out += fmt::format(
+            " {:.2f}x{} |", c.value("ratio", 0.0),
+            c.contains("penalty_share") ? fmt::format(" ({:.2f})", c.at("penalty_share").get<double>()) : "");
       }
       out += "\n";
     }
@@ -378,8 +399,8 @@ std::string markdown_tables(const nlohmann::json& summary) {
     out += "\n";
     for (const auto& row : rows) {
       const auto& cells = at[row];
-      out += fmt::format("| {} | {} | {} |", std::get<0>(row), cells.begin()->second.at("tiers").get<std::string>(),
-                         std::get<2>(row));
+      out += fmt::format("| {} | {} | {} |", std::get<0>(row),
+                         cells.begin()->second.at("tiers").get<std::string>(), std::get<2>(row));
       for (const std::string& p : policies) {
         if (p == "fast-only" || p == "slow-only") continue;
         auto it = cells.find(p);
@@ -388,16 +409,18 @@ std::string markdown_tables(const nlohmann::json& summary) {
           continue;
         }
         const json& c = it->second;
-        out += fmt::format(" {:.0f} / {:.0f}, {:.0f}, {:.0f}, {:.0f} |", c.value("in_mib", 0.0), c.value("out_mib", 0.0),
-                           c.value("late_dropped", 0.0), c.value("failed", 0.0), c.value("mover_cpu_ms", 0.0));
+        out += fmt::format(" {:.0f} / {:.0f}, {:.0f}, {:.0f}, {:.0f} |", c.value("in_mib", 0.0),
+                           c.value("out_mib", 0.0), c.value("late_dropped", 0.0), c.value("failed", 0.0),
+                           c.value("mover_cpu_ms", 0.0));
       }
       out += "\n";
     }
   }
   if (!summary.at("numactl").empty()) {
-    out += "\nnumactl baselines: the whole process under numactl, every tensor on plain DRAM mappings; ratio to "
-           "fast-only on the first real spec, measured in another process\n\n| model | numactl | reps | ms | "
-           "over fast-only |\n| --- | --- | --- | --- | --- |\n";
+    out +=
+        "\nnumactl baselines: the whole process under numactl, every tensor on plain DRAM mappings; ratio to "
+        "fast-only on the first real spec, measured in another process\n\n| model | numactl | reps | ms | "
+        "over fast-only |\n| --- | --- | --- | --- | --- |\n";
     for (const json& r : summary.at("numactl")) {
       out += fmt::format("| {} | {} | {} | {:.0f} | {} |\n", r.at("model").get<std::string>(),
                          r.at("mode").get<std::string>(), r.at("reps").get<int>(), r.value("median_ms", 0.0),
@@ -405,22 +428,24 @@ std::string markdown_tables(const nlohmann::json& summary) {
     }
   }
   if (!summary.at("emulation_checks").empty()) {
-    out += "\nThe emulation model against the real slow node: slow-only over fast-only\n\n| model | emulated "
-           "preset (predicted) | real slow node (measured) |\n| --- | --- | --- |\n";
+    out +=
+        "\nThe emulation model against the real slow node: slow-only over fast-only\n\n| model | emulated "
+        "preset (predicted) | real slow node (measured) |\n| --- | --- | --- |\n";
     for (const json& r : summary.at("emulation_checks")) {
-      out += fmt::format("| {} | {}: {:.2f}x | {} |\n", r.at("model").get<std::string>(),
-                         r.at("preset").get<std::string>(), r.at("predicted").get<double>(),
-                         r.contains("measured") ? fmt::format("{:.2f}x", r.at("measured").get<double>()) : "n/a");
+      out += fmt::format(
+          "| {} | {}: {:.2f}x | {} |\n", r.at("model").get<std::string>(), r.at("preset").get<std::string>(),
+          r.at("predicted").get<double>(),
+          r.contains("measured") ? fmt::format("{:.2f}x", r.at("measured").get<double>()) : "n/a");
     }
   }
   return out;
 }
 
 std::string csv(const nlohmann::json& summary) {
-  static constexpr const char* kColumns[] = {"model",      "tiers",   "spec",         "budget",       "policy",
-                                             "reps",       "median_ms", "ratio",      "penalty_share", "floor",
-                                             "in_mib",     "out_mib", "late_dropped", "failed",       "mover_cpu_ms",
-                                             "charge_ms",  "slow_mib", "fast_peak_mib"};
+  static constexpr const char* kColumns[] = {
+      "model",        "tiers",  "spec",          "budget",    "policy",   "reps",
+      "median_ms",    "ratio",  "penalty_share", "floor",     "in_mib",   "out_mib",
+      "late_dropped", "failed", "mover_cpu_ms",  "charge_ms", "slow_mib", "fast_peak_mib"};
   std::string out;
   for (const char* c : kColumns) out += fmt::format("{}{}", out.empty() ? "" : ",", c);
   out += "\n";

@@ -45,10 +45,10 @@ namespace {
 
 using namespace tensortier;
 using namespace tensortier::dnn;
+using nlohmann::json;
 using tensortier::bench::MatrixConfig;
 using tensortier::bench::Task;
 using tensortier::bench::TaskKind;
-using nlohmann::json;
 namespace fs = std::filesystem;
 
 // ---------------------------------------------------------------------------------------------
@@ -87,24 +87,31 @@ std::string emulated_note(const Runtime& rt) {
   std::string note;
   for (TierIndex t = 0; t < rt.tier_count(); ++t) {
     if (const CostModel* model = rt.tier(t).cost_model(); model != nullptr)
-      note += fmt::format("{}tier '{}': emulated, {}", note.empty() ? "" : "; ", rt.tier(t).name(), model->describe());
+      note += fmt::format("{}tier '{}': emulated, {}", note.empty() ? "" : "; ", rt.tier(t).name(),
+                          model->describe());
   }
   return note;
 }
 
 Result<json> run_task(const MatrixConfig& c, const Task& task, const fs::path& out_dir) {
   const dnnl::memory::dims input{c.batch, 3, c.image_size, c.image_size};
-  const Dataset data = synthetic_dataset(static_cast<std::size_t>(c.batch) * 4, 3, c.image_size, c.image_size, 10, 1);
+  const Dataset data =
+      synthetic_dataset(static_cast<std::size_t>(c.batch) * 4, 3, c.image_size, c.image_size, 10, 1);
   std::vector<PolicyRun> runs;
   for (const std::string& policy : task.policies) {
     RuntimeOptions options(task.spec);
     options.profile.enabled = true;  // a policy plans from the profile of step 1
-    options.policy = policy;
+    // A numactl row has one tier (every tensor on plain mappings under the process's policy):
+    // its "fast-only" is the runtime with no policy.
+    options.policy = task.kind == TaskKind::kNumactl ? "" : policy;
     options.fast_budget = task.budget;
     auto rt = Runtime::create(options);
-    if (!rt) return Status(rt.status().code(), fmt::format("--tiers '{}' --policy {}: {}", task.spec, policy, rt.status().message()));
+    if (!rt)
+      return Status(rt.status().code(),
+                    fmt::format("--tiers '{}' --policy {}: {}", task.spec, policy, rt.status().message()));
     Engine engine(*rt.value());
-    runs.push_back(PolicyRun{policy, std::move(rt).value(), std::move(engine), nullptr, nullptr, {}, {}, {}, {}});
+    runs.push_back(
+        PolicyRun{policy, std::move(rt).value(), std::move(engine), nullptr, nullptr, {}, {}, {}, {}});
   }
   for (PolicyRun& r : runs) {
     auto net = make_model(task.model, {10, c.width});
@@ -122,8 +129,8 @@ Result<json> run_task(const MatrixConfig& c, const Task& task, const fs::path& o
     for (PolicyRun& r : runs) {
       if (task.trace && step == last && r.policy == c.trace_policy && r.runtime->plan() != nullptr) {
         traced = &r;
-        timeline = std::make_unique<TimelineRecorder>(r.runtime->steps_completed(), 1,
-                                                      fmt::format("tensortier-bench {} {}", task.model, r.policy));
+        timeline = std::make_unique<TimelineRecorder>(
+            r.runtime->steps_completed(), 1, fmt::format("tensortier-bench {} {}", task.model, r.policy));
         occupancy = std::make_unique<OccupancyRecorder>(*r.runtime, r.runtime->plan()->fast);
         TENSORTIER_RETURN_IF_ERROR(r.runtime->add_observer(timeline.get()));
         TENSORTIER_RETURN_IF_ERROR(r.runtime->add_observer(occupancy.get()));
@@ -133,7 +140,8 @@ Result<json> run_task(const MatrixConfig& c, const Task& task, const fs::path& o
       TENSORTIER_RETURN_IF_ERROR(r.runtime->step_begin());
       auto result = r.net->train_step(r.engine, r.batch, sgd);
       TENSORTIER_RETURN_IF_ERROR(r.runtime->step_end());
-      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       if (!result) return result.status();
       if (step >= c.warmup) {
         const RuntimeStats st = r.runtime->stats();
@@ -159,7 +167,8 @@ Result<json> run_task(const MatrixConfig& c, const Task& task, const fs::path& o
            {"late_dropped", static_cast<double>(st.migration.late_dropped) / steps},
            {"failed", static_cast<double>(st.migration.failed_moves) / steps},
            {"mover_cpu_ms", static_cast<double>(st.migration.mover_cpu_ns) / 1e6 / steps},
-           {"fast_peak_mib", st.tiers.empty() ? 0.0 : static_cast<double>(st.tiers.front().peak_mapped_bytes) / (1 << 20)}};
+           {"fast_peak_mib",
+            st.tiers.empty() ? 0.0 : static_cast<double>(st.tiers.front().peak_mapped_bytes) / (1 << 20)}};
     if (plan != nullptr) {
       j["floor_slow_ms"] = plan->floor_slow_ns / 1e6;
       j["fast_budget_mib"] = static_cast<double>(plan->fast_budget_bytes) / (1 << 20);
@@ -176,7 +185,8 @@ Result<json> run_task(const MatrixConfig& c, const Task& task, const fs::path& o
     occ["budget_bytes"] = plan.fast_budget_bytes;
     occ["planned_bytes"] = plan.fast_bytes_by_boundary;
     occ["small_reserve_bytes"] = plan.small_reserve_bytes;
-    occ["tiers"] = bench::spec_is_emulated(task.spec) ? "emulated " + bench::spec_preset(task.spec) : task.spec;
+    occ["tiers"] =
+        bench::spec_is_emulated(task.spec) ? "emulated " + bench::spec_preset(task.spec) : task.spec;
     out["occupancy"] = std::move(occ);
     const fs::path trace = out_dir / "trace.json";
     if (Status s = timeline->write(trace.string()); s.is_ok()) {
@@ -280,7 +290,8 @@ Status write_file(const fs::path& path, const std::string& text) {
   {
     std::ofstream out(tmp, std::ios::trunc);
     out << text;
-    if (!out.flush()) return internal_error(fmt::format("cannot write '{}': {}", tmp.string(), strerrordesc_np(errno)));
+    if (!out.flush())
+      return internal_error(fmt::format("cannot write '{}': {}", tmp.string(), strerrordesc_np(errno)));
   }
   std::error_code ec;
   fs::rename(tmp, path, ec);
@@ -308,16 +319,18 @@ std::string task_label(const Task& t) {
   return t.id;
 }
 
-void progress(std::size_t done, std::size_t total, const std::string& label, double elapsed_s, double left_s) {
+void progress(std::size_t done, std::size_t total, const std::string& label, double elapsed_s,
+              double left_s) {
   const bool tty = isatty(STDERR_FILENO) != 0;
   constexpr int kWidth = 24;
   const int filled = total == 0 ? kWidth : static_cast<int>(kWidth * done / total);
-  const std::string bar = std::string(static_cast<std::size_t>(filled), '#') + std::string(static_cast<std::size_t>(kWidth - filled), '.');
+  const std::string bar = std::string(static_cast<std::size_t>(filled), '#') +
+                          std::string(static_cast<std::size_t>(kWidth - filled), '.');
   const std::string left = done == total ? "finished"
-                           : left_s > 0   ? "about " + format_seconds(left_s) + " left"
-                                          : "time left unknown";
-  const std::string line =
-      fmt::format("[{}] {}/{} tasks, elapsed {}, {} | {}", bar, done, total, format_seconds(elapsed_s), left, label);
+                           : left_s > 0  ? "about " + format_seconds(left_s) + " left"
+                                         : "time left unknown";
+  const std::string line = fmt::format("[{}] {}/{} tasks, elapsed {}, {} | {}", bar, done, total,
+                                       format_seconds(elapsed_s), left, label);
   if (tty) {
     fmt::print(stderr, "\r\033[K{}", line);
     if (done == total) fmt::print(stderr, "\n");
@@ -346,9 +359,10 @@ Result<MatrixConfig> matrix_from(const Cli& cli) {
   const bool quick = cli.mode == "quick";
   c.models = bench::split_list(!cli.models.empty() ? cli.models : "resnet18,vgg11");
   c.budgets = bench::split_list(!cli.budgets.empty() ? cli.budgets : quick ? "100%,20%" : "100%,50%,20%,10%");
-  c.policies = bench::split_list(!cli.policies.empty() ? cli.policies
-                                 : quick ? "fast-only,slow-only,first-touch,reactive,autoswap,sentinel,oracle"
-                                         : "fast-only,slow-only,first-touch,interleave,reactive,autoswap,sentinel,oracle");
+  c.policies = bench::split_list(
+      !cli.policies.empty() ? cli.policies
+      : quick               ? "fast-only,slow-only,first-touch,reactive,autoswap,sentinel,oracle"
+                            : "fast-only,slow-only,first-touch,interleave,reactive,autoswap,sentinel,oracle");
   c.batch = cli.batch;
   c.image_size = cli.image_size;
   c.width = cli.width;
@@ -357,17 +371,20 @@ Result<MatrixConfig> matrix_from(const Cli& cli) {
   c.reps = cli.reps > 0 ? cli.reps : quick ? 1 : 3;
   c.trace_policy = cli.trace_policy;
   if (c.warmup < 3)
-    return invalid_argument("--warmup must be at least 3: step 1 is profiled and the policies start at step 2");
+    return invalid_argument(
+        "--warmup must be at least 3: step 1 is profiled and the policies start at step 2");
   const auto known_models = model_names();
   for (const std::string& m : c.models) {
     if (std::ranges::find(known_models, m) == known_models.end())
-      return invalid_argument(fmt::format("unknown model '{}' (known: {})", m, fmt::join(known_models, ", ")));
+      return invalid_argument(
+          fmt::format("unknown model '{}' (known: {})", m, fmt::join(known_models, ", ")));
   }
   for (const std::string& p : c.policies) {
     if (std::ranges::find(migrator::policy_names(), p) == migrator::policy_names().end())
       return invalid_argument(fmt::format("unknown policy '{}' (known: {})", p, migrator::known_policies()));
   }
-  if (std::ranges::find(c.policies, "fast-only") == c.policies.end()) c.policies.insert(c.policies.begin(), "fast-only");
+  if (std::ranges::find(c.policies, "fast-only") == c.policies.end())
+    c.policies.insert(c.policies.begin(), "fast-only");
   for (const std::string& b : c.budgets) {
     RuntimeOptions options;
     options.policy = "sentinel";
@@ -379,13 +396,16 @@ Result<MatrixConfig> matrix_from(const Cli& cli) {
       return invalid_argument(fmt::format("--budgets '{}': {}", b, why));
     }
   }
-  if (c.models.empty() || c.budgets.empty()) return invalid_argument("--models and --budgets need at least one entry");
+  if (c.models.empty() || c.budgets.empty())
+    return invalid_argument("--models and --budgets need at least one entry");
   // Tier specs: --tiers as given, else one per emulated preset.
   c.specs = cli.tiers;
   if (c.specs.empty()) {
-    for (const std::string& preset :
-         bench::split_list(!cli.presets.empty() ? cli.presets : quick ? "optane-server" : "optane-server,optane,cxl")) {
-      if (auto p = find_preset(preset); !p) return invalid_argument(fmt::format("--presets: {}", p.status().message()));
+    for (const std::string& preset : bench::split_list(!cli.presets.empty() ? cli.presets
+                                                       : quick              ? "optane-server"
+                                                                            : "optane-server,optane,cxl")) {
+      if (auto p = find_preset(preset); !p)
+        return invalid_argument(fmt::format("--presets: {}", p.status().message()));
       c.specs.push_back(fmt::format("fast=dram,slow=emulated:{}", preset));
     }
   } else if (!cli.presets.empty()) {
@@ -413,7 +433,8 @@ Result<MatrixConfig> matrix_from(const Cli& cli) {
     const auto nodes = bench::split_list(cli.numactl_nodes);
     if (nodes.size() != 2 || nodes[0].find_first_not_of("0123456789") != std::string::npos ||
         nodes[1].find_first_not_of("0123456789") != std::string::npos)
-      return invalid_argument(fmt::format("--numactl-nodes '{}': give FAST,SLOW node numbers, e.g. 0,1", cli.numactl_nodes));
+      return invalid_argument(
+          fmt::format("--numactl-nodes '{}': give FAST,SLOW node numbers, e.g. 0,1", cli.numactl_nodes));
     c.fast_node = std::stoi(nodes[0]);
     c.slow_node = std::stoi(nodes[1]);
   } else if (!real.empty()) {
@@ -446,8 +467,11 @@ Result<MatrixConfig> matrix_from(const Cli& cli) {
   }
   if (cli.emulate_as != "none" && !real.empty()) {
     // A real NUMA node stands for remote memory; a KMEM DAX node or a pmem directory for Optane.
-    c.emulate_as = cli.emulate_as != "auto" ? cli.emulate_as : bench::spec_slow_node(real) >= 0 ? "remote-numa" : "optane";
-    if (auto p = find_preset(c.emulate_as); !p) return invalid_argument(fmt::format("--emulate-as: {}", p.status().message()));
+    c.emulate_as = cli.emulate_as != "auto"           ? cli.emulate_as
+                   : bench::spec_slow_node(real) >= 0 ? "remote-numa"
+                                                      : "optane";
+    if (auto p = find_preset(c.emulate_as); !p)
+      return invalid_argument(fmt::format("--emulate-as: {}", p.status().message()));
     if (std::ranges::find(c.policies, "slow-only") == c.policies.end()) c.policies.push_back("slow-only");
   }
   return c;
@@ -476,9 +500,10 @@ int parent_main(const Cli& cli, const std::vector<std::string>& args) {
       std::ifstream in(results_path);
       results = json::parse(in);
     } catch (const json::exception& e) {
-      fmt::print(stderr,
-                 "tensortier-bench: '{}' is not a results file ({}): give another --out, or --fresh to replace it\n",
-                 results_path.string(), e.what());
+      fmt::print(
+          stderr,
+          "tensortier-bench: '{}' is not a results file ({}): give another --out, or --fresh to replace it\n",
+          results_path.string(), e.what());
       return 2;
     }
     if (!results.contains("config") || results.at("config") != bench::to_json(c)) {
@@ -493,16 +518,22 @@ int parent_main(const Cli& cli, const std::vector<std::string>& args) {
   std::string command = "tensortier-bench";
   for (const std::string& a : args) command += " " + a;
   if (results.is_null()) {
-    results = json{{"format", "tensortier.bench/1"}, {"config", bench::to_json(c)}, {"tasks", json::object()}};
+    results =
+        json{{"format", "tensortier.bench/1"}, {"config", bench::to_json(c)}, {"tasks", json::object()}};
     results["started"] = iso_now();
   }
   results["command"] = command;
   results["machine"] = bench::machine_record();
   std::vector<Task> todo = bench::pending(all, results.at("tasks"));
   fmt::print(stderr, "tensortier-bench: {}\n", bench::machine_line(results["machine"]));
-  fmt::print(stderr, "tensortier-bench: {} models x {} tier specs x {} budgets x {} policies, {} repetition{}: {} tasks{}\n",
-             c.models.size(), c.specs.size(), c.budgets.size(), c.policies.size(), c.reps, c.reps == 1 ? "" : "s",
-             all.size(), todo.size() < all.size() ? fmt::format(", {} done already: running the other {}", all.size() - todo.size(), todo.size()) : "");
+  fmt::print(
+      stderr,
+      "tensortier-bench: {} models x {} tier specs x {} budgets x {} policies, {} repetition{}: {} tasks{}\n",
+      c.models.size(), c.specs.size(), c.budgets.size(), c.policies.size(), c.reps, c.reps == 1 ? "" : "s",
+      all.size(),
+      todo.size() < all.size()
+          ? fmt::format(", {} done already: running the other {}", all.size() - todo.size(), todo.size())
+          : "");
   for (const std::string& spec : c.specs) {
     fmt::print(stderr, "tensortier-bench:   tiers {}{}\n", spec,
                bench::spec_is_emulated(spec) ? " (emulated slow tier: every figure on it is emulated)"
@@ -515,14 +546,18 @@ int parent_main(const Cli& cli, const std::vector<std::string>& args) {
   const std::size_t done_before = all.size() - todo.size();
   for (const Task& task : todo) {
     if (cli.max_tasks > 0 && static_cast<int>(ran) >= cli.max_tasks) {
-      fmt::print(stderr, "tensortier-bench: stopped after {} tasks (--max-tasks); run the same command again to finish\n", ran);
+      fmt::print(
+          stderr,
+          "tensortier-bench: stopped after {} tasks (--max-tasks); run the same command again to finish\n",
+          ran);
       return 3;
     }
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     progress(done_before + ran, all.size(), "running " + task_label(task), elapsed,
              ran == 0 ? 0 : elapsed / static_cast<double>(ran) * static_cast<double>(todo.size() - ran));
     const fs::path task_file = out / "tasks" / fmt::format("task-{}.json", &task - todo.data());
-    if (Status s = write_file(task_file, json{{"config", bench::to_json(c)}, {"task", bench::to_json(task)}}.dump());
+    if (Status s =
+            write_file(task_file, json{{"config", bench::to_json(c)}, {"task", bench::to_json(task)}}.dump());
         !s.is_ok()) {
       fmt::print(stderr, "tensortier-bench: {}\n", s.message());
       return 1;
@@ -531,7 +566,8 @@ int parent_main(const Cli& cli, const std::vector<std::string>& args) {
     if (task.kind == TaskKind::kNumactl) {
       argv = {which("numactl")};
       if (task.numactl == "membind-slow") argv.push_back(fmt::format("--membind={}", c.slow_node));
-      if (task.numactl == "interleave") argv.push_back(fmt::format("--interleave={},{}", c.fast_node, c.slow_node));
+      if (task.numactl == "interleave")
+        argv.push_back(fmt::format("--interleave={},{}", c.fast_node, c.slow_node));
       if (task.numactl == "preferred-fast") argv.push_back(fmt::format("--preferred={}", c.fast_node));
     }
     argv.insert(argv.end(), {self, "--run-task", task_file.string()});
@@ -550,7 +586,8 @@ int parent_main(const Cli& cli, const std::vector<std::string>& args) {
     if (result.is_null()) {
       failures[task.id] = fmt::format("exit status {}", rc);
       results["failed"][task.id] = failures[task.id];
-      fmt::print(stderr, "\ntensortier-bench: task {} failed (exit status {}); its output is above\n", task_label(task), rc);
+      fmt::print(stderr, "\ntensortier-bench: task {} failed (exit status {}); its output is above\n",
+                 task_label(task), rc);
     } else {
       result["wall_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       result["finished"] = iso_now();
@@ -567,6 +604,7 @@ int parent_main(const Cli& cli, const std::vector<std::string>& args) {
   results["finished"] = iso_now();
   results["summary"] = bench::summarize(c, results.at("tasks"));
   const std::string tables = bench::markdown_tables(results.at("summary"));
+  results["tables"] = tables;  // as printed: tools/bench_results.py puts them in docs/RESULTS.md
   for (const auto& [path, text] : {std::pair{out / "results.json", results.dump(1)},
                                    std::pair{out / "results.csv", bench::csv(results.at("summary"))},
                                    std::pair{out / "table.md", tables}}) {
@@ -578,25 +616,29 @@ int parent_main(const Cli& cli, const std::vector<std::string>& args) {
   fmt::print("{}\n", tables);
   for (const std::string& spec : c.specs) {
     if (bench::spec_is_emulated(spec)) {
-      fmt::print("Emulated: rows on 'emulated {}' ran on DRAM charged by the cost model (docs/EMULATION.md).\n",
-                 bench::spec_preset(spec));
+      fmt::print(
+          "Emulated: rows on 'emulated {}' ran on DRAM charged by the cost model (docs/EMULATION.md).\n",
+          bench::spec_preset(spec));
     }
   }
   if (!cli.no_plots) {
     const std::string tools = TENSORTIER_TOOLS_DIR;
-    const auto [rc, text] = run_child({"/usr/bin/python3", tools + "/plot_bench.py", results_path.string(), out.string()});
+    const auto [rc, text] =
+        run_child({"/usr/bin/python3", tools + "/plot_bench.py", results_path.string(), out.string()});
     fmt::print("{}", text);
-    if (rc != 0) fmt::print(stderr, "tensortier-bench: plots not drawn (tools/plot_bench.py exit status {})\n", rc);
+    if (rc != 0)
+      fmt::print(stderr, "tensortier-bench: plots not drawn (tools/plot_bench.py exit status {})\n", rc);
     if (fs::exists(out / "trace.json")) {
-      const auto [trc, ttext] = run_child({"/usr/bin/python3", tools + "/plot_timeline.py", (out / "trace.json").string(),
-                                           (out / "timeline.png").string()});
+      const auto [trc, ttext] = run_child({"/usr/bin/python3", tools + "/plot_timeline.py",
+                                           (out / "trace.json").string(), (out / "timeline.png").string()});
       if (trc != 0) fmt::print(stderr, "tensortier-bench: timeline not drawn (exit status {})\n", trc);
     }
   }
   fmt::print("outputs in {}: results.json, results.csv, table.md{}\n", out.string(),
              fs::exists(out / "trace.json") ? ", trace.json" : "");
   if (!failures.empty()) {
-    fmt::print(stderr, "tensortier-bench: {} task(s) failed; run the same command again to retry them\n", failures.size());
+    fmt::print(stderr, "tensortier-bench: {} task(s) failed; run the same command again to retry them\n",
+               failures.size());
     return 1;
   }
   return 0;
@@ -613,30 +655,46 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"quick", "full"}))
       ->capture_default_str();
   app.add_option("--models", cli.models, "Models, comma-separated (default resnet18,vgg11)");
-  app.add_option("--policies", cli.policies, "Policies, comma-separated (fast-only is always run: the reference)");
-  app.add_option("--budgets", cli.budgets, "Fast budgets: shares of the profiled peak (20%) or sizes (512MiB)");
-  app.add_option("--presets", cli.presets, "Emulated slow-tier presets, one tier spec each (default optane-server; full: optane-server,optane,cxl)");
-  app.add_option("--tiers", cli.tiers, "A tier spec (repeat for more), instead of --presets: real tiers run with no cost model");
+  app.add_option("--policies", cli.policies,
+                 "Policies, comma-separated (fast-only is always run: the reference)");
+  app.add_option("--budgets", cli.budgets,
+                 "Fast budgets: shares of the profiled peak (20%) or sizes (512MiB)");
+  app.add_option("--presets", cli.presets,
+                 "Emulated slow-tier presets, one tier spec each (default optane-server; full: "
+                 "optane-server,optane,cxl)");
+  app.add_option("--tiers", cli.tiers,
+                 "A tier spec (repeat for more), instead of --presets: real tiers run with no cost model");
   app.add_option("--batch", cli.batch, "Batch size")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--image-size", cli.image_size, "Input height and width")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--image-size", cli.image_size, "Input height and width")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--width", cli.width, "Model width")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--steps", cli.steps, "Measured steps per policy in a task (default quick 3, full 5)")->check(CLI::PositiveNumber);
+  app.add_option("--steps", cli.steps, "Measured steps per policy in a task (default quick 3, full 5)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--warmup", cli.warmup, "Unmeasured steps first (at least 3)")->capture_default_str();
-  app.add_option("--reps", cli.reps, "Repetitions of every task (default quick 1, full 3)")->check(CLI::PositiveNumber);
-  app.add_option("--out", cli.out, "Output directory; a run interrupted there is finished by the same command")->capture_default_str();
+  app.add_option("--reps", cli.reps, "Repetitions of every task (default quick 1, full 3)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--out", cli.out,
+                 "Output directory; a run interrupted there is finished by the same command")
+      ->capture_default_str();
   app.add_flag("--fresh", cli.fresh, "Start over, replacing the results in --out");
-  app.add_option("--numactl", cli.numactl, "numactl baseline rows: auto (where a spec has a real slow node), on, off")
+  app.add_option("--numactl", cli.numactl,
+                 "numactl baseline rows: auto (where a spec has a real slow node), on, off")
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
-  app.add_option("--numactl-nodes", cli.numactl_nodes, "FAST,SLOW NUMA nodes for the numactl rows (default: from the spec or hwloc)");
-  app.add_option("--emulate-as", cli.emulate_as,
-                 "On real tiers, the emulated preset checked against the slow node: auto (remote-numa for a numa "
-                 "node, else optane), a preset, or none")
+  app.add_option("--numactl-nodes", cli.numactl_nodes,
+                 "FAST,SLOW NUMA nodes for the numactl rows (default: from the spec or hwloc)");
+  app.add_option(
+         "--emulate-as", cli.emulate_as,
+         "On real tiers, the emulated preset checked against the slow node: auto (remote-numa for a numa "
+         "node, else optane), a preset, or none")
       ->capture_default_str();
-  app.add_option("--trace-policy", cli.trace_policy, "The policy whose step is traced (first model and spec, last budget)")
+  app.add_option("--trace-policy", cli.trace_policy,
+                 "The policy whose step is traced (first model and spec, last budget)")
       ->capture_default_str();
   app.add_flag("--no-plots", cli.no_plots, "Do not draw the PNGs");
-  app.add_option("--max-tasks", cli.max_tasks, "Stop after this many tasks, as an interrupted run would (for tests)")
+  app.add_option("--max-tasks", cli.max_tasks,
+                 "Stop after this many tasks, as an interrupted run would (for tests)")
       ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
   return parent_main(cli, std::vector<std::string>(argv + 1, argv + argc));

@@ -67,7 +67,8 @@ TEST(BenchMatrix, TasksRunRepetitionByRepetitionEachTimeInAnotherOrder) {
   EXPECT_EQ(ids.size(), tasks.size()) << "every task has its own id";
   // Each repetition holds every group once, but no two repetitions run them in the same order.
   std::vector<std::vector<std::string>> orders(3);
-  for (const Task& t : tasks) orders[static_cast<std::size_t>(t.rep)].push_back(t.id.substr(0, t.id.rfind('|')));
+  for (const Task& t : tasks)
+    orders[static_cast<std::size_t>(t.rep)].push_back(t.id.substr(0, t.id.rfind('|')));
   EXPECT_NE(orders[0], orders[1]);
   EXPECT_NE(orders[1], orders[2]);
   for (auto& o : orders) std::sort(o.begin(), o.end());
@@ -119,7 +120,8 @@ TEST(BenchMatrix, AResumedRunRunsOnlyTheTasksNotDone) {
 // A finished task as tensortier_bench.cc writes it, with the given median step times.
 json task_result(const Task& t, const std::map<std::string, double>& ms) {
   json j = to_json(t);
-  for (const auto& [p, m] : ms) j["runs"][p] = json{{"median_ms", m}, {"in_mib", m / 10}, {"floor_slow_ms", 0.0}};
+  for (const auto& [p, m] : ms)
+    j["runs"][p] = json{{"median_ms", m}, {"in_mib", m / 10}, {"floor_slow_ms", 0.0}};
   return j;
 }
 
@@ -159,7 +161,8 @@ TEST(BenchMatrix, CellsAreMediansOverRepetitionsOfRatiosTakenWithinATask) {
   EXPECT_NEAR(sent->at("in_mib").get<double>(), 15, 1e-9);
   EXPECT_EQ(sent->at("tiers"), "fast=numa:0,slow=numa:1");
   ASSERT_EQ(s.at("numactl").size(), 1U);
-  EXPECT_NEAR(s.at("numactl")[0].at("ratio").get<double>(), 2.5, 1e-9) << "against the same repetition's fast-only";
+  EXPECT_NEAR(s.at("numactl")[0].at("ratio").get<double>(), 2.5, 1e-9)
+      << "against the same repetition's fast-only";
   ASSERT_EQ(s.at("emulation_checks").size(), 1U);
   EXPECT_NEAR(s.at("emulation_checks")[0].at("predicted").get<double>(), 2.8, 1e-9);
   EXPECT_NEAR(s.at("emulation_checks")[0].at("measured").get<double>(), 3.0, 1e-9);

@@ -106,7 +106,7 @@ def plot_occupancy(task, path):
     actual = [b / mib for b in occ["actual_bytes"]]
     fig, ax = plt.subplots(figsize=(11, 4))
     ax.step(range(len(planned)), planned, where="post", label="planned (objects + small-object reserve)")
-    ax.step(range(len(actual)), actual, where="post", label="held by the fast tier at layer begin")
+    ax.step(range(len(actual)), actual, where="post", label="held by the fast tier at layer begin (live objects, chunks, cached ranges, moves in flight)")
     ax.axhline(occ["budget_bytes"] / mib, color="red", linestyle="--", label="fast budget")
     ax.set_xlabel("layer boundary (layer index)")
     ax.set_ylabel("MiB on the fast tier")
