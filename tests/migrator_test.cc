@@ -54,6 +54,12 @@ TEST(Plan, EveryPolicyIsValidAtEveryBudgetThatHoldsTheShortLived) {
       }
       EXPECT_EQ(problem, "") << policy << " at " << budget;
       EXPECT_LE(plan->peak_fast_bytes, budget) << policy;
+      // The planned occupancy tensortier-bench plots: one figure per boundary, its peak the plan's.
+      ASSERT_EQ(plan->fast_bytes_by_boundary.size(), in.layers + 1U) << policy;
+      EXPECT_EQ(*std::max_element(plan->fast_bytes_by_boundary.begin(), plan->fast_bytes_by_boundary.end()),
+                plan->peak_fast_bytes)
+          << policy;
+      EXPECT_EQ(plan->small_reserve_bytes, in.small_reserve_bytes);
     }
   }
 }
