@@ -13,6 +13,7 @@
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
+#include "emulated_note.h"
 #include "stats.h"
 #include "tensortier/dnn/data.h"
 #include "tensortier/dnn/models.h"
@@ -21,6 +22,7 @@ namespace {
 
 using namespace tensortier;
 using namespace tensortier::dnn;
+using tensortier::bench::emulated_note;
 using tensortier::bench::median;
 
 long page_faults() {
@@ -62,17 +64,6 @@ std::string plan_note(const migrator::Plan* plan) {
       plan->predicted_extra_ns / 1e6,
       plan->interval_layers != 0 ? fmt::format(", interval {} layers", plan->interval_layers) : "",
       plan->variant.empty() ? "" : fmt::format(", {}", plan->variant));
-}
-
-// "emulated <preset description>" for each emulated tier of the runtime, else "".
-std::string emulated_note(const Runtime& rt) {
-  std::string note;
-  for (TierIndex t = 0; t < rt.tier_count(); ++t) {
-    if (const CostModel* model = rt.tier(t).cost_model(); model != nullptr)
-      note += fmt::format("{}tier '{}': emulated, {}", note.empty() ? "" : "; ", rt.tier(t).name(),
-                          model->describe());
-  }
-  return note;
 }
 
 }  // namespace

@@ -28,6 +28,7 @@
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
+#include "emulated_note.h"
 #include "machine.h"
 #include "matrix.h"
 #include "stats.h"
@@ -46,6 +47,7 @@ namespace {
 using namespace tensortier;
 using namespace tensortier::dnn;
 using nlohmann::json;
+using tensortier::bench::emulated_note;
 using tensortier::bench::MatrixConfig;
 using tensortier::bench::Task;
 using tensortier::bench::TaskKind;
@@ -82,16 +84,6 @@ struct PolicyRun {
   Batch batch;
   std::vector<double> step_ms, charge_ms, slow_mib;
 };
-
-std::string emulated_note(const Runtime& rt) {
-  std::string note;
-  for (TierIndex t = 0; t < rt.tier_count(); ++t) {
-    if (const CostModel* model = rt.tier(t).cost_model(); model != nullptr)
-      note += fmt::format("{}tier '{}': emulated, {}", note.empty() ? "" : "; ", rt.tier(t).name(),
-                          model->describe());
-  }
-  return note;
-}
 
 Result<json> run_task(const MatrixConfig& c, const Task& task, const fs::path& out_dir) {
   const dnnl::memory::dims input{c.batch, 3, c.image_size, c.image_size};
