@@ -88,6 +88,16 @@ int spec_fast_node(const std::string& spec) {
   return configs && configs->front().kind == TierKind::kNuma ? configs->front().numa_node : -1;
 }
 
+std::string tiers_label(const std::string& spec) {
+  const std::string preset = spec_preset(spec);
+  return preset.empty() ? spec : "emulated " + preset;
+}
+
+std::string first_real_spec(const std::vector<std::string>& specs) {
+  const auto it = std::ranges::find_if(specs, [](const std::string& s) { return !spec_is_emulated(s); });
+  return it != specs.end() ? *it : "";
+}
+
 const char* to_string(TaskKind kind) {
   switch (kind) {
     case TaskKind::kPolicies:
@@ -206,23 +216,11 @@ double number(const json& j, const char* key) {
   return it != j.end() && it->is_number() ? it->get<double>() : 0.0;
 }
 
-// What a table calls a spec: "emulated PRESET" or the spec itself (a real machine's).
-std::string tiers_label(const std::string& spec) {
-  const std::string preset = spec_preset(spec);
-  return preset.empty() ? spec : "emulated " + preset;
-}
-
 // The fast-only step time of a model's policies tasks on the first real spec, by repetition
 // (median over its budgets): the reference of rows measured in other processes.
 std::map<int, double> real_reference(const MatrixConfig& c, const json& tasks, const std::string& model,
                                      const char* policy) {
-  std::string real;
-  for (const std::string& s : c.specs) {
-    if (!spec_is_emulated(s)) {
-      real = s;
-      break;
-    }
-  }
+  const std::string real = first_real_spec(c.specs);
   std::map<int, std::vector<double>> by_rep;
   for (const auto& [id, t] : tasks.items()) {
     if (t.value("kind", "") != "policies" || t.value("model", "") != model || t.value("spec", "") != real)

@@ -60,6 +60,10 @@ bool spec_is_emulated(const std::string& spec);
 std::string spec_preset(const std::string& spec);
 // The NUMA node of a spec's slowest tier when it is a numa tier (-1 otherwise).
 int spec_slow_node(const std::string& spec);
+// What tables call a spec: "emulated PRESET", or the spec itself (a real machine's).
+std::string tiers_label(const std::string& spec);
+// The first spec with no emulated tier ("" when every one is emulated): the real machine's.
+std::string first_real_spec(const std::vector<std::string>& specs);
 int spec_fast_node(const std::string& spec);
 
 enum class TaskKind { kPolicies, kNumactl, kEmulationCheck };

@@ -15,13 +15,11 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <iostream>
 #include <map>
-#include <set>
+#include <sstream>
 
 #include <fmt/chrono.h>
 #include <fmt/format.h>
@@ -177,8 +175,7 @@ Result<json> run_task(const MatrixConfig& c, const Task& task, const fs::path& o
     occ["budget_bytes"] = plan.fast_budget_bytes;
     occ["planned_bytes"] = plan.fast_bytes_by_boundary;
     occ["small_reserve_bytes"] = plan.small_reserve_bytes;
-    occ["tiers"] =
-        bench::spec_is_emulated(task.spec) ? "emulated " + bench::spec_preset(task.spec) : task.spec;
+    occ["tiers"] = bench::tiers_label(task.spec);
     out["occupancy"] = std::move(occ);
     const fs::path trace = out_dir / "trace.json";
     if (Status s = timeline->write(trace.string()); s.is_ok()) {
@@ -300,9 +297,7 @@ std::string format_seconds(double s) {
 std::string task_label(const Task& t) {
   switch (t.kind) {
     case TaskKind::kPolicies:
-      return fmt::format("{} {} {} rep {}", t.model,
-                         bench::spec_is_emulated(t.spec) ? "emulated " + bench::spec_preset(t.spec) : t.spec,
-                         t.budget, t.rep + 1);
+      return fmt::format("{} {} {} rep {}", t.model, bench::tiers_label(t.spec), t.budget, t.rep + 1);
     case TaskKind::kNumactl:
       return fmt::format("{} numactl {} rep {}", t.model, t.numactl, t.rep + 1);
     case TaskKind::kEmulationCheck:
@@ -365,11 +360,8 @@ Result<MatrixConfig> matrix_from(const Cli& cli) {
   if (c.warmup < 3)
     return invalid_argument(
         "--warmup must be at least 3: step 1 is profiled and the policies start at step 2");
-  const auto known_models = model_names();
   for (const std::string& m : c.models) {
-    if (std::ranges::find(known_models, m) == known_models.end())
-      return invalid_argument(
-          fmt::format("unknown model '{}' (known: {})", m, fmt::join(known_models, ", ")));
+    if (auto net = make_model(m, {}); !net) return net.status();  // names the model and the known ones
   }
   for (const std::string& p : c.policies) {
     if (std::ranges::find(migrator::policy_names(), p) == migrator::policy_names().end())
@@ -414,13 +406,7 @@ Result<MatrixConfig> matrix_from(const Cli& cli) {
       return invalid_argument(fmt::format("--tiers '{}': a matrix needs a fast and a slow tier", spec));
   }
   // Real-machine extras: numactl rows and the emulation check, where a spec has a real slow tier.
-  std::string real;
-  for (const std::string& s : c.specs) {
-    if (!bench::spec_is_emulated(s)) {
-      real = s;
-      break;
-    }
-  }
+  const std::string real = bench::first_real_spec(c.specs);
   if (!cli.numactl_nodes.empty()) {
     const auto nodes = bench::split_list(cli.numactl_nodes);
     if (nodes.size() != 2 || nodes[0].find_first_not_of("0123456789") != std::string::npos ||

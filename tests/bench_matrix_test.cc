@@ -30,6 +30,12 @@ TEST(BenchMatrix, SpecHelpersTellEmulatedFromRealTiers) {
   EXPECT_EQ(spec_fast_node("fast=numa:0,slow=numa:1"), 0);
   EXPECT_EQ(spec_slow_node("fast=dram,slow=daxkmem"), -1);
   EXPECT_EQ(spec_preset("not a spec"), "");
+  EXPECT_EQ(tiers_label("fast=dram,slow=emulated:cxl"), "emulated cxl");
+  EXPECT_EQ(tiers_label("fast=numa:0,slow=numa:1"), "fast=numa:0,slow=numa:1");
+  EXPECT_EQ(
+      first_real_spec({"fast=dram,slow=emulated:cxl", "fast=numa:0,slow=numa:1", "fast=dram,slow=daxkmem"}),
+      "fast=numa:0,slow=numa:1");
+  EXPECT_EQ(first_real_spec({"fast=dram,slow=emulated:cxl"}), "");
   EXPECT_EQ(split_list("a,,b,"), (std::vector<std::string>{"a", "b"}));
 }
 
