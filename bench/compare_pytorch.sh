@@ -3,6 +3,10 @@
 # 1.13 on the same models, batch and thread count; ROUNDS rounds that alternate the two
 # processes, each reporting a median over STEPS steps after WARMUP; the table shows the median
 # of the rounds. PyTorch runs with the glibc malloc tunables that make it fastest here.
+# tensortier runs twice a round: with its default convolutions (--conv auto: Winograd where it
+# pays) and with direct ones only (--conv direct, as PyTorch 1.13 runs them), so that the table
+# separates the algorithm from how the engine drives oneDNN. Peak footprint: tensortier's live
+# objects (RuntimeStats::peak_live_bytes) beside PyTorch's (pytorch_step_time.py says how).
 # Usage: bench/compare_pytorch.sh [BUILD_DIR]   Environment: MODELS, ROUNDS, STEPS, WARMUP, BATCH
 set -euo pipefail
 BUILD=${1:-build/release}
@@ -16,8 +20,10 @@ here=$(dirname "$0")
 out=$(mktemp)
 for model in $MODELS; do
   for round in $(seq "$ROUNDS"); do
-    OMP_NUM_THREADS=$THREADS "$BUILD/bench/bench_training" --model "$model" --batch "$BATCH" --steps "$STEPS" \
-      --warmup "$WARMUP" | grep '^JSON' >> "$out"
+    for conv in auto direct; do
+      OMP_NUM_THREADS=$THREADS "$BUILD/bench/bench_training" --model "$model" --batch "$BATCH" --steps "$STEPS" \
+        --warmup "$WARMUP" --conv "$conv" | grep '^JSON' >> "$out"
+    done
     GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967296 \
       /usr/bin/python3 "$here/pytorch_step_time.py" "$model" "$BATCH" "$STEPS" "$WARMUP" "$THREADS" >> "$out"
   done
@@ -27,11 +33,15 @@ import json, statistics, sys
 rows = [json.loads(l.split(" ", 1)[1]) for l in open(sys.argv[1]) if l.startswith("JSON")]
 rounds, steps, warmup, batch, threads = sys.argv[2:]
 print(f"batch {batch}, 32x32x3, {threads} threads; median of {rounds} rounds, each the median of {steps} steps after {warmup}")
-print(f"| model | tensortier (runtime) ms | tensortier (plain alloc) ms | PyTorch 1.13 ms | tensortier / PyTorch | runtime / plain | faults/step (runtime, plain) |")
-print("| --- | --- | --- | --- | --- | --- | --- |")
+print("| model | tensortier (runtime) ms | direct convs ms | plain alloc ms | PyTorch 1.13 ms | tensortier / PyTorch | direct convs / PyTorch | runtime / plain | peak footprint MiB (tensortier, PyTorch) | faults/step (runtime, plain) |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for model in dict.fromkeys(r["model"] for r in rows):
-    med = lambda mode, key="median_ms": statistics.median(r[key] for r in rows if r["model"] == model and r["mode"] == mode)
-    rt, plain, torch = med("runtime"), med("plain"), med("pytorch")
-    print(f"| {model} | {rt:.0f} | {plain:.0f} | {torch:.0f} | {rt / torch:.2f} | {rt / plain:.3f} | {med('runtime', 'median_faults'):.0f}, {med('plain', 'median_faults'):.0f} |")
+    def med(mode, conv="auto", key="median_ms"):
+        return statistics.median(r[key] for r in rows
+                                 if r["model"] == model and r["mode"] == mode and r.get("conv", conv) == conv)
+    rt, direct, plain, torch = med("runtime"), med("runtime", "direct"), med("plain"), med("pytorch")
+    print(f"| {model} | {rt:.0f} | {direct:.0f} | {plain:.0f} | {torch:.0f} | {rt / torch:.2f} | {direct / torch:.2f} "
+          f"| {rt / plain:.3f} | {med('runtime', key='peak_live_mib'):.0f}, {med('pytorch', key='peak_live_mib'):.0f} "
+          f"| {med('runtime', key='median_faults'):.0f}, {med('plain', key='median_faults'):.0f} |")
 PY
 rm -f "$out"

@@ -181,7 +181,9 @@ TEST(Training, LayerMarksNameTheObjectsEachPrimitiveTouches) {
   // Every activation and gradient of the step was freed; parameters and the batch remain.
   const std::size_t params_objects = 3 * params.size();
   EXPECT_GE(f.rt->stats().live_objects, params_objects + 2);
-  EXPECT_LE(f.rt->stats().live_objects, params_objects + 2 + 16);  // + scratchpads, running stats
+  EXPECT_LE(f.rt->stats().live_objects, params_objects + 2 + 16);  // + running stats
+  // Scratchpads live only while their primitive runs (Engine::run frees them after the layer).
+  for (const ObjectInfo& o : f.rt->objects()) EXPECT_NE(o.group, kScratchpads) << o.name << " outlived its layer";
 }
 
 TEST(Training, BadInputIsAClearError) {

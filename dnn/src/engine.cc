@@ -48,6 +48,17 @@ Tensor& Tensor::operator=(Tensor&& other) noexcept {
   return *this;
 }
 
+Result<ConvAlgorithm> parse_conv_algorithm(std::string_view name) {
+  if (name == "direct") return ConvAlgorithm::kDirect;
+  if (name == "auto") return ConvAlgorithm::kAuto;
+  return invalid_argument(fmt::format(
+      "convolution algorithm '{}' is unknown: use 'auto' (Winograd where it pays) or 'direct'", name));
+}
+
+std::string_view to_string(ConvAlgorithm algorithm) {
+  return algorithm == ConvAlgorithm::kDirect ? "direct" : "auto";
+}
+
 Engine::Engine(Runtime& runtime) : Engine(&runtime) {}
 
 Engine::Engine(Runtime* runtime) : runtime_(runtime), engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
@@ -58,7 +69,8 @@ dnnl::primitive_attr Engine::user_scratchpad() {
   return attr;
 }
 
-Result<Tensor> Engine::allocate(std::string_view name, const dnnl::memory::desc& desc, Group group) {
+Result<Tensor> Engine::allocate(std::string_view name, const dnnl::memory::desc& desc, Group group,
+                                bool zero) {
   const std::size_t bytes = desc.get_size();
   Tensor tensor;
   if (runtime_ != nullptr) {
@@ -72,7 +84,7 @@ Result<Tensor> Engine::allocate(std::string_view name, const dnnl::memory::desc&
     if (tensor.address_ == nullptr)
       return out_of_memory(fmt::format("'{}': aligned_alloc of {} bytes failed", name, bytes));
   }
-  std::memset(tensor.address_, 0, bytes);
+  if (zero) std::memset(tensor.address_, 0, bytes);
   tensor.runtime_ = runtime_;
   tensor.desc_ = desc;
   tensor.name_ = std::string(name);
@@ -130,7 +142,14 @@ Status Engine::begin_layer(std::string_view layer, std::size_t read_count) {
 }
 
 Status Engine::run(std::string_view layer, const dnnl::primitive& primitive, const std::vector<Arg>& reads,
-                   const std::vector<Arg>& writes) {
+                   std::vector<Arg> writes, const Scratchpad& scratchpad) {
+  Tensor pad;  // freed when run returns, after the layer ended
+  if (!scratchpad.name.empty()) {
+    auto t = allocate(scratchpad.name, scratchpad.desc, kScratchpads, /*zero=*/false);
+    if (!t) return t.status();
+    pad = std::move(t).value();
+    writes.emplace_back(DNNL_ARG_SCRATCHPAD, &pad);
+  }
   Result<std::unordered_map<int, dnnl::memory>*> args = bind(layer, primitive, reads, writes);
   if (!args) return args.status();
   try {

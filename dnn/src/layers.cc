@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <random>
 #include <string_view>
 
@@ -40,22 +41,19 @@ Status param(Engine& e, const std::string& name, const memory::desc& desc, const
   return Status::ok();
 }
 
-// A scratchpad object for a primitive in user scratchpad mode; none when it needs no bytes.
-Status scratchpad(Engine& e, const std::string& name, const memory::desc& desc, Tensor& out) {
-  if (desc.get_size() == 0) return Status::ok();
-  auto t = e.allocate(name, desc, kScratchpads);
-  if (!t) return t.status();
-  out = std::move(t).value();
-  return Status::ok();
+// A primitive's scratchpad in user scratchpad mode (none when it needs no bytes): the engine
+// allocates it for each execution (Engine::run).
+void scratchpad(const std::string& name, const memory::desc& desc, Scratchpad& out) {
+  out = Scratchpad{desc.get_size() == 0 ? std::string() : name, desc};
 }
 
 // The scratchpads of a layer's forward, backward-data and backward-weights primitives.
 template <typename Fwd, typename Data, typename Weights>
-Status scratchpads(Engine& e, const std::string& layer, const Fwd& fwd, const Data& data,
-                   const Weights& weights, Tensor& fwd_pad, Tensor& data_pad, Tensor& weights_pad) {
-  TENSORTIER_RETURN_IF_ERROR(scratchpad(e, layer + ".fwd.scratchpad", fwd.scratchpad_desc(), fwd_pad));
-  TENSORTIER_RETURN_IF_ERROR(scratchpad(e, layer + ".bwd_data.scratchpad", data.scratchpad_desc(), data_pad));
-  return scratchpad(e, layer + ".bwd_weights.scratchpad", weights.scratchpad_desc(), weights_pad);
+void scratchpads(const std::string& layer, const Fwd& fwd, const Data& data, const Weights& weights,
+                 Scratchpad& fwd_pad, Scratchpad& data_pad, Scratchpad& weights_pad) {
+  scratchpad(layer + ".fwd.scratchpad", fwd.scratchpad_desc(), fwd_pad);
+  scratchpad(layer + ".bwd_data.scratchpad", data.scratchpad_desc(), data_pad);
+  scratchpad(layer + ".bwd_weights.scratchpad", weights.scratchpad_desc(), weights_pad);
 }
 
 // A layer's weight (in oneDNN's layout `w`, PyTorch's `w_plain`) and, where `b` is given, bias.
@@ -63,12 +61,6 @@ Status weight_and_bias(Engine& e, const std::string& layer, const memory::desc& 
                        const memory::desc& w_plain, const memory::desc* b, Param& weight, Param& bias) {
   TENSORTIER_RETURN_IF_ERROR(param(e, layer + ".weight", w, w_plain, weight));
   return b != nullptr ? param(e, layer + ".bias", *b, *b, bias) : Status::ok();
-}
-
-// Appends the scratchpad argument when the primitive has one.
-std::vector<Arg> with_scratchpad(std::vector<Arg> writes, const Tensor& pad) {
-  if (!pad.empty()) writes.emplace_back(DNNL_ARG_SCRATCHPAD, &pad);
-  return writes;
 }
 
 // PyTorch's default init of conv and linear layers: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), drawn in
@@ -138,35 +130,48 @@ class Conv final : public Layer {
         }
       };
       // choose: the descs are format_tag::any, so backward data may pick its own layouts too.
-      auto make = [&](const memory::desc& src, const memory::desc& w, const memory::desc& dst, bool choose) {
-        auto fd =
-            o_.bias
-                ? dnnl::convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct,
-                                                  src, w, b, dst, strides, pad, pad)
-                : dnnl::convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct,
-                                                  src, w, dst, strides, pad, pad);
+      auto make = [&](algorithm algo, const memory::desc& src, const memory::desc& w, const memory::desc& dst,
+                      bool choose) {
+        auto fd = o_.bias ? dnnl::convolution_forward::desc(prop_kind::forward_training, algo, src, w, b, dst,
+                                                            strides, pad, pad)
+                          : dnnl::convolution_forward::desc(prop_kind::forward_training, algo, src, w, dst,
+                                                            strides, pad, pad);
         const dnnl::convolution_forward::primitive_desc f(fd, attr, e.cpu());
         // Backward data may want the weights in another blocking (OIhw16o16i vs 16i16o): they
         // are then reordered for it each step, as frameworks do.
         const memory::desc data_w = choose ? any(wdims) : w;
         const memory::desc data_src = choose ? any(in) : src;
         const dnnl::convolution_backward_data::primitive_desc d(
-            dnnl::convolution_backward_data::desc(algorithm::convolution_direct, data_src, data_w,
-                                                  f.dst_desc(), strides, pad, pad),
+            dnnl::convolution_backward_data::desc(algo, data_src, data_w, f.dst_desc(), strides, pad, pad),
             attr, e.cpu(), f);
-        auto wd = o_.bias ? dnnl::convolution_backward_weights::desc(algorithm::convolution_direct,
-                                                                     f.src_desc(), f.weights_desc(), b,
+        auto wd = o_.bias ? dnnl::convolution_backward_weights::desc(algo, f.src_desc(), f.weights_desc(), b,
                                                                      f.dst_desc(), strides, pad, pad)
-                          : dnnl::convolution_backward_weights::desc(algorithm::convolution_direct,
-                                                                     f.src_desc(), f.weights_desc(),
+                          : dnnl::convolution_backward_weights::desc(algo, f.src_desc(), f.weights_desc(),
                                                                      f.dst_desc(), strides, pad, pad);
         return Pds{f, d, dnnl::convolution_backward_weights::primitive_desc(wd, attr, e.cpu(), f)};
       };
-      Pds pds = make(any(in), any(wdims), any(odims), true);
-      if (!pds.all_optimized()) {
-        pds = make(memory::desc(in, dt::f32, tag::nchw), memory::desc(wdims, dt::f32, tag::oihw),
-                   memory::desc(odims, dt::f32, tag::nchw), false);
+      // Winograd where ConvAlgorithm::kAuto says it pays (engine.h), if oneDNN has optimized
+      // Winograd kernels for all three passes of this shape; else direct.
+      const bool winograd = e.conv_algorithm() == ConvAlgorithm::kAuto && k == 3 && s == 1 &&
+                            in[1] % 16 == 0 && o_.out_channels % 16 == 0 && oh >= 8 && ow >= 8;
+      std::optional<Pds> chosen;
+      if (winograd) {
+        try {
+          chosen = make(algorithm::convolution_winograd, any(in), any(wdims), any(odims), true);
+          if (!chosen->all_optimized()) chosen.reset();
+        } catch (const dnnl::error&) {  // no Winograd implementation for this shape or machine
+          chosen.reset();
+        }
       }
+      if (!chosen) chosen = make(algorithm::convolution_direct, any(in), any(wdims), any(odims), true);
+      if (!chosen->all_optimized()) {
+        chosen =
+            make(algorithm::convolution_direct, memory::desc(in, dt::f32, tag::nchw),
+                 memory::desc(wdims, dt::f32, tag::oihw), memory::desc(odims, dt::f32, tag::nchw), false);
+      }
+      const Pds& pds = *chosen;
+      implementation_ = fmt::format("{} / {} / {}", pds.fwd.impl_info_str(), pds.data.impl_info_str(),
+                                    pds.weights.impl_info_str());
       const auto& fpd = pds.fwd;
       const auto& bdpd = pds.data;
       const auto& bwpd = pds.weights;
@@ -188,8 +193,7 @@ class Conv final : public Layer {
       bwd_weights_ = dnnl::convolution_backward_weights(bwpd);
       TENSORTIER_RETURN_IF_ERROR(weight_and_bias(e, name_, w, memory::desc(wdims, dt::f32, tag::oihw),
                                                  o_.bias ? &b : nullptr, weight_, bias_));
-      TENSORTIER_RETURN_IF_ERROR(
-          scratchpads(e, name_, fpd, bdpd, bwpd, pad_fwd_, pad_bwd_data_, pad_bwd_weights_));
+      scratchpads(name_, fpd, bdpd, bwpd, pad_fwd_, pad_bwd_data_, pad_bwd_weights_);
       return dst_;
     });
   }
@@ -206,7 +210,7 @@ class Conv final : public Layer {
     }
     std::vector<Arg> reads{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, &weight_.value}};
     if (o_.bias) reads.emplace_back(DNNL_ARG_BIAS, &bias_.value);
-    return e.run(name_ + ".fwd", fwd_, reads, with_scratchpad({{DNNL_ARG_DST, &out}}, pad_fwd_));
+    return e.run(name_ + ".fwd", fwd_, reads, {{DNNL_ARG_DST, &out}}, pad_fwd_);
   }
 
   Status backward(Engine& e, const std::vector<const Tensor*>& in, const Tensor&, const Tensor& diff_out,
@@ -215,8 +219,8 @@ class Conv final : public Layer {
     std::vector<Arg> writes{{DNNL_ARG_DIFF_WEIGHTS, &weight_.grad}};
     if (o_.bias) writes.emplace_back(DNNL_ARG_DIFF_BIAS, &bias_.grad);
     TENSORTIER_RETURN_IF_ERROR(e.run(name_ + ".bwd_weights", bwd_weights_,
-                                     {{DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, &diff_out}},
-                                     with_scratchpad(writes, pad_bwd_weights_)));
+                                     {{DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, &diff_out}}, writes,
+                                     pad_bwd_weights_));
     e.release(src_copy_);
     if (diff_in[0] == nullptr) return Status::ok();  // the batch needs no gradient
     Tensor weights;  // the weights in backward data's layout, when it differs from theirs
@@ -236,7 +240,7 @@ class Conv final : public Layer {
     TENSORTIER_RETURN_IF_ERROR(e.run(
         name_ + ".bwd_data", bwd_data_,
         {{DNNL_ARG_WEIGHTS, weights.empty() ? &weight_.value : &weights}, {DNNL_ARG_DIFF_DST, &diff_out}},
-        with_scratchpad({{DNNL_ARG_DIFF_SRC, diff_src.empty() ? diff_in[0] : &diff_src}}, pad_bwd_data_)));
+        {{DNNL_ARG_DIFF_SRC, diff_src.empty() ? diff_in[0] : &diff_src}}, pad_bwd_data_));
     e.release(weights);
     if (diff_src.empty()) return Status::ok();
     return e.run(name_ + ".diff_src_reorder", from_diff_src_, {{DNNL_ARG_FROM, &diff_src}},
@@ -251,9 +255,11 @@ class Conv final : public Layer {
     uniform_init(e, weight_, fan_in_, seed, name_ + ".weight");
     if (o_.bias) uniform_init(e, bias_, fan_in_, seed, name_ + ".bias");
   }
+  std::string implementation() const override { return implementation_; }
 
  private:
   ConvOptions o_;
+  std::string implementation_;            // oneDNN's forward / backward data / backward weights kernels
   memory::desc input_, src_, dst_;        // the input's layout, the convolution's, the output's
   memory::desc diff_src_, data_weights_;  // backward data's layouts of the input gradient, weights
   dnnl::reorder to_src_, from_diff_src_, to_data_weights_;  // where those layouts differ
@@ -263,7 +269,7 @@ class Conv final : public Layer {
   dnnl::convolution_forward fwd_;
   dnnl::convolution_backward_data bwd_data_;
   dnnl::convolution_backward_weights bwd_weights_;
-  Tensor pad_fwd_, pad_bwd_data_, pad_bwd_weights_;
+  Scratchpad pad_fwd_, pad_bwd_data_, pad_bwd_weights_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -303,11 +309,9 @@ class BatchNorm final : public Layer {
         if (!r) return r.status();
         *t = std::move(r).value();
       }
-      TENSORTIER_RETURN_IF_ERROR(
-          scratchpad(e, name_ + ".fwd.scratchpad", train.scratchpad_desc(), pad_train_));
-      TENSORTIER_RETURN_IF_ERROR(
-          scratchpad(e, name_ + ".infer.scratchpad", infer.scratchpad_desc(), pad_infer_));
-      TENSORTIER_RETURN_IF_ERROR(scratchpad(e, name_ + ".bwd.scratchpad", bwd.scratchpad_desc(), pad_bwd_));
+      scratchpad(name_ + ".fwd.scratchpad", train.scratchpad_desc(), pad_train_);
+      scratchpad(name_ + ".infer.scratchpad", infer.scratchpad_desc(), pad_infer_);
+      scratchpad(name_ + ".bwd.scratchpad", bwd.scratchpad_desc(), pad_bwd_);
       init_params(e, 0);
       return data_;
     });
@@ -321,18 +325,17 @@ class BatchNorm final : public Layer {
                     {DNNL_ARG_SHIFT, &shift_.value},
                     {DNNL_ARG_MEAN, &running_mean_},
                     {DNNL_ARG_VARIANCE, &running_var_}},
-                   with_scratchpad({{DNNL_ARG_DST, &out}}, pad_infer_));
+                   {{DNNL_ARG_DST, &out}}, pad_infer_);
     }
     for (auto [t, suffix] : {std::pair{&mean_, ".mean"}, std::pair{&variance_, ".variance"}}) {
       auto r = e.allocate(name_ + suffix, stats_, kWorkspaces);
       if (!r) return r.status();
       *t = std::move(r).value();
     }
-    TENSORTIER_RETURN_IF_ERROR(e.run(
-        name_ + ".fwd", train_,
-        {{DNNL_ARG_SRC, in[0]}, {DNNL_ARG_SCALE, &scale_.value}, {DNNL_ARG_SHIFT, &shift_.value}},
-        with_scratchpad({{DNNL_ARG_DST, &out}, {DNNL_ARG_MEAN, &mean_}, {DNNL_ARG_VARIANCE, &variance_}},
-                        pad_train_)));
+    TENSORTIER_RETURN_IF_ERROR(
+        e.run(name_ + ".fwd", train_,
+              {{DNNL_ARG_SRC, in[0]}, {DNNL_ARG_SCALE, &scale_.value}, {DNNL_ARG_SHIFT, &shift_.value}},
+              {{DNNL_ARG_DST, &out}, {DNNL_ARG_MEAN, &mean_}, {DNNL_ARG_VARIANCE, &variance_}}, pad_train_));
     // Running statistics as PyTorch keeps them (unbiased variance); oneDNN has no primitive for
     // this update, and it is C floats.
     return e.host_layer(name_ + ".running_stats", {&mean_, &variance_}, {&running_mean_, &running_var_}, [&] {
@@ -362,10 +365,10 @@ class BatchNorm final : public Layer {
                                       {DNNL_ARG_DIFF_DST, &diff_out},
                                       {DNNL_ARG_SCALE, &scale_.value},
                                       {DNNL_ARG_SHIFT, &shift_.value}},  // 2.6 asks for shift too
-                                     with_scratchpad({{DNNL_ARG_DIFF_SRC, diff_src},
-                                                      {DNNL_ARG_DIFF_SCALE, &scale_.grad},
-                                                      {DNNL_ARG_DIFF_SHIFT, &shift_.grad}},
-                                                     pad_bwd_)));
+                                     {{DNNL_ARG_DIFF_SRC, diff_src},
+                                      {DNNL_ARG_DIFF_SCALE, &scale_.grad},
+                                      {DNNL_ARG_DIFF_SHIFT, &shift_.grad}},
+                                     pad_bwd_));
     e.release(mean_);
     e.release(variance_);
     return Status::ok();
@@ -389,7 +392,7 @@ class BatchNorm final : public Layer {
   Tensor running_mean_, running_var_, mean_, variance_;
   dnnl::batch_normalization_forward train_, infer_;
   dnnl::batch_normalization_backward bwd_;
-  Tensor pad_train_, pad_infer_, pad_bwd_;
+  Scratchpad pad_train_, pad_infer_, pad_bwd_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -468,19 +471,16 @@ class Pool final : public Layer {
       infer_ = dnnl::pooling_v2_forward(infer);
       bwd_ = dnnl::pooling_v2_backward(bwd);
       workspace_desc_ = train.workspace_desc();
-      TENSORTIER_RETURN_IF_ERROR(
-          scratchpad(e, name_ + ".fwd.scratchpad", train.scratchpad_desc(), pad_train_));
-      TENSORTIER_RETURN_IF_ERROR(
-          scratchpad(e, name_ + ".infer.scratchpad", infer.scratchpad_desc(), pad_infer_));
-      TENSORTIER_RETURN_IF_ERROR(scratchpad(e, name_ + ".bwd.scratchpad", bwd.scratchpad_desc(), pad_bwd_));
+      scratchpad(name_ + ".fwd.scratchpad", train.scratchpad_desc(), pad_train_);
+      scratchpad(name_ + ".infer.scratchpad", infer.scratchpad_desc(), pad_infer_);
+      scratchpad(name_ + ".bwd.scratchpad", bwd.scratchpad_desc(), pad_bwd_);
       return dst_;
     });
   }
 
   Status forward(Engine& e, const std::vector<const Tensor*>& in, const Tensor& out, bool training) override {
     if (!training) {
-      return e.run(name_ + ".fwd", infer_, {{DNNL_ARG_SRC, in[0]}},
-                   with_scratchpad({{DNNL_ARG_DST, &out}}, pad_infer_));
+      return e.run(name_ + ".fwd", infer_, {{DNNL_ARG_SRC, in[0]}}, {{DNNL_ARG_DST, &out}}, pad_infer_);
     }
     std::vector<Arg> writes{{DNNL_ARG_DST, &out}};
     if (workspace_desc_.get_size() != 0) {
@@ -489,7 +489,7 @@ class Pool final : public Layer {
       workspace_ = std::move(w).value();
       writes.emplace_back(DNNL_ARG_WORKSPACE, &workspace_);
     }
-    return e.run(name_ + ".fwd", train_, {{DNNL_ARG_SRC, in[0]}}, with_scratchpad(writes, pad_train_));
+    return e.run(name_ + ".fwd", train_, {{DNNL_ARG_SRC, in[0]}}, writes, pad_train_);
   }
 
   Status backward(Engine& e, const std::vector<const Tensor*>&, const Tensor&, const Tensor& diff_out,
@@ -498,7 +498,7 @@ class Pool final : public Layer {
       std::vector<Arg> reads{{DNNL_ARG_DIFF_DST, &diff_out}};
       if (!workspace_.empty()) reads.emplace_back(DNNL_ARG_WORKSPACE, &workspace_);
       TENSORTIER_RETURN_IF_ERROR(
-          e.run(name_ + ".bwd", bwd_, reads, with_scratchpad({{DNNL_ARG_DIFF_SRC, diff_in[0]}}, pad_bwd_)));
+          e.run(name_ + ".bwd", bwd_, reads, {{DNNL_ARG_DIFF_SRC, diff_in[0]}}, pad_bwd_));
     }
     e.release(workspace_);
     return Status::ok();
@@ -512,7 +512,7 @@ class Pool final : public Layer {
   Tensor workspace_;
   dnnl::pooling_v2_forward train_, infer_;
   dnnl::pooling_v2_backward bwd_;
-  Tensor pad_train_, pad_infer_, pad_bwd_;
+  Scratchpad pad_train_, pad_infer_, pad_bwd_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -548,8 +548,7 @@ class Linear final : public Layer {
       bwd_weights_ = dnnl::inner_product_backward_weights(bwpd);
       TENSORTIER_RETURN_IF_ERROR(
           weight_and_bias(e, name_, w, w_plain, bias_on_ ? &b : nullptr, weight_, bias_));
-      TENSORTIER_RETURN_IF_ERROR(
-          scratchpads(e, name_, fpd, bdpd, bwpd, pad_fwd_, pad_bwd_data_, pad_bwd_weights_));
+      scratchpads(name_, fpd, bdpd, bwpd, pad_fwd_, pad_bwd_data_, pad_bwd_weights_);
       return dst_;
     });
   }
@@ -557,7 +556,7 @@ class Linear final : public Layer {
   Status forward(Engine& e, const std::vector<const Tensor*>& in, const Tensor& out, bool) override {
     std::vector<Arg> reads{{DNNL_ARG_SRC, in[0]}, {DNNL_ARG_WEIGHTS, &weight_.value}};
     if (bias_on_) reads.emplace_back(DNNL_ARG_BIAS, &bias_.value);
-    return e.run(name_ + ".fwd", fwd_, reads, with_scratchpad({{DNNL_ARG_DST, &out}}, pad_fwd_));
+    return e.run(name_ + ".fwd", fwd_, reads, {{DNNL_ARG_DST, &out}}, pad_fwd_);
   }
 
   Status backward(Engine& e, const std::vector<const Tensor*>& in, const Tensor&, const Tensor& diff_out,
@@ -565,12 +564,12 @@ class Linear final : public Layer {
     std::vector<Arg> writes{{DNNL_ARG_DIFF_WEIGHTS, &weight_.grad}};
     if (bias_on_) writes.emplace_back(DNNL_ARG_DIFF_BIAS, &bias_.grad);
     TENSORTIER_RETURN_IF_ERROR(e.run(name_ + ".bwd_weights", bwd_weights_,
-                                     {{DNNL_ARG_SRC, in[0]}, {DNNL_ARG_DIFF_DST, &diff_out}},
-                                     with_scratchpad(writes, pad_bwd_weights_)));
+                                     {{DNNL_ARG_SRC, in[0]}, {DNNL_ARG_DIFF_DST, &diff_out}}, writes,
+                                     pad_bwd_weights_));
     if (diff_in[0] == nullptr) return Status::ok();
     return e.run(name_ + ".bwd_data", bwd_data_,
                  {{DNNL_ARG_WEIGHTS, &weight_.value}, {DNNL_ARG_DIFF_DST, &diff_out}},
-                 with_scratchpad({{DNNL_ARG_DIFF_SRC, diff_in[0]}}, pad_bwd_data_));
+                 {{DNNL_ARG_DIFF_SRC, diff_in[0]}}, pad_bwd_data_);
   }
 
   std::vector<Param*> params() override {
@@ -591,7 +590,7 @@ class Linear final : public Layer {
   dnnl::inner_product_forward fwd_;
   dnnl::inner_product_backward_data bwd_data_;
   dnnl::inner_product_backward_weights bwd_weights_;
-  Tensor pad_fwd_, pad_bwd_data_, pad_bwd_weights_;
+  Scratchpad pad_fwd_, pad_bwd_data_, pad_bwd_weights_;
 };
 
 // ---------------------------------------------------------------------------------------------

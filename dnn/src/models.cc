@@ -43,11 +43,13 @@ Net lenet5(const ModelOptions& o) {
   return n;
 }
 
-Net vgg(int depth, const ModelOptions& o) {
+// VGG-11/16; `batch_norm`: torchvision's vgg11_bn / vgg16_bn, a batch norm between every conv
+// (which keeps its bias, as torchvision's does) and its ReLU, named after the conv ("conv1.bn").
+Net vgg(int depth, bool batch_norm, const ModelOptions& o) {
   // Channels per conv as multiples of width/64; 0 = 2x2 max pool.
   const std::vector<int> a{1, 0, 2, 0, 4, 4, 0, 8, 8, 0, 8, 8, 0};
   const std::vector<int> d{1, 1, 0, 2, 2, 0, 4, 4, 4, 0, 8, 8, 8, 0, 8, 8, 8, 0};
-  auto n = std::make_unique<Network>(fmt::format("vgg{}", depth));
+  auto n = std::make_unique<Network>(fmt::format("vgg{}{}", depth, batch_norm ? "_bn" : ""));
   int conv = 0, pool = 0;
   for (int c : depth == 11 ? a : d) {
     if (c == 0) {
@@ -56,6 +58,7 @@ Net vgg(int depth, const ModelOptions& o) {
     }
     ++conv;
     n->add(make_conv(fmt::format("conv{}", conv), {c * o.width, 3, 1, 1, true}));
+    if (batch_norm) n->add(make_batch_norm(fmt::format("conv{}.bn", conv)));
     n->add(make_relu(fmt::format("relu{}", conv)));
   }
   n->add(make_linear("fc", o.classes));
@@ -128,7 +131,8 @@ Net resblock(const ModelOptions& o) {
 }  // namespace
 
 std::vector<std::string> model_names() {
-  return {"mlp", "lenet5", "vgg11", "vgg16", "resnet18", "resnet34", "resnet50", "small_cnn", "resblock"};
+  return {"mlp",      "lenet5",   "vgg11",    "vgg16",     "vgg11_bn", "vgg16_bn",
+          "resnet18", "resnet34", "resnet50", "small_cnn", "resblock"};
 }
 
 Result<std::unique_ptr<Network>> make_model(const std::string& name, const ModelOptions& o) {
@@ -137,8 +141,10 @@ Result<std::unique_ptr<Network>> make_model(const std::string& name, const Model
   if (o.width < 1) return invalid_argument(fmt::format("width {}: must be at least 1", o.width));
   if (name == "mlp") return mlp(o);
   if (name == "lenet5") return lenet5(o);
-  if (name == "vgg11") return vgg(11, o);
-  if (name == "vgg16") return vgg(16, o);
+  if (name == "vgg11") return vgg(11, false, o);
+  if (name == "vgg16") return vgg(16, false, o);
+  if (name == "vgg11_bn") return vgg(11, true, o);
+  if (name == "vgg16_bn") return vgg(16, true, o);
   if (name == "resnet18") return resnet(18, o);
   if (name == "resnet34") return resnet(34, o);
   if (name == "resnet50") return resnet(50, o);

@@ -210,6 +210,13 @@ Result<StepResult> Network::evaluate(Engine& engine, const Batch& batch) {
   return result;
 }
 
+std::vector<const Layer*> Network::layers() const {
+  std::vector<const Layer*> out;
+  out.reserve(nodes_.size());
+  for (const Node& node : nodes_) out.push_back(node.layer.get());
+  return out;
+}
+
 std::vector<std::pair<std::string, Param*>> Network::params() {
   std::vector<std::pair<std::string, Param*>> out;
   for (Node& node : nodes_) {

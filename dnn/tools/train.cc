@@ -36,6 +36,7 @@ struct Options {
   std::size_t steps = 0;
   float lr = 0.05F, momentum = 0.9F, weight_decay = 0.0F;
   int width = 64;
+  std::string conv = "auto";  // convolution algorithm (ConvAlgorithm)
   int image_size = 32, channels = 3, classes = 10;
   std::size_t train_limit = 0, test_limit = 0, synthetic_count = 2048;
   std::string tiers;
@@ -161,6 +162,9 @@ int main(int argc, char** argv) {
   app.add_option("--width", o.width, "Channels of the first stage (VGG, ResNet), hidden units/4 (MLP)")
       ->check(CLI::Range(1, 65536))
       ->capture_default_str();
+  app.add_option("--conv", o.conv,
+                 "Convolutions: auto (oneDNN's Winograd kernels where they pay, else direct) or direct")
+      ->capture_default_str();
   app.add_option("--image-size", o.image_size, "Synthetic data: image height and width")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
@@ -246,6 +250,9 @@ int main(int argc, char** argv) {
   Runtime& rt = *created.value();
   if (Status s = apply_profile_flags(o, rt); !s.is_ok()) return fail(s);
   Engine engine(rt);
+  const Result<ConvAlgorithm> conv = parse_conv_algorithm(o.conv);
+  if (!conv) return fail(conv.status());
+  engine.set_conv_algorithm(conv.value());
   std::unique_ptr<TimelineRecorder> timeline;
   if (!o.trace.empty()) {
     timeline = std::make_unique<TimelineRecorder>(o.trace_from - 1, o.trace_steps,

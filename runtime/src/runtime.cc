@@ -746,6 +746,8 @@ RuntimeStats Runtime::stats() const {
   s.tiers = allocator_.usage();
   s.steps_completed = steps_completed_.load();
   s.live_objects = allocator_.live_objects();
+  s.live_bytes = allocator_.live_bytes();
+  s.peak_live_bytes = allocator_.peak_live_bytes();
   std::lock_guard lock(stats_mutex_);
   s.tier_emulated_charge_ns = tier_charge_ns_;
   s.emulated_charge_ns = charge_ns_;

@@ -7,7 +7,9 @@ same SGD, twice: in float64 (the reference) and in float32 (to measure what floa
 here). tensortier's losses must agree with the float64 reference within 1e-4 relative, and its
 step-1 gradients within 1e-4 relative (max abs difference over the tensor's max abs) or, where
 PyTorch's own float32 gradient is further off than a quarter of that, within 4x PyTorch float32's
-error (deep nets at small batches: float32 itself is off by up to ~1e-4 there).
+error (deep nets at small batches: float32 itself is off by up to ~1e-4 there). A tensor's scale is
+at least 1e-3 of the model's largest gradient: a gradient that is zero in exact arithmetic (a conv
+bias before batch norm) is float32 noise, meaningless relative to itself.
 
 A step can be checked only while float32 arithmetic cannot change the path: a ReLU input that the
 float64 run puts closer to 0 than 4x PyTorch float32's RMS rounding error over that tensor is a gate
@@ -16,8 +18,10 @@ carries a few percent of a batch-norm channel's gradient at small batches and ma
 diverges as chaotically in PyTorch's own float32 as in ours. So the losses are checked up to the
 first step whose forward has such a gate, the gradients if step 1's has none; a run whose step 1
 has one is inconclusive (exit 1: choose another shape), never silently passed.
-Runs with Debian's python3-torch: /usr/bin/python3 crosscheck.py DIR [--trajectory] (--trajectory
-only prints each step's loss error of both float32 runs against float64). Exit status 1 on a
+Runs with Debian's python3-torch: /usr/bin/python3 crosscheck.py DIR [--trajectory]
+[--expect-winograd] (--trajectory only prints each step's loss error of both float32 runs against
+float64; --expect-winograd fails unless some convolution ran oneDNN's Winograd kernels, so that a
+check meant for them cannot pass on direct ones). Exit status 1 on a
 mismatch (naming the tensor) or an inconclusive run, 2 when torch is missing.
 """
 import json
@@ -35,6 +39,7 @@ except ImportError as e:  # pragma: no cover
 
 TOLERANCE = 1e-4
 FLOAT32_FACTOR = 4.0  # a gradient may be off by this many times PyTorch float32's own error, if more
+GRADIENT_FLOOR = 1e-3  # a gradient tensor's scale is at least this share of the model's largest
 AMBIGUITY = 4.0  # a gate is ambiguous within this many times float32's RMS error of its input
 
 # Every ReLU input of a forward pass, in call order, while RECORD is a list (see main()).
@@ -120,7 +125,7 @@ class ResNet(nn.Module):
 class Vgg(nn.Module):
     """vgg(): configurations A (11) and D (16) at width/64 of the channels, one linear classifier."""
 
-    def __init__(self, depth, c, size, width, classes):
+    def __init__(self, depth, c, size, width, classes, batch_norm=False):
         super().__init__()
         a = [1, 0, 2, 0, 4, 4, 0, 8, 8, 0, 8, 8, 0]
         d = [1, 1, 0, 2, 2, 0, 4, 4, 4, 0, 8, 8, 8, 0, 8, 8, 8, 0]
@@ -132,7 +137,7 @@ class Vgg(nn.Module):
                 size //= 2
                 continue
             conv += 1
-            setattr(self, f"conv{conv}", nn.Conv2d(cin, m * width, 3, padding=1))
+            setattr(self, f"conv{conv}", (ConvBiasBn if batch_norm else nn.Conv2d)(cin, m * width, 3, padding=1))
             self.plan.append(f"conv{conv}")
             cin = m * width
         self.fc = nn.Linear(cin * size * size, classes)
@@ -141,6 +146,17 @@ class Vgg(nn.Module):
         for step in self.plan:
             x = F.max_pool2d(x, 2, 2) if step is None else relu(getattr(self, step)(x))
         return self.fc(torch.flatten(x, 1))
+
+
+class ConvBiasBn(nn.Conv2d):
+    """vgg*_bn's conv: a conv with its bias (NAME.weight, NAME.bias) and then batch norm NAME.bn."""
+
+    def __init__(self, cin, cout, kernel, padding):
+        super().__init__(cin, cout, kernel, padding=padding)
+        self.bn = nn.BatchNorm2d(cout)
+
+    def forward(self, x):
+        return self.bn(super().forward(x))
 
 
 class LeNet5(nn.Module):
@@ -210,8 +226,8 @@ def make_model(name, c, h, width, classes):
         return Mlp(c * h * h, width, classes)
     if name == "lenet5":
         return LeNet5(c, h, classes)
-    if name in ("vgg11", "vgg16"):
-        return Vgg(int(name[3:]), c, h, width, classes)
+    if name in ("vgg11", "vgg16", "vgg11_bn", "vgg16_bn"):
+        return Vgg(int(name[3:5]), c, h, width, classes, batch_norm=name.endswith("_bn"))
     if name in ("resnet18", "resnet34", "resnet50"):
         return ResNet(int(name[6:]), c, width, classes)
     raise SystemExit(f"crosscheck: no PyTorch mirror of '{name}'")
@@ -221,8 +237,9 @@ def load(directory, name, shape, dtype=np.float32):
     return torch.from_numpy(np.fromfile(directory / name, dtype=dtype).reshape(shape))
 
 
-def relative_error(ours, theirs):
-    return float((ours.double() - theirs).abs().max() / max(float(theirs.abs().max()), 1e-12))
+def relative_error(ours, theirs, floor=1e-12):
+    """Max abs difference over the reference's max abs, or over `floor` where that is larger."""
+    return float((ours.double() - theirs).abs().max() / max(float(theirs.abs().max()), floor))
 
 
 def train(m, directory, dtype):
@@ -287,6 +304,11 @@ def main():
         print(f"crosscheck: parameters only in PyTorch's {m['model']}: {sorted(names - ours)[:5]}; "
               f"only in tensortier's: {sorted(ours - names)[:5]}")
         return 1
+    winograd = sorted(name for name, impl in m.get("implementations", {}).items() if "wino" in impl)
+    print(f"{len(winograd)} convolutions on Winograd kernels{': ' + ', '.join(winograd) if winograd else ''}")
+    if "--expect-winograd" in sys.argv and not winograd:
+        print(f"crosscheck {m['model']}: FAILED: no convolution ran Winograd kernels, and this check is for them")
+        return 1
     losses64, grads64, gates64 = train(m, directory, torch.float64)
     losses32, grads32, gates32 = train(m, directory, torch.float32)
     if "--trajectory" in sys.argv:  # how far each float32 run is from float64, step by step
@@ -311,11 +333,16 @@ def main():
         failures += err > TOLERANCE
         checked += 1
         if step == 0:
+            # A gradient that is zero in exact arithmetic (a conv's bias before batch norm, which
+            # takes the mean out) is float32 noise in both implementations; relative to itself
+            # it is meaningless, so a tensor's scale is at least GRADIENT_FLOOR of the largest
+            # gradient of the model.
+            floor = GRADIENT_FLOOR * max(float(g.abs().max()) for g in grads64.values())
             for p in m["params"]:
                 ref_grad = grads64[p["name"]]
                 grad = load(directory, p["grad"], p["shape"]).reshape(ref_grad.shape)
-                err = relative_error(grad, ref_grad)
-                err32 = relative_error(grads32[p["name"]], ref_grad)
+                err = relative_error(grad, ref_grad, floor)
+                err32 = relative_error(grads32[p["name"]], ref_grad, floor)
                 bound = max(TOLERANCE, FLOAT32_FACTOR * err32)
                 status = "ok" if err <= bound else "MISMATCH"
                 print(f"  step-1 gradient {p['name']:<28} relative {err:.1e} (pytorch float32 {err32:.1e}) {status}")

@@ -70,6 +70,10 @@ int main(int argc, char** argv) {
       {"classes", kClasses},
       {"width", width},
       {"sgd", {{"lr", sgd.learning_rate}, {"momentum", sgd.momentum}, {"weight_decay", sgd.weight_decay}}}};
+  for (const Layer* layer : net.value()->layers()) {  // the kernels chosen, e.g. Winograd convolutions
+    if (!layer->implementation().empty())
+      manifest["implementations"][layer->name()] = layer->implementation();
+  }
   auto params = net.value()->params();
   for (std::size_t i = 0; i < params.size(); ++i) {
     const std::string file = "init_" + std::to_string(i) + ".bin";

@@ -127,6 +127,8 @@ struct RuntimeStats {
   std::vector<std::uint64_t> tier_emulated_charge_ns;  // by tier: layer time charged for it (0: real memory)
   std::uint64_t steps_completed = 0;
   std::uint64_t live_objects = 0;
+  std::uint64_t live_bytes = 0;       // bytes of live objects as asked for, over all tiers
+  std::uint64_t peak_live_bytes = 0;  // their high-water mark since the last profiled step began (or start)
   std::uint64_t emulated_charge_ns = 0;            // all layers, all steps
   std::uint64_t last_step_emulated_charge_ns = 0;  // the last completed step's
   std::uint64_t last_step_slow_bytes = 0;          // its layers' declared bytes on emulated tiers

@@ -38,11 +38,25 @@ enum Group : GroupId {
   kActivations = 4,     // forward outputs kept for backward: born in forward, die in backward
   kGradients = 5,       // gradients of activations: born and die within backward
   kWorkspaces = 6,      // pooling / batch-norm state kept from forward for backward
-  kScratchpads = 7,     // oneDNN scratchpads (user mode): live across steps, reused by layers
+  kScratchpads = 7,     // oneDNN scratchpads (user mode): born before their primitive runs, freed after
   kBatch = 8,           // input batch and labels
 };
 
 class Engine;
+
+// How convolutions are computed. oneDNN's Winograd F(4x4, 3x3) convolutions do about 2.25x fewer
+// multiplications than direct ones for 3x3 stride-1 kernels, but transform every tile first, so
+// they pay only on large enough maps and channel counts.
+enum class ConvAlgorithm {
+  kDirect,  // oneDNN's direct convolutions everywhere (as PyTorch 1.13 runs them)
+  // Winograd where it measured faster here (bench/compare_pytorch.sh, docs/RESULTS.md): 3x3,
+  // stride 1, input and output channels multiples of 16, outputs of at least 8x8; direct
+  // elsewhere, and wherever oneDNN has no optimized Winograd kernel for the shape.
+  kAuto,
+};
+// "direct" or "auto"; anything else is an error naming both.
+Result<ConvAlgorithm> parse_conv_algorithm(std::string_view name);
+std::string_view to_string(ConvAlgorithm algorithm);
 
 // A runtime object holding a tensor's bytes, with its oneDNN layout.
 class Tensor {
@@ -80,6 +94,14 @@ class Tensor {
 // One primitive argument: oneDNN's argument index and the tensor bound to it.
 using Arg = std::pair<int, const Tensor*>;
 
+// A primitive's scratchpad (user scratchpad mode): the object Engine::run allocates for each
+// execution of the primitive and frees after it, so that scratchpads take memory only while
+// their primitive runs (a Winograd convolution's are tens of MiB). An empty name: none.
+struct Scratchpad {
+  std::string name;
+  dnnl::memory::desc desc;
+};
+
 class Engine {
  public:
   explicit Engine(Runtime& runtime);
@@ -91,16 +113,24 @@ class Engine {
   const dnnl::engine& cpu() const { return engine_; }
   dnnl::stream& stream() { return stream_; }
 
-  // A new zero-filled tensor of `desc`'s size in `group`. Errors come from the runtime.
-  Result<Tensor> allocate(std::string_view name, const dnnl::memory::desc& desc, Group group);
+  // The convolution algorithm layers built from now on use (default kAuto). Layers already built
+  // keep theirs.
+  void set_conv_algorithm(ConvAlgorithm algorithm) { conv_algorithm_ = algorithm; }
+  ConvAlgorithm conv_algorithm() const { return conv_algorithm_; }
+
+  // A new zero-filled tensor of `desc`'s size in `group` (`zero` false: its bytes are whatever
+  // the memory held, for a tensor written before it is read). Errors come from the runtime.
+  Result<Tensor> allocate(std::string_view name, const dnnl::memory::desc& desc, Group group,
+                          bool zero = true);
   // Frees the tensor's object (no-op on an empty tensor).
   void release(Tensor& tensor);
 
   // Executes `primitive` as runtime layer `layer`, reading `reads` and writing `writes` (an
-  // argument both read and written, such as a scratchpad, goes in writes; declare it in both to
-  // say so). Waits for the stream before the layer ends.
+  // argument both read and written goes in writes; declare it in both to say so). A primitive
+  // with a scratchpad gets a fresh one, uninitialized, declared as written (DNNL_ARG_SCRATCHPAD),
+  // freed when the layer ends. Waits for the stream before the layer ends.
   Status run(std::string_view layer, const dnnl::primitive& primitive, const std::vector<Arg>& reads,
-             const std::vector<Arg>& writes);
+             std::vector<Arg> writes, const Scratchpad& scratchpad = {});
   // Runs host code that reads or writes these tensors outside any layer (a data loader filling a
   // batch between steps) with their objects pinned, so no move runs under it.
   Status host_access(const std::vector<const Tensor*>& tensors, const std::function<void()>& body);
@@ -135,6 +165,7 @@ class Engine {
   Status begin_layer(std::string_view layer, std::size_t read_count);
 
   Runtime* runtime_;  // null: plain allocation, no marks
+  ConvAlgorithm conv_algorithm_ = ConvAlgorithm::kAuto;
   dnnl::engine engine_;
   dnnl::stream stream_;
   std::unordered_map<const void*, BoundArgs> bound_;

@@ -51,6 +51,9 @@ class Layer {
   virtual std::vector<Param*> params() { return {}; }
   // Initializes parameters from a seeded generator (PyTorch's default schemes).
   virtual void init_params(Engine& /*engine*/, std::uint64_t /*seed*/) {}
+  // The oneDNN kernels a built layer runs, where it chose among several (convolutions: forward /
+  // backward data / backward weights, e.g. "jit_wino_4x3:avx512_core / ..."); empty otherwise.
+  virtual std::string implementation() const { return {}; }
 
  protected:
   std::string name_;

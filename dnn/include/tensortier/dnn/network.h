@@ -67,6 +67,9 @@ class Network {
   // Forward in inference mode (batch norm uses running statistics); no gradients.
   Result<StepResult> evaluate(Engine& engine, const Batch& batch);
 
+  // The layers in the order they run forward.
+  std::vector<const Layer*> layers() const;
+
   // Parameters in a fixed order (layer order, then each layer's own), with their names.
   std::vector<std::pair<std::string, Param*>> params();
   std::size_t parameter_count();
