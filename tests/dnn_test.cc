@@ -183,7 +183,8 @@ TEST(Training, LayerMarksNameTheObjectsEachPrimitiveTouches) {
   EXPECT_GE(f.rt->stats().live_objects, params_objects + 2);
   EXPECT_LE(f.rt->stats().live_objects, params_objects + 2 + 16);  // + running stats
   // Scratchpads live only while their primitive runs (Engine::run frees them after the layer).
-  for (const ObjectInfo& o : f.rt->objects()) EXPECT_NE(o.group, kScratchpads) << o.name << " outlived its layer";
+  for (const ObjectInfo& o : f.rt->objects())
+    EXPECT_NE(o.group, kScratchpads) << o.name << " outlived its layer";
 }
 
 TEST(Training, BadInputIsAClearError) {
