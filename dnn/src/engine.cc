@@ -144,7 +144,7 @@ Status Engine::begin_layer(std::string_view layer, std::size_t read_count) {
 Status Engine::run(std::string_view layer, const dnnl::primitive& primitive, const std::vector<Arg>& reads,
                    std::vector<Arg> writes, const Scratchpad& scratchpad) {
   Tensor pad;  // freed when run returns, after the layer ended
-  if (!scratchpad.name.empty()) {
+  if (scratchpad.desc.get_size() != 0) {
     auto t = allocate(scratchpad.name, scratchpad.desc, kScratchpads, /*zero=*/false);
     if (!t) return t.status();
     pad = std::move(t).value();

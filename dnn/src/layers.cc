@@ -41,19 +41,13 @@ Status param(Engine& e, const std::string& name, const memory::desc& desc, const
   return Status::ok();
 }
 
-// A primitive's scratchpad in user scratchpad mode (none when it needs no bytes): the engine
-// allocates it for each execution (Engine::run).
-void scratchpad(const std::string& name, const memory::desc& desc, Scratchpad& out) {
-  out = Scratchpad{desc.get_size() == 0 ? std::string() : name, desc};
-}
-
 // The scratchpads of a layer's forward, backward-data and backward-weights primitives.
 template <typename Fwd, typename Data, typename Weights>
 void scratchpads(const std::string& layer, const Fwd& fwd, const Data& data, const Weights& weights,
                  Scratchpad& fwd_pad, Scratchpad& data_pad, Scratchpad& weights_pad) {
-  scratchpad(layer + ".fwd.scratchpad", fwd.scratchpad_desc(), fwd_pad);
-  scratchpad(layer + ".bwd_data.scratchpad", data.scratchpad_desc(), data_pad);
-  scratchpad(layer + ".bwd_weights.scratchpad", weights.scratchpad_desc(), weights_pad);
+  fwd_pad = {layer + ".fwd.scratchpad", fwd.scratchpad_desc()};
+  data_pad = {layer + ".bwd_data.scratchpad", data.scratchpad_desc()};
+  weights_pad = {layer + ".bwd_weights.scratchpad", weights.scratchpad_desc()};
 }
 
 // A layer's weight (in oneDNN's layout `w`, PyTorch's `w_plain`) and, where `b` is given, bias.
@@ -309,9 +303,9 @@ class BatchNorm final : public Layer {
         if (!r) return r.status();
         *t = std::move(r).value();
       }
-      scratchpad(name_ + ".fwd.scratchpad", train.scratchpad_desc(), pad_train_);
-      scratchpad(name_ + ".infer.scratchpad", infer.scratchpad_desc(), pad_infer_);
-      scratchpad(name_ + ".bwd.scratchpad", bwd.scratchpad_desc(), pad_bwd_);
+      pad_train_ = {name_ + ".fwd.scratchpad", train.scratchpad_desc()};
+      pad_infer_ = {name_ + ".infer.scratchpad", infer.scratchpad_desc()};
+      pad_bwd_ = {name_ + ".bwd.scratchpad", bwd.scratchpad_desc()};
       init_params(e, 0);
       return data_;
     });
@@ -471,9 +465,9 @@ class Pool final : public Layer {
       infer_ = dnnl::pooling_v2_forward(infer);
       bwd_ = dnnl::pooling_v2_backward(bwd);
       workspace_desc_ = train.workspace_desc();
-      scratchpad(name_ + ".fwd.scratchpad", train.scratchpad_desc(), pad_train_);
-      scratchpad(name_ + ".infer.scratchpad", infer.scratchpad_desc(), pad_infer_);
-      scratchpad(name_ + ".bwd.scratchpad", bwd.scratchpad_desc(), pad_bwd_);
+      pad_train_ = {name_ + ".fwd.scratchpad", train.scratchpad_desc()};
+      pad_infer_ = {name_ + ".infer.scratchpad", infer.scratchpad_desc()};
+      pad_bwd_ = {name_ + ".bwd.scratchpad", bwd.scratchpad_desc()};
       return dst_;
     });
   }

@@ -96,7 +96,7 @@ using Arg = std::pair<int, const Tensor*>;
 
 // A primitive's scratchpad (user scratchpad mode): the object Engine::run allocates for each
 // execution of the primitive and frees after it, so that scratchpads take memory only while
-// their primitive runs (a Winograd convolution's are tens of MiB). An empty name: none.
+// their primitive runs (a Winograd convolution's are tens of MiB). A desc of no bytes: none.
 struct Scratchpad {
   std::string name;
   dnnl::memory::desc desc;
