@@ -206,6 +206,89 @@ TEST(Training, BadInputIsAClearError) {
   EXPECT_NE(too_small.message().find("input too small"), std::string::npos);
 }
 
+// An epoch's last batch holds the samples left. Network builds primitives for that batch size
+// once, keeping its parameters (and their layouts); its results are those of a network built for
+// that size from the same weights.
+TEST(Training, APartialBatchTrainsOnTheSameParameters) {
+  const dnnl::memory::dims full{8, 3, 16, 16}, partial{5, 3, 16, 16};
+  // resnet18 at width 16: blocked layouts, Winograd convolutions, batch norm, residual adds.
+  Fixture f = make("resnet18", "fast=dram:1GiB", full, 4, 16, 21);  // batches of 8, 8, 5
+  std::vector<dnnl::memory::desc> layouts;
+  for (auto& [name, p] : f.net->params()) layouts.push_back(p->value.desc());
+  BatchIterator it(f.data, 8, 3, /*shuffle=*/false);
+  EXPECT_EQ(it.batches_per_epoch(), 3u);
+  EXPECT_EQ(BatchIterator(f.data, 8, 3, false, /*drop_last=*/true).batches_per_epoch(), 2u);
+  std::vector<std::size_t> counts;
+  Result<StepResult> last = invalid_argument("not run");
+  for (int step = 0; step < 4; ++step) {  // 8, 8, 5, then 8 again (the next epoch)
+    ASSERT_TRUE(it.next(*f.engine, f.batch).is_ok());
+    if (step == 2) {
+      // The same step on a network built for 5 samples, from the same weights and momentum.
+      auto other = make_model("resnet18", {4, 16}).value();
+      ASSERT_TRUE(other->build(*f.engine, partial, 42).is_ok());
+      auto mine = f.net->params();
+      auto theirs = other->params();
+      ASSERT_EQ(mine.size(), theirs.size());
+      for (std::size_t i = 0; i < mine.size(); ++i) {
+        for (auto [from, to] : {std::pair{&mine[i].second->value, &theirs[i].second->value},
+                                std::pair{&mine[i].second->momentum, &theirs[i].second->momentum}}) {
+          ASSERT_TRUE(
+              f.engine->reorder_now(from->desc(), from->address(), to->desc(), to->address()).is_ok());
+        }
+      }
+      ASSERT_TRUE(f.rt->step_begin().is_ok());
+      auto reference = other->train_step(*f.engine, f.batch, {0.05F, 0.9F, 1e-4F});
+      ASSERT_TRUE(f.rt->step_end().is_ok());
+      ASSERT_TRUE(reference) << reference.status().to_string();
+      ASSERT_TRUE(f.rt->step_begin().is_ok());
+      last = f.net->train_step(*f.engine, f.batch, {0.05F, 0.9F, 1e-4F});
+      ASSERT_TRUE(f.rt->step_end().is_ok());
+      ASSERT_TRUE(last) << last.status().to_string();
+      EXPECT_NEAR(last->loss, reference->loss, 1e-5 * std::abs(reference->loss));
+      for (std::size_t i = 0; i < mine.size(); ++i) {
+        std::vector<float> a(mine[i].second->plain.get_size() / sizeof(float)), b(a.size());
+        ASSERT_TRUE(f.engine
+                        ->reorder_now(mine[i].second->value.desc(), mine[i].second->value.address(),
+                                      mine[i].second->plain, a.data())
+                        .is_ok());
+        ASSERT_TRUE(f.engine
+                        ->reorder_now(theirs[i].second->value.desc(), theirs[i].second->value.address(),
+                                      theirs[i].second->plain, b.data())
+                        .is_ok());
+        for (std::size_t e = 0; e < a.size(); ++e)
+          ASSERT_NEAR(a[e], b[e], 1e-5F * (1.0F + std::abs(b[e]))) << mine[i].first << " [" << e << "]";
+      }
+    } else {
+      ASSERT_TRUE(f.rt->step_begin().is_ok());
+      last = f.net->train_step(*f.engine, f.batch, {0.05F, 0.9F, 1e-4F});
+      ASSERT_TRUE(f.rt->step_end().is_ok());
+      ASSERT_TRUE(last) << last.status().to_string();
+    }
+    counts.push_back(last->count);
+    EXPECT_TRUE(std::isfinite(last->loss));
+  }
+  EXPECT_EQ(counts, (std::vector<std::size_t>{8, 8, 5, 8}));
+  std::size_t i = 0;
+  for (auto& [name, p] : f.net->params()) EXPECT_EQ(p->value.desc(), layouts[i++]) << name;
+  ASSERT_TRUE(f.rt->step_begin().is_ok());
+  auto eval = f.net->evaluate(*f.engine, f.batch);
+  ASSERT_TRUE(f.rt->step_end().is_ok());
+  ASSERT_TRUE(eval) << eval.status().to_string();
+  EXPECT_EQ(eval->count, 8u);
+  // Only the batch size may change.
+  Fixture g = make("lenet5", "fast=dram:1GiB", {4, 1, 28, 28}, 3, 4);
+  Dataset wrong = synthetic_dataset(4, 1, 32, 32, 3, 1);
+  BatchIterator wrong_it(wrong, 4, 1);
+  Batch other;
+  ASSERT_TRUE(wrong_it.next(*g.engine, other).is_ok());
+  auto refused = g.net->train_step(*g.engine, other, {});
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.status().message().find("built for inputs of 1x28x28 (C x H x W) and got a batch of "
+                                            "4x1x32x32: only the batch size may change"),
+            std::string::npos)
+      << refused.status().message();
+}
+
 TEST(FashionMnist, MissingOrCorruptFilesAreNamed) {
   testing::TempDir dir;
   auto missing = load_fashion_mnist(dir.path(), true);
@@ -259,6 +342,7 @@ TEST(FashionMnist, LeNet5ReachesAtLeast88PercentIn2Epochs) {
     correct += r->correct;
     seen += r->count;
   }
+  EXPECT_EQ(seen, test_set->count());  // every test sample: the last batch holds 16
   const double accuracy = static_cast<double>(correct) / static_cast<double>(seen);
   RecordProperty("test_accuracy", std::to_string(accuracy));
   EXPECT_GE(accuracy, 0.88) << correct << " / " << seen;

@@ -311,6 +311,34 @@ TEST(StepProfile, ANewKindOfStepIsProfiledAgain) {
   for (const auto& a : second->layers[0].accesses) EXPECT_EQ(a.pages_read + a.pages_written, 32u);
 }
 
+// An epoch's last batch is smaller: one step of another kind between runs of the usual one. The
+// step after it is of the usual kind again, so its profile is dropped (the first is kept), and
+// the next one-off step of that kind predicts no profile at all.
+TEST(StepProfile, AOneOffStepOfAnotherKindDoesNotReplaceTheProfile) {
+  auto rt = Runtime::create(options(profiler::kSmallPageBytes)).value();
+  hand_step(*rt, 64 << 10);
+  hand_step(*rt, 64 << 10);
+  auto first = rt->profile();
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ(rt->profiled_steps(), 1u);
+  hand_step(*rt, 32 << 10);  // the partial batch
+  hand_step(*rt, 64 << 10);  // profiled: predicted to be like the one before; it is not
+  EXPECT_EQ(rt->profiled_steps(), 2u);
+  EXPECT_EQ(rt->profile(), first);
+  EXPECT_EQ(rt->profile_of(first->signature), first);
+  hand_step(*rt, 64 << 10);
+  hand_step(*rt, 32 << 10);  // the next epoch's partial batch
+  hand_step(*rt, 64 << 10);  // not profiled: that kind missed once
+  EXPECT_EQ(rt->profiled_steps(), 2u);
+  EXPECT_EQ(rt->profile(), first);
+  hand_step(*rt, 32 << 10);  // a run of two of that kind: the next step is profiled, and is of it
+  hand_step(*rt, 32 << 10);
+  hand_step(*rt, 32 << 10);
+  EXPECT_EQ(rt->profiled_steps(), 3u);
+  ASSERT_NE(rt->profile(), first);
+  EXPECT_EQ(rt->profile()->signature, rt->last_step_signature());
+}
+
 TEST(StepProfile, MemoryTheAllocatorReleasesDuringAProfiledStepIsUnprotected) {
   // A tight fast tier: an empty group chunk is released to make room mid-step, and the tier may
   // hand its memory out again at once (memkind reuses it). Protected memory handed out again

@@ -108,8 +108,14 @@ Dataset synthetic_dataset(std::size_t count, int channels, int height, int width
   return d;
 }
 
-BatchIterator::BatchIterator(const Dataset& data, std::size_t batch_size, std::uint64_t seed, bool shuffle)
-    : data_(data), batch_size_(batch_size), order_(data.count()), rng_(seed), shuffle_(shuffle) {
+BatchIterator::BatchIterator(const Dataset& data, std::size_t batch_size, std::uint64_t seed, bool shuffle,
+                             bool drop_last)
+    : data_(data),
+      batch_size_(batch_size),
+      order_(data.count()),
+      rng_(seed),
+      shuffle_(shuffle),
+      drop_last_(drop_last) {
   std::iota(order_.begin(), order_.end(), std::size_t{0});
   if (shuffle_) std::shuffle(order_.begin(), order_.end(), rng_);
 }
@@ -119,14 +125,20 @@ Status BatchIterator::next(Engine& engine, Batch& batch) {
     return invalid_argument(
         fmt::format("batch size {} is larger than the data set ({} samples)", batch_size_, data_.count()));
   }
-  if (position_ + batch_size_ > order_.size()) {
+  // A new epoch once every sample was served (or, dropping the last batch, fewer than a batch are left).
+  if (position_ >= order_.size() || (drop_last_ && position_ + batch_size_ > order_.size())) {
     position_ = 0;
     if (shuffle_) std::shuffle(order_.begin(), order_.end(), rng_);
   }
-  const auto n = static_cast<dnnl::memory::dim>(batch_size_);
-  if (batch.images.empty()) {
-    const dnnl::memory::desc images({n, data_.channels, data_.height, data_.width},
-                                    dnnl::memory::data_type::f32, dnnl::memory::format_tag::nchw);
+  const std::size_t count = std::min(batch_size_, order_.size() - position_);
+  const auto n = static_cast<dnnl::memory::dim>(count);
+  const dnnl::memory::dims dims{n, data_.channels, data_.height, data_.width};
+  // A batch made for another number of samples (the epoch's last) or another data set's images
+  // (a batch reused across sets) gets tensors of the right size: never written past its end.
+  if (batch.images.empty() || batch.images.dims() != dims || batch.labels.elements() != count) {
+    engine.release(batch.images);
+    engine.release(batch.labels);
+    const dnnl::memory::desc images(dims, dnnl::memory::data_type::f32, dnnl::memory::format_tag::nchw);
     const dnnl::memory::desc labels({n}, dnnl::memory::data_type::s32, dnnl::memory::format_tag::x);
     auto i = engine.allocate("batch.images", images, kBatch);
     if (!i) return i.status();
@@ -136,25 +148,17 @@ Status BatchIterator::next(Engine& engine, Batch& batch) {
     batch.labels = std::move(l).value();
   }
   const std::size_t size = data_.images.size() / data_.count();
-  // A buffer made for another data set's images (a batch reused across sets) must match in shape.
-  if (batch.images.elements() != batch_size_ * size || batch.labels.elements() != batch_size_) {
-    return invalid_argument(fmt::format(
-        "the batch holds {} values of images but a batch of {} samples of {}x{}x{} needs {}: images of "
-        "another "
-        "size than the ones it was made for",
-        batch.images.elements(), batch_size_, data_.channels, data_.height, data_.width, batch_size_ * size));
-  }
   // Between steps a migration policy may be moving the batch: fill it pinned.
   TENSORTIER_RETURN_IF_ERROR(engine.host_access({&batch.images, &batch.labels}, [&] {
     auto* labels = static_cast<std::int32_t*>(batch.labels.address());
     float* images = batch.images.data();
-    for (std::size_t k = 0; k < batch_size_; ++k) {
+    for (std::size_t k = 0; k < count; ++k) {
       const std::size_t sample = order_[position_ + k];
       std::memcpy(images + k * size, data_.images.data() + sample * size, size * sizeof(float));
       labels[k] = data_.labels[sample];
     }
   }));
-  position_ += batch_size_;
+  position_ += count;
   return Status::ok();
 }
 

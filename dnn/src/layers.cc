@@ -89,6 +89,29 @@ Status need_inputs(const std::string& layer, const std::vector<memory::desc>& in
   return Status::ok();
 }
 
+// The primitives a layer built for each input shape it was given (a batch size and its
+// layouts), so that going back to a shape seen before costs a lookup, not oneDNN's primitive
+// creation (milliseconds a layer). An epoch's last partial batch is the second shape; there are
+// rarely more, so a list searched in order is enough. Entries are never removed: `current` stays
+// valid.
+template <typename Shape>
+class Shapes {
+ public:
+  Shape* find(const std::vector<memory::desc>& inputs) {
+    for (auto& [key, shape] : all_) {
+      if (key == inputs) return shape.get();
+    }
+    return nullptr;
+  }
+  Shape& add(const std::vector<memory::desc>& inputs, Shape shape) {
+    all_.emplace_back(inputs, std::make_unique<Shape>(std::move(shape)));
+    return *all_.back().second;
+  }
+
+ private:
+  std::vector<std::pair<std::vector<memory::desc>, std::unique_ptr<Shape>>> all_;
+};
+
 // ---------------------------------------------------------------------------------------------
 class Conv final : public Layer {
  public:
@@ -96,22 +119,33 @@ class Conv final : public Layer {
 
   Result<memory::desc> build(Engine& e, const std::vector<memory::desc>& inputs) override {
     if (Status s = need_inputs(name_, inputs, 1); !s.is_ok()) return s;
+    if (Shape* known = shapes_.find(inputs); known != nullptr) {
+      s_ = known;
+      return s_->dst;
+    }
     return guarded(name_, [&]() -> Result<memory::desc> {
       const memory::dims in = inputs[0].dims();
       if (in.size() != 4) return invalid_argument(fmt::format("conv '{}' needs a 4-D input", name_));
       const memory::dim k = o_.kernel, s = o_.stride, p = o_.padding;
       const memory::dim oh = (in[2] + 2 * p - k) / s + 1, ow = (in[3] + 2 * p - k) / s + 1;
       if (oh <= 0 || ow <= 0) return invalid_argument(fmt::format("conv '{}': input too small", name_));
+      const bool first = weight_.value.empty();  // the first shape: the parameters are made for it
+      if (!first && in[1] * k * k != static_cast<memory::dim>(fan_in_)) {
+        return invalid_argument(fmt::format("conv '{}': an input of {} channels, built for {}", name_, in[1],
+                                            static_cast<memory::dim>(fan_in_) / (k * k)));
+      }
       // Layouts: first oneDNN's choice (format_tag::any: blocked on AVX-512, fastest); where it
       // has no optimized backward for that choice (convolutions of few input channels), plain
       // nchw/oihw, which its GEMM-based kernels serve. An input in another layout than the
       // convolution's is reordered first and its gradient reordered back; backward uses the
-      // forward's layouts, so weights, gradients and momentum share one.
-      input_ = inputs[0];
+      // forward's layouts, so weights, gradients and momentum share one. A later shape (another
+      // batch size) keeps the weights' layout of the first: the parameters exist once.
+      Shape shape;
+      shape.input = inputs[0];
       const memory::dims wdims{o_.out_channels, in[1], k, k};
       const memory::dims odims{in[0], o_.out_channels, oh, ow};
       const memory::desc b({o_.out_channels}, dt::f32, tag::x);
-      fan_in_ = static_cast<std::size_t>(in[1] * k * k);
+      const memory::desc weights = first ? any(wdims) : weight_.value.desc();
       const memory::dims strides{s, s}, pad{p, p};
       const auto attr = Engine::user_scratchpad();
       struct Pds {
@@ -151,60 +185,74 @@ class Conv final : public Layer {
       std::optional<Pds> chosen;
       if (winograd) {
         try {
-          chosen = make(algorithm::convolution_winograd, any(in), any(wdims), any(odims), true);
+          chosen = make(algorithm::convolution_winograd, any(in), weights, any(odims), true);
           if (!chosen->all_optimized()) chosen.reset();
         } catch (const dnnl::error&) {  // no Winograd implementation for this shape or machine
           chosen.reset();
         }
       }
-      if (!chosen) chosen = make(algorithm::convolution_direct, any(in), any(wdims), any(odims), true);
+      if (!chosen) chosen = make(algorithm::convolution_direct, any(in), weights, any(odims), true);
       if (!chosen->all_optimized()) {
-        chosen =
-            make(algorithm::convolution_direct, memory::desc(in, dt::f32, tag::nchw),
-                 memory::desc(wdims, dt::f32, tag::oihw), memory::desc(odims, dt::f32, tag::nchw), false);
+        // Plain layouts; a later shape whose weights are blocked takes what oneDNN has for them
+        // (a reference kernel at worst: correct, slower, for the batches of that shape only).
+        std::optional<Pds> plain_layouts;
+        try {
+          plain_layouts = make(algorithm::convolution_direct, memory::desc(in, dt::f32, tag::nchw),
+                               first ? memory::desc(wdims, dt::f32, tag::oihw) : weights,
+                               memory::desc(odims, dt::f32, tag::nchw), false);
+        } catch (const dnnl::error&) {
+          if (first) throw;
+        }
+        if (plain_layouts && (first || plain_layouts->all_optimized())) chosen = plain_layouts;
       }
       const Pds& pds = *chosen;
-      implementation_ = fmt::format("{} / {} / {}", pds.fwd.impl_info_str(), pds.data.impl_info_str(),
-                                    pds.weights.impl_info_str());
+      shape.implementation = fmt::format("{} / {} / {}", pds.fwd.impl_info_str(), pds.data.impl_info_str(),
+                                         pds.weights.impl_info_str());
       const auto& fpd = pds.fwd;
       const auto& bdpd = pds.data;
       const auto& bwpd = pds.weights;
-      src_ = fpd.src_desc();
-      if (src_ != input_)
-        to_src_ = dnnl::reorder(dnnl::reorder::primitive_desc(e.cpu(), input_, e.cpu(), src_));
-      diff_src_ = bdpd.diff_src_desc();
-      if (diff_src_ != input_) {
-        from_diff_src_ = dnnl::reorder(dnnl::reorder::primitive_desc(e.cpu(), diff_src_, e.cpu(), input_));
+      shape.src = fpd.src_desc();
+      if (shape.src != shape.input)
+        shape.to_src = dnnl::reorder(dnnl::reorder::primitive_desc(e.cpu(), shape.input, e.cpu(), shape.src));
+      shape.diff_src = bdpd.diff_src_desc();
+      if (shape.diff_src != shape.input) {
+        shape.from_diff_src =
+            dnnl::reorder(dnnl::reorder::primitive_desc(e.cpu(), shape.diff_src, e.cpu(), shape.input));
       }
       const memory::desc w = fpd.weights_desc();
-      data_weights_ = bdpd.weights_desc();
-      if (data_weights_ != w) {
-        to_data_weights_ = dnnl::reorder(dnnl::reorder::primitive_desc(e.cpu(), w, e.cpu(), data_weights_));
+      shape.data_weights = bdpd.weights_desc();
+      if (shape.data_weights != w) {
+        shape.to_data_weights =
+            dnnl::reorder(dnnl::reorder::primitive_desc(e.cpu(), w, e.cpu(), shape.data_weights));
       }
-      dst_ = fpd.dst_desc();
-      fwd_ = dnnl::convolution_forward(fpd);
-      bwd_data_ = dnnl::convolution_backward_data(bdpd);
-      bwd_weights_ = dnnl::convolution_backward_weights(bwpd);
-      TENSORTIER_RETURN_IF_ERROR(weight_and_bias(e, name_, w, memory::desc(wdims, dt::f32, tag::oihw),
-                                                 o_.bias ? &b : nullptr, weight_, bias_));
-      scratchpads(name_, fpd, bdpd, bwpd, pad_fwd_, pad_bwd_data_, pad_bwd_weights_);
-      return dst_;
+      shape.dst = fpd.dst_desc();
+      shape.fwd = dnnl::convolution_forward(fpd);
+      shape.bwd_data = dnnl::convolution_backward_data(bdpd);
+      shape.bwd_weights = dnnl::convolution_backward_weights(bwpd);
+      scratchpads(name_, fpd, bdpd, bwpd, shape.pad_fwd, shape.pad_bwd_data, shape.pad_bwd_weights);
+      if (first) {
+        fan_in_ = static_cast<std::size_t>(in[1] * k * k);
+        TENSORTIER_RETURN_IF_ERROR(weight_and_bias(e, name_, w, memory::desc(wdims, dt::f32, tag::oihw),
+                                                   o_.bias ? &b : nullptr, weight_, bias_));
+      }
+      s_ = &shapes_.add(inputs, std::move(shape));
+      return s_->dst;
     });
   }
 
   Status forward(Engine& e, const std::vector<const Tensor*>& in, const Tensor& out, bool) override {
     const Tensor* src = in[0];
-    if (src_ != input_) {  // kept until backward, which reads the same layout
-      auto copy = e.allocate(name_ + ".src", src_, kWorkspaces);
+    if (s_->src != s_->input) {  // kept until backward, which reads the same layout
+      auto copy = e.allocate(name_ + ".src", s_->src, kWorkspaces);
       if (!copy) return copy.status();
       src_copy_ = std::move(copy).value();
       TENSORTIER_RETURN_IF_ERROR(
-          e.run(name_ + ".src_reorder", to_src_, {{DNNL_ARG_FROM, in[0]}}, {{DNNL_ARG_TO, &src_copy_}}));
+          e.run(name_ + ".src_reorder", s_->to_src, {{DNNL_ARG_FROM, in[0]}}, {{DNNL_ARG_TO, &src_copy_}}));
       src = &src_copy_;
     }
     std::vector<Arg> reads{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, &weight_.value}};
     if (o_.bias) reads.emplace_back(DNNL_ARG_BIAS, &bias_.value);
-    return e.run(name_ + ".fwd", fwd_, reads, {{DNNL_ARG_DST, &out}}, pad_fwd_);
+    return e.run(name_ + ".fwd", s_->fwd, reads, {{DNNL_ARG_DST, &out}}, s_->pad_fwd);
   }
 
   Status backward(Engine& e, const std::vector<const Tensor*>& in, const Tensor&, const Tensor& diff_out,
@@ -212,32 +260,32 @@ class Conv final : public Layer {
     const Tensor* src = src_copy_.empty() ? in[0] : &src_copy_;
     std::vector<Arg> writes{{DNNL_ARG_DIFF_WEIGHTS, &weight_.grad}};
     if (o_.bias) writes.emplace_back(DNNL_ARG_DIFF_BIAS, &bias_.grad);
-    TENSORTIER_RETURN_IF_ERROR(e.run(name_ + ".bwd_weights", bwd_weights_,
+    TENSORTIER_RETURN_IF_ERROR(e.run(name_ + ".bwd_weights", s_->bwd_weights,
                                      {{DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, &diff_out}}, writes,
-                                     pad_bwd_weights_));
+                                     s_->pad_bwd_weights));
     e.release(src_copy_);
     if (diff_in[0] == nullptr) return Status::ok();  // the batch needs no gradient
     Tensor weights;  // the weights in backward data's layout, when it differs from theirs
-    if (data_weights_ != weight_.value.desc()) {
-      auto t = e.allocate(name_ + ".weight.bwd_data", data_weights_, kGradients);
+    if (s_->data_weights != weight_.value.desc()) {
+      auto t = e.allocate(name_ + ".weight.bwd_data", s_->data_weights, kGradients);
       if (!t) return t.status();
       weights = std::move(t).value();
-      TENSORTIER_RETURN_IF_ERROR(e.run(name_ + ".weight_reorder", to_data_weights_,
+      TENSORTIER_RETURN_IF_ERROR(e.run(name_ + ".weight_reorder", s_->to_data_weights,
                                        {{DNNL_ARG_FROM, &weight_.value}}, {{DNNL_ARG_TO, &weights}}));
     }
     Tensor diff_src;  // the input's gradient in backward data's layout, when the input's differs
-    if (diff_src_ != input_) {
-      auto t = e.allocate(name_ + ".diff_src", diff_src_, kGradients);
+    if (s_->diff_src != s_->input) {
+      auto t = e.allocate(name_ + ".diff_src", s_->diff_src, kGradients);
       if (!t) return t.status();
       diff_src = std::move(t).value();
     }
     TENSORTIER_RETURN_IF_ERROR(e.run(
-        name_ + ".bwd_data", bwd_data_,
+        name_ + ".bwd_data", s_->bwd_data,
         {{DNNL_ARG_WEIGHTS, weights.empty() ? &weight_.value : &weights}, {DNNL_ARG_DIFF_DST, &diff_out}},
-        {{DNNL_ARG_DIFF_SRC, diff_src.empty() ? diff_in[0] : &diff_src}}, pad_bwd_data_));
+        {{DNNL_ARG_DIFF_SRC, diff_src.empty() ? diff_in[0] : &diff_src}}, s_->pad_bwd_data));
     e.release(weights);
     if (diff_src.empty()) return Status::ok();
-    return e.run(name_ + ".diff_src_reorder", from_diff_src_, {{DNNL_ARG_FROM, &diff_src}},
+    return e.run(name_ + ".diff_src_reorder", s_->from_diff_src, {{DNNL_ARG_FROM, &diff_src}},
                  {{DNNL_ARG_TO, diff_in[0]}});
   }
 
@@ -249,21 +297,25 @@ class Conv final : public Layer {
     uniform_init(e, weight_, fan_in_, seed, name_ + ".weight");
     if (o_.bias) uniform_init(e, bias_, fan_in_, seed, name_ + ".bias");
   }
-  std::string implementation() const override { return implementation_; }
+  std::string implementation() const override { return s_ != nullptr ? s_->implementation : std::string(); }
 
  private:
+  struct Shape {
+    std::string implementation;           // oneDNN's forward / backward data / backward weights kernels
+    memory::desc input, src, dst;         // the input's layout, the convolution's, the output's
+    memory::desc diff_src, data_weights;  // backward data's layouts of the input gradient, weights
+    dnnl::reorder to_src, from_diff_src, to_data_weights;  // where those layouts differ
+    dnnl::convolution_forward fwd;
+    dnnl::convolution_backward_data bwd_data;
+    dnnl::convolution_backward_weights bwd_weights;
+    Scratchpad pad_fwd, pad_bwd_data, pad_bwd_weights;
+  };
   ConvOptions o_;
-  std::string implementation_;            // oneDNN's forward / backward data / backward weights kernels
-  memory::desc input_, src_, dst_;        // the input's layout, the convolution's, the output's
-  memory::desc diff_src_, data_weights_;  // backward data's layouts of the input gradient, weights
-  dnnl::reorder to_src_, from_diff_src_, to_data_weights_;  // where those layouts differ
-  Tensor src_copy_;  // the input in the convolution's layout, forward to backward
+  Shapes<Shape> shapes_;
+  Shape* s_ = nullptr;  // the shape of the batch in progress
+  Tensor src_copy_;     // the input in the convolution's layout, forward to backward
   std::size_t fan_in_ = 1;
   Param weight_, bias_;
-  dnnl::convolution_forward fwd_;
-  dnnl::convolution_backward_data bwd_data_;
-  dnnl::convolution_backward_weights bwd_weights_;
-  Scratchpad pad_fwd_, pad_bwd_data_, pad_bwd_weights_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -274,66 +326,80 @@ class BatchNorm final : public Layer {
 
   Result<memory::desc> build(Engine& e, const std::vector<memory::desc>& inputs) override {
     if (Status s = need_inputs(name_, inputs, 1); !s.is_ok()) return s;
+    if (Shape* known = shapes_.find(inputs); known != nullptr) {
+      s_ = known;
+      return s_->data;
+    }
     return guarded(name_, [&]() -> Result<memory::desc> {
-      data_ = inputs[0];  // normalizes in its input's layout
-      const memory::dims d = data_.dims();
-      count_ = static_cast<std::size_t>(d[0] * (d.size() == 4 ? d[2] * d[3] : 1));
+      Shape shape;
+      shape.data = inputs[0];  // normalizes in its input's layout
+      const memory::dims d = shape.data.dims();
+      if (!scale_.value.empty() && static_cast<std::size_t>(d[1]) != scale_.value.elements()) {
+        return invalid_argument(fmt::format("batch norm '{}': an input of {} channels, built for {}", name_,
+                                            d[1], scale_.value.elements()));
+      }
+      shape.count = static_cast<std::size_t>(d[0] * (d.size() == 4 ? d[2] * d[3] : 1));
       const auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
       const auto attr = Engine::user_scratchpad();
       const dnnl::batch_normalization_forward::primitive_desc train(
-          dnnl::batch_normalization_forward::desc(prop_kind::forward_training, data_, epsilon_, flags), attr,
-          e.cpu());
+          dnnl::batch_normalization_forward::desc(prop_kind::forward_training, shape.data, epsilon_, flags),
+          attr, e.cpu());
       const dnnl::batch_normalization_forward::primitive_desc infer(
-          dnnl::batch_normalization_forward::desc(prop_kind::forward_inference, data_, epsilon_,
+          dnnl::batch_normalization_forward::desc(prop_kind::forward_inference, shape.data, epsilon_,
                                                   flags | dnnl::normalization_flags::use_global_stats),
           attr, e.cpu());
       const dnnl::batch_normalization_backward::primitive_desc bwd(
-          dnnl::batch_normalization_backward::desc(prop_kind::backward, data_, data_, epsilon_, flags), attr,
-          e.cpu(), train);
-      train_ = dnnl::batch_normalization_forward(train);
-      infer_ = dnnl::batch_normalization_forward(infer);
-      bwd_ = dnnl::batch_normalization_backward(bwd);
-      stats_ = train.mean_desc();
-      const memory::desc c({d[1]}, dt::f32, tag::x);
-      TENSORTIER_RETURN_IF_ERROR(param(e, name_ + ".weight", c, c, scale_));
-      TENSORTIER_RETURN_IF_ERROR(param(e, name_ + ".bias", c, c, shift_));
-      for (auto [t, suffix] :
-           {std::pair{&running_mean_, ".running_mean"}, std::pair{&running_var_, ".running_var"}}) {
-        auto r = e.allocate(name_ + suffix, stats_, kParams);
-        if (!r) return r.status();
-        *t = std::move(r).value();
+          dnnl::batch_normalization_backward::desc(prop_kind::backward, shape.data, shape.data, epsilon_,
+                                                   flags),
+          attr, e.cpu(), train);
+      shape.train = dnnl::batch_normalization_forward(train);
+      shape.infer = dnnl::batch_normalization_forward(infer);
+      shape.bwd = dnnl::batch_normalization_backward(bwd);
+      shape.pad_train = {name_ + ".fwd.scratchpad", train.scratchpad_desc()};
+      shape.pad_infer = {name_ + ".infer.scratchpad", infer.scratchpad_desc()};
+      shape.pad_bwd = {name_ + ".bwd.scratchpad", bwd.scratchpad_desc()};
+      if (scale_.value.empty()) {  // the first shape: parameters and running statistics, made once
+        stats_ = train.mean_desc();
+        const memory::desc c({d[1]}, dt::f32, tag::x);
+        TENSORTIER_RETURN_IF_ERROR(param(e, name_ + ".weight", c, c, scale_));
+        TENSORTIER_RETURN_IF_ERROR(param(e, name_ + ".bias", c, c, shift_));
+        for (auto [t, suffix] :
+             {std::pair{&running_mean_, ".running_mean"}, std::pair{&running_var_, ".running_var"}}) {
+          auto r = e.allocate(name_ + suffix, stats_, kParams);
+          if (!r) return r.status();
+          *t = std::move(r).value();
+        }
+        init_params(e, 0);
       }
-      pad_train_ = {name_ + ".fwd.scratchpad", train.scratchpad_desc()};
-      pad_infer_ = {name_ + ".infer.scratchpad", infer.scratchpad_desc()};
-      pad_bwd_ = {name_ + ".bwd.scratchpad", bwd.scratchpad_desc()};
-      init_params(e, 0);
-      return data_;
+      s_ = &shapes_.add(inputs, std::move(shape));
+      return s_->data;
     });
   }
 
   Status forward(Engine& e, const std::vector<const Tensor*>& in, const Tensor& out, bool training) override {
     if (!training) {
-      return e.run(name_ + ".fwd", infer_,
+      return e.run(name_ + ".fwd", s_->infer,
                    {{DNNL_ARG_SRC, in[0]},
                     {DNNL_ARG_SCALE, &scale_.value},
                     {DNNL_ARG_SHIFT, &shift_.value},
                     {DNNL_ARG_MEAN, &running_mean_},
                     {DNNL_ARG_VARIANCE, &running_var_}},
-                   {{DNNL_ARG_DST, &out}}, pad_infer_);
+                   {{DNNL_ARG_DST, &out}}, s_->pad_infer);
     }
     for (auto [t, suffix] : {std::pair{&mean_, ".mean"}, std::pair{&variance_, ".variance"}}) {
       auto r = e.allocate(name_ + suffix, stats_, kWorkspaces);
       if (!r) return r.status();
       *t = std::move(r).value();
     }
-    TENSORTIER_RETURN_IF_ERROR(
-        e.run(name_ + ".fwd", train_,
-              {{DNNL_ARG_SRC, in[0]}, {DNNL_ARG_SCALE, &scale_.value}, {DNNL_ARG_SHIFT, &shift_.value}},
-              {{DNNL_ARG_DST, &out}, {DNNL_ARG_MEAN, &mean_}, {DNNL_ARG_VARIANCE, &variance_}}, pad_train_));
+    TENSORTIER_RETURN_IF_ERROR(e.run(
+        name_ + ".fwd", s_->train,
+        {{DNNL_ARG_SRC, in[0]}, {DNNL_ARG_SCALE, &scale_.value}, {DNNL_ARG_SHIFT, &shift_.value}},
+        {{DNNL_ARG_DST, &out}, {DNNL_ARG_MEAN, &mean_}, {DNNL_ARG_VARIANCE, &variance_}}, s_->pad_train));
     // Running statistics as PyTorch keeps them (unbiased variance); oneDNN has no primitive for
     // this update, and it is C floats.
+    const std::size_t count = s_->count;
     return e.host_layer(name_ + ".running_stats", {&mean_, &variance_}, {&running_mean_, &running_var_}, [&] {
-      const float unbias = count_ > 1 ? static_cast<float>(count_) / static_cast<float>(count_ - 1) : 1.0F;
+      const float unbias = count > 1 ? static_cast<float>(count) / static_cast<float>(count - 1) : 1.0F;
       for (std::size_t c = 0; c < mean_.elements(); ++c) {
         running_mean_.data()[c] = (1 - momentum_) * running_mean_.data()[c] + momentum_ * mean_.data()[c];
         running_var_.data()[c] =
@@ -347,12 +413,12 @@ class BatchNorm final : public Layer {
     Tensor scratch_diff;  // batch norm always computes diff_src; a first layer discards it
     const Tensor* diff_src = diff_in[0];
     if (diff_src == nullptr) {
-      auto t = e.allocate(name_ + ".diff_src", data_, kGradients);
+      auto t = e.allocate(name_ + ".diff_src", s_->data, kGradients);
       if (!t) return t.status();
       scratch_diff = std::move(t).value();
       diff_src = &scratch_diff;
     }
-    TENSORTIER_RETURN_IF_ERROR(e.run(name_ + ".bwd", bwd_,
+    TENSORTIER_RETURN_IF_ERROR(e.run(name_ + ".bwd", s_->bwd,
                                      {{DNNL_ARG_SRC, in[0]},
                                       {DNNL_ARG_MEAN, &mean_},
                                       {DNNL_ARG_VARIANCE, &variance_},
@@ -362,7 +428,7 @@ class BatchNorm final : public Layer {
                                      {{DNNL_ARG_DIFF_SRC, diff_src},
                                       {DNNL_ARG_DIFF_SCALE, &scale_.grad},
                                       {DNNL_ARG_DIFF_SHIFT, &shift_.grad}},
-                                     pad_bwd_));
+                                     s_->pad_bwd));
     e.release(mean_);
     e.release(variance_);
     return Status::ok();
@@ -379,14 +445,19 @@ class BatchNorm final : public Layer {
   }
 
  private:
+  struct Shape {
+    memory::desc data;      // the input's layout, which the output and gradients keep
+    std::size_t count = 1;  // values per channel: N x H x W
+    dnnl::batch_normalization_forward train, infer;
+    dnnl::batch_normalization_backward bwd;
+    Scratchpad pad_train, pad_infer, pad_bwd;
+  };
   float epsilon_, momentum_;
-  std::size_t count_ = 1;
-  memory::desc data_, stats_;
+  Shapes<Shape> shapes_;
+  Shape* s_ = nullptr;  // the shape of the batch in progress
+  memory::desc stats_;  // mean and variance: one value per channel, whatever the batch
   Param scale_, shift_;
   Tensor running_mean_, running_var_, mean_, variance_;
-  dnnl::batch_normalization_forward train_, infer_;
-  dnnl::batch_normalization_backward bwd_;
-  Scratchpad pad_train_, pad_infer_, pad_bwd_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -395,6 +466,10 @@ class Relu final : public Layer {
   using Layer::Layer;
   Result<memory::desc> build(Engine& e, const std::vector<memory::desc>& inputs) override {
     if (Status s = need_inputs(name_, inputs, 1); !s.is_ok()) return s;
+    if (Shape* known = shapes_.find(inputs); known != nullptr) {
+      s_ = known;
+      return inputs[0];
+    }
     return guarded(name_, [&]() -> Result<memory::desc> {
       const memory::desc d = inputs[0];
       const dnnl::eltwise_forward::primitive_desc f(
@@ -402,24 +477,27 @@ class Relu final : public Layer {
           e.cpu());
       const dnnl::eltwise_backward::primitive_desc b(
           dnnl::eltwise_backward::desc(algorithm::eltwise_relu, d, d, 0.F, 0.F), e.cpu(), f);
-      fwd_ = dnnl::eltwise_forward(f);
-      bwd_ = dnnl::eltwise_backward(b);
+      s_ = &shapes_.add(inputs, Shape{dnnl::eltwise_forward(f), dnnl::eltwise_backward(b)});
       return d;
     });
   }
   Status forward(Engine& e, const std::vector<const Tensor*>& in, const Tensor& out, bool) override {
-    return e.run(name_ + ".fwd", fwd_, {{DNNL_ARG_SRC, in[0]}}, {{DNNL_ARG_DST, &out}});
+    return e.run(name_ + ".fwd", s_->fwd, {{DNNL_ARG_SRC, in[0]}}, {{DNNL_ARG_DST, &out}});
   }
   Status backward(Engine& e, const std::vector<const Tensor*>& in, const Tensor&, const Tensor& diff_out,
                   const std::vector<Tensor*>& diff_in) override {
     if (diff_in[0] == nullptr) return Status::ok();
-    return e.run(name_ + ".bwd", bwd_, {{DNNL_ARG_SRC, in[0]}, {DNNL_ARG_DIFF_DST, &diff_out}},
+    return e.run(name_ + ".bwd", s_->bwd, {{DNNL_ARG_SRC, in[0]}, {DNNL_ARG_DIFF_DST, &diff_out}},
                  {{DNNL_ARG_DIFF_SRC, diff_in[0]}});
   }
 
  private:
-  dnnl::eltwise_forward fwd_;
-  dnnl::eltwise_backward bwd_;
+  struct Shape {
+    dnnl::eltwise_forward fwd;
+    dnnl::eltwise_backward bwd;
+  };
+  Shapes<Shape> shapes_;
+  Shape* s_ = nullptr;  // the shape of the batch in progress
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -435,6 +513,10 @@ class Pool final : public Layer {
 
   Result<memory::desc> build(Engine& e, const std::vector<memory::desc>& inputs) override {
     if (Status s = need_inputs(name_, inputs, 1); !s.is_ok()) return s;
+    if (Shape* known = shapes_.find(inputs); known != nullptr) {
+      s_ = known;
+      return s_->dst;
+    }
     return guarded(name_, [&]() -> Result<memory::desc> {
       const memory::dims in = inputs[0].dims();
       if (in.size() != 4) return invalid_argument(fmt::format("pool '{}' needs a 4-D input", name_));
@@ -444,46 +526,48 @@ class Pool final : public Layer {
       const memory::dim oh = (in[2] + 2 * pad[0] - kernel[0]) / strides[0] + 1;
       const memory::dim ow = (in[3] + 2 * pad[1] - kernel[1]) / strides[1] + 1;
       if (oh <= 0 || ow <= 0) return invalid_argument(fmt::format("pool '{}': input too small", name_));
-      src_ = inputs[0];
+      const memory::desc src = inputs[0];
       const algorithm algo =
           kind_ == PoolKind::kMax ? algorithm::pooling_max : algorithm::pooling_avg_include_padding;
       const memory::dims dilation{0, 0};
       const auto attr = Engine::user_scratchpad();
       const dnnl::pooling_v2_forward::primitive_desc train(
-          dnnl::pooling_v2_forward::desc(prop_kind::forward_training, algo, src_, any({in[0], in[1], oh, ow}),
+          dnnl::pooling_v2_forward::desc(prop_kind::forward_training, algo, src, any({in[0], in[1], oh, ow}),
                                          strides, kernel, dilation, pad, pad),
           attr, e.cpu());
-      dst_ = train.dst_desc();
+      Shape shape;
+      shape.dst = train.dst_desc();
       const dnnl::pooling_v2_forward::primitive_desc infer(
-          dnnl::pooling_v2_forward::desc(prop_kind::forward_inference, algo, src_, dst_, strides, kernel,
+          dnnl::pooling_v2_forward::desc(prop_kind::forward_inference, algo, src, shape.dst, strides, kernel,
                                          dilation, pad, pad),
           attr, e.cpu());
       const dnnl::pooling_v2_backward::primitive_desc bwd(
-          dnnl::pooling_v2_backward::desc(algo, src_, dst_, strides, kernel, dilation, pad, pad), attr,
+          dnnl::pooling_v2_backward::desc(algo, src, shape.dst, strides, kernel, dilation, pad, pad), attr,
           e.cpu(), train);
-      train_ = dnnl::pooling_v2_forward(train);
-      infer_ = dnnl::pooling_v2_forward(infer);
-      bwd_ = dnnl::pooling_v2_backward(bwd);
-      workspace_desc_ = train.workspace_desc();
-      pad_train_ = {name_ + ".fwd.scratchpad", train.scratchpad_desc()};
-      pad_infer_ = {name_ + ".infer.scratchpad", infer.scratchpad_desc()};
-      pad_bwd_ = {name_ + ".bwd.scratchpad", bwd.scratchpad_desc()};
-      return dst_;
+      shape.train = dnnl::pooling_v2_forward(train);
+      shape.infer = dnnl::pooling_v2_forward(infer);
+      shape.bwd = dnnl::pooling_v2_backward(bwd);
+      shape.workspace = train.workspace_desc();
+      shape.pad_train = {name_ + ".fwd.scratchpad", train.scratchpad_desc()};
+      shape.pad_infer = {name_ + ".infer.scratchpad", infer.scratchpad_desc()};
+      shape.pad_bwd = {name_ + ".bwd.scratchpad", bwd.scratchpad_desc()};
+      s_ = &shapes_.add(inputs, std::move(shape));
+      return s_->dst;
     });
   }
 
   Status forward(Engine& e, const std::vector<const Tensor*>& in, const Tensor& out, bool training) override {
     if (!training) {
-      return e.run(name_ + ".fwd", infer_, {{DNNL_ARG_SRC, in[0]}}, {{DNNL_ARG_DST, &out}}, pad_infer_);
+      return e.run(name_ + ".fwd", s_->infer, {{DNNL_ARG_SRC, in[0]}}, {{DNNL_ARG_DST, &out}}, s_->pad_infer);
     }
     std::vector<Arg> writes{{DNNL_ARG_DST, &out}};
-    if (workspace_desc_.get_size() != 0) {
-      auto w = e.allocate(name_ + ".workspace", workspace_desc_, kWorkspaces);
+    if (s_->workspace.get_size() != 0) {
+      auto w = e.allocate(name_ + ".workspace", s_->workspace, kWorkspaces);
       if (!w) return w.status();
       workspace_ = std::move(w).value();
       writes.emplace_back(DNNL_ARG_WORKSPACE, &workspace_);
     }
-    return e.run(name_ + ".fwd", train_, {{DNNL_ARG_SRC, in[0]}}, writes, pad_train_);
+    return e.run(name_ + ".fwd", s_->train, {{DNNL_ARG_SRC, in[0]}}, writes, s_->pad_train);
   }
 
   Status backward(Engine& e, const std::vector<const Tensor*>&, const Tensor&, const Tensor& diff_out,
@@ -492,21 +576,25 @@ class Pool final : public Layer {
       std::vector<Arg> reads{{DNNL_ARG_DIFF_DST, &diff_out}};
       if (!workspace_.empty()) reads.emplace_back(DNNL_ARG_WORKSPACE, &workspace_);
       TENSORTIER_RETURN_IF_ERROR(
-          e.run(name_ + ".bwd", bwd_, reads, {{DNNL_ARG_DIFF_SRC, diff_in[0]}}, pad_bwd_));
+          e.run(name_ + ".bwd", s_->bwd, reads, {{DNNL_ARG_DIFF_SRC, diff_in[0]}}, s_->pad_bwd));
     }
     e.release(workspace_);
     return Status::ok();
   }
 
  private:
+  struct Shape {
+    memory::desc dst, workspace;  // the output's layout; max pooling's workspace (none: 0 bytes)
+    dnnl::pooling_v2_forward train, infer;
+    dnnl::pooling_v2_backward bwd;
+    Scratchpad pad_train, pad_infer, pad_bwd;
+  };
   PoolKind kind_;
   int kernel_, stride_, padding_;
   bool global_;
-  memory::desc src_, dst_, workspace_desc_;
+  Shapes<Shape> shapes_;
+  Shape* s_ = nullptr;  // the shape of the batch in progress
   Tensor workspace_;
-  dnnl::pooling_v2_forward train_, infer_;
-  dnnl::pooling_v2_backward bwd_;
-  Scratchpad pad_train_, pad_infer_, pad_bwd_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -516,54 +604,70 @@ class Linear final : public Layer {
 
   Result<memory::desc> build(Engine& e, const std::vector<memory::desc>& inputs) override {
     if (Status s = need_inputs(name_, inputs, 1); !s.is_ok()) return s;
+    if (Shape* known = shapes_.find(inputs); known != nullptr) {
+      s_ = known;
+      return s_->dst;
+    }
     return guarded(name_, [&]() -> Result<memory::desc> {
       const memory::dims in = inputs[0].dims();
-      src_ = inputs[0];
+      const memory::desc src = inputs[0];
       memory::dims wd{out_};
       wd.insert(wd.end(), in.begin() + 1, in.end());
+      const bool first = weight_.value.empty();  // the first shape: the parameters are made for it
+      if (!first && wd != weight_.value.dims()) {
+        return invalid_argument(
+            fmt::format("linear '{}': an input of another shape than the one it was built for", name_));
+      }
       const memory::desc w_plain(wd, dt::f32, in.size() == 4 ? tag::oihw : tag::oi);
       const memory::desc b({out_}, dt::f32, tag::x);
-      dst_ = plain({in[0], out_});
-      fan_in_ = 1;
-      for (std::size_t i = 1; i < in.size(); ++i) fan_in_ *= static_cast<std::size_t>(in[i]);
+      Shape shape;
+      shape.dst = plain({in[0], out_});
       const auto attr = Engine::user_scratchpad();
-      auto fd = bias_on_
-                    ? dnnl::inner_product_forward::desc(prop_kind::forward_training, src_, any(wd), b, dst_)
-                    : dnnl::inner_product_forward::desc(prop_kind::forward_training, src_, any(wd), dst_);
+      // A later shape (another batch size) keeps the weights' layout of the first.
+      const memory::desc weights = first ? any(wd) : weight_.value.desc();
+      auto fd =
+          bias_on_
+              ? dnnl::inner_product_forward::desc(prop_kind::forward_training, src, weights, b, shape.dst)
+              : dnnl::inner_product_forward::desc(prop_kind::forward_training, src, weights, shape.dst);
       const dnnl::inner_product_forward::primitive_desc fpd(fd, attr, e.cpu());
       const memory::desc w = fpd.weights_desc();
       const dnnl::inner_product_backward_data::primitive_desc bdpd(
-          dnnl::inner_product_backward_data::desc(src_, w, dst_), attr, e.cpu(), fpd);
-      auto bwd = bias_on_ ? dnnl::inner_product_backward_weights::desc(src_, w, b, dst_)
-                          : dnnl::inner_product_backward_weights::desc(src_, w, dst_);
+          dnnl::inner_product_backward_data::desc(src, w, shape.dst), attr, e.cpu(), fpd);
+      auto bwd = bias_on_ ? dnnl::inner_product_backward_weights::desc(src, w, b, shape.dst)
+                          : dnnl::inner_product_backward_weights::desc(src, w, shape.dst);
       const dnnl::inner_product_backward_weights::primitive_desc bwpd(bwd, attr, e.cpu(), fpd);
-      fwd_ = dnnl::inner_product_forward(fpd);
-      bwd_data_ = dnnl::inner_product_backward_data(bdpd);
-      bwd_weights_ = dnnl::inner_product_backward_weights(bwpd);
-      TENSORTIER_RETURN_IF_ERROR(
-          weight_and_bias(e, name_, w, w_plain, bias_on_ ? &b : nullptr, weight_, bias_));
-      scratchpads(name_, fpd, bdpd, bwpd, pad_fwd_, pad_bwd_data_, pad_bwd_weights_);
-      return dst_;
+      shape.fwd = dnnl::inner_product_forward(fpd);
+      shape.bwd_data = dnnl::inner_product_backward_data(bdpd);
+      shape.bwd_weights = dnnl::inner_product_backward_weights(bwpd);
+      scratchpads(name_, fpd, bdpd, bwpd, shape.pad_fwd, shape.pad_bwd_data, shape.pad_bwd_weights);
+      if (first) {
+        fan_in_ = 1;
+        for (std::size_t i = 1; i < in.size(); ++i) fan_in_ *= static_cast<std::size_t>(in[i]);
+        TENSORTIER_RETURN_IF_ERROR(
+            weight_and_bias(e, name_, w, w_plain, bias_on_ ? &b : nullptr, weight_, bias_));
+      }
+      s_ = &shapes_.add(inputs, std::move(shape));
+      return s_->dst;
     });
   }
 
   Status forward(Engine& e, const std::vector<const Tensor*>& in, const Tensor& out, bool) override {
     std::vector<Arg> reads{{DNNL_ARG_SRC, in[0]}, {DNNL_ARG_WEIGHTS, &weight_.value}};
     if (bias_on_) reads.emplace_back(DNNL_ARG_BIAS, &bias_.value);
-    return e.run(name_ + ".fwd", fwd_, reads, {{DNNL_ARG_DST, &out}}, pad_fwd_);
+    return e.run(name_ + ".fwd", s_->fwd, reads, {{DNNL_ARG_DST, &out}}, s_->pad_fwd);
   }
 
   Status backward(Engine& e, const std::vector<const Tensor*>& in, const Tensor&, const Tensor& diff_out,
                   const std::vector<Tensor*>& diff_in) override {
     std::vector<Arg> writes{{DNNL_ARG_DIFF_WEIGHTS, &weight_.grad}};
     if (bias_on_) writes.emplace_back(DNNL_ARG_DIFF_BIAS, &bias_.grad);
-    TENSORTIER_RETURN_IF_ERROR(e.run(name_ + ".bwd_weights", bwd_weights_,
+    TENSORTIER_RETURN_IF_ERROR(e.run(name_ + ".bwd_weights", s_->bwd_weights,
                                      {{DNNL_ARG_SRC, in[0]}, {DNNL_ARG_DIFF_DST, &diff_out}}, writes,
-                                     pad_bwd_weights_));
+                                     s_->pad_bwd_weights));
     if (diff_in[0] == nullptr) return Status::ok();
-    return e.run(name_ + ".bwd_data", bwd_data_,
+    return e.run(name_ + ".bwd_data", s_->bwd_data,
                  {{DNNL_ARG_WEIGHTS, &weight_.value}, {DNNL_ARG_DIFF_DST, &diff_out}},
-                 {{DNNL_ARG_DIFF_SRC, diff_in[0]}}, pad_bwd_data_);
+                 {{DNNL_ARG_DIFF_SRC, diff_in[0]}}, s_->pad_bwd_data);
   }
 
   std::vector<Param*> params() override {
@@ -576,15 +680,19 @@ class Linear final : public Layer {
   }
 
  private:
+  struct Shape {
+    memory::desc dst;  // N x out, plain
+    dnnl::inner_product_forward fwd;
+    dnnl::inner_product_backward_data bwd_data;
+    dnnl::inner_product_backward_weights bwd_weights;
+    Scratchpad pad_fwd, pad_bwd_data, pad_bwd_weights;
+  };
   int out_;
   bool bias_on_;
   std::size_t fan_in_ = 1;
-  memory::desc src_, dst_;
+  Shapes<Shape> shapes_;
+  Shape* s_ = nullptr;  // the shape of the batch in progress
   Param weight_, bias_;
-  dnnl::inner_product_forward fwd_;
-  dnnl::inner_product_backward_data bwd_data_;
-  dnnl::inner_product_backward_weights bwd_weights_;
-  Scratchpad pad_fwd_, pad_bwd_data_, pad_bwd_weights_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -596,55 +704,68 @@ class Add final : public Layer {
     if (inputs[0].dims() != inputs[1].dims()) {
       return invalid_argument(fmt::format("add '{}': the two inputs differ in shape", name_));
     }
+    if (Shape* known = shapes_.find(inputs); known != nullptr) {
+      s_ = known;
+      return s_->first;
+    }
     return guarded(name_, [&]() -> Result<memory::desc> {
       // The sum takes the first input's layout; a second input in another layout (its
       // convolution chose differently) is reordered into it, and its gradient back out of it.
-      first_ = inputs[0];
-      second_ = inputs[1];
-      if (first_ != second_) {
-        to_first_ = dnnl::reorder(dnnl::reorder::primitive_desc(e.cpu(), second_, e.cpu(), first_));
-        to_second_ = dnnl::reorder(dnnl::reorder::primitive_desc(e.cpu(), first_, e.cpu(), second_));
+      Shape shape;
+      shape.first = inputs[0];
+      shape.second = inputs[1];
+      if (shape.first != shape.second) {
+        shape.to_first =
+            dnnl::reorder(dnnl::reorder::primitive_desc(e.cpu(), shape.second, e.cpu(), shape.first));
+        shape.to_second =
+            dnnl::reorder(dnnl::reorder::primitive_desc(e.cpu(), shape.first, e.cpu(), shape.second));
       }
-      fwd_ = dnnl::binary(dnnl::binary::primitive_desc(
-          dnnl::binary::desc(algorithm::binary_add, first_, first_, first_), e.cpu()));
-      return first_;
+      shape.fwd = dnnl::binary(dnnl::binary::primitive_desc(
+          dnnl::binary::desc(algorithm::binary_add, shape.first, shape.first, shape.first), e.cpu()));
+      s_ = &shapes_.add(inputs, std::move(shape));
+      return s_->first;
     });
   }
   Status forward(Engine& e, const std::vector<const Tensor*>& in, const Tensor& out, bool) override {
     Tensor converted;
     const Tensor* second = in[1];
-    if (first_ != second_) {
-      auto t = e.allocate(name_ + ".src1", first_, kGradients);
+    if (s_->first != s_->second) {
+      auto t = e.allocate(name_ + ".src1", s_->first, kGradients);
       if (!t) return t.status();
       converted = std::move(t).value();
-      TENSORTIER_RETURN_IF_ERROR(
-          e.run(name_ + ".src1_reorder", to_first_, {{DNNL_ARG_FROM, in[1]}}, {{DNNL_ARG_TO, &converted}}));
+      TENSORTIER_RETURN_IF_ERROR(e.run(name_ + ".src1_reorder", s_->to_first, {{DNNL_ARG_FROM, in[1]}},
+                                       {{DNNL_ARG_TO, &converted}}));
       second = &converted;
     }
-    return e.run(name_ + ".fwd", fwd_, {{DNNL_ARG_SRC_0, in[0]}, {DNNL_ARG_SRC_1, second}},
+    return e.run(name_ + ".fwd", s_->fwd, {{DNNL_ARG_SRC_0, in[0]}, {DNNL_ARG_SRC_1, second}},
                  {{DNNL_ARG_DST, &out}});
   }
   // d(a+b)/da = d(a+b)/db = 1: both inputs get the output's gradient: a copy where the layouts
   // agree (a memcpy needs no primitive), a reorder where they do not.
   Status backward(Engine& e, const std::vector<const Tensor*>&, const Tensor&, const Tensor& diff_out,
                   const std::vector<Tensor*>& diff_in) override {
+    const bool same = s_->first == s_->second;
     std::vector<const Tensor*> copies;
     if (diff_in[0] != nullptr) copies.push_back(diff_in[0]);
-    if (diff_in[1] != nullptr && first_ == second_) copies.push_back(diff_in[1]);
+    if (diff_in[1] != nullptr && same) copies.push_back(diff_in[1]);
     if (!copies.empty()) {
       TENSORTIER_RETURN_IF_ERROR(e.host_layer(name_ + ".bwd", {&diff_out}, copies, [&] {
         for (const Tensor* d : copies) std::memcpy(d->address(), diff_out.address(), diff_out.bytes());
       }));
     }
-    if (diff_in[1] == nullptr || first_ == second_) return Status::ok();
-    return e.run(name_ + ".bwd_src1_reorder", to_second_, {{DNNL_ARG_FROM, &diff_out}},
+    if (diff_in[1] == nullptr || same) return Status::ok();
+    return e.run(name_ + ".bwd_src1_reorder", s_->to_second, {{DNNL_ARG_FROM, &diff_out}},
                  {{DNNL_ARG_TO, diff_in[1]}});
   }
 
  private:
-  memory::desc first_, second_;         // the inputs' layouts
-  dnnl::reorder to_first_, to_second_;  // between them, where they differ
-  dnnl::binary fwd_;
+  struct Shape {
+    memory::desc first, second;         // the inputs' layouts
+    dnnl::reorder to_first, to_second;  // between them, where they differ
+    dnnl::binary fwd;
+  };
+  Shapes<Shape> shapes_;
+  Shape* s_ = nullptr;  // the shape of the batch in progress
 };
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace tensortier::dnn {
 
@@ -15,8 +16,27 @@ int Network::add(std::unique_ptr<Layer> layer, std::vector<int> inputs) {
 
 Status Network::build(Engine& engine, const dnnl::memory::dims& input_dims, std::uint64_t seed) {
   if (nodes_.empty()) return failed_precondition(fmt::format("network '{}' has no layers", name_));
+  if (built_) return failed_precondition(fmt::format("network '{}' is built already", name_));
   if (input_dims.size() != 4) return invalid_argument("network input must be N,C,H,W");
+  TENSORTIER_RETURN_IF_ERROR(use_shape(engine, input_dims));
+  for (Node& node : nodes_) node.layer->init_params(engine, seed);
+  const auto& logits = nodes_.back().output_desc.dims();
+  if (logits.size() != 2)
+    return invalid_argument(fmt::format("network '{}' must end in N x classes logits", name_));
   input_dims_ = input_dims;
+  built_ = true;
+  return Status::ok();
+}
+
+Status Network::use_shape(Engine& engine, const dnnl::memory::dims& input_dims) {
+  if (built_ && (input_dims.size() != 4 || !std::equal(input_dims.begin() + 1, input_dims.end(),
+                                                       input_dims_.begin() + 1, input_dims_.end()))) {
+    return invalid_argument(fmt::format(
+        "network '{}' was built for inputs of {}x{}x{} (C x H x W) and got a batch of {}: only the batch "
+        "size may change between batches",
+        name_, input_dims_[1], input_dims_[2], input_dims_[3], fmt::join(input_dims, "x")));
+  }
+  current_dims_.clear();  // set again once every layer has its primitives for these dims
   const dnnl::memory::desc input(input_dims, dnnl::memory::data_type::f32, dnnl::memory::format_tag::nchw);
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     Node& node = nodes_[i];
@@ -31,21 +51,14 @@ Status Network::build(Engine& engine, const dnnl::memory::dims& input_dims, std:
     auto out = node.layer->build(engine, in);
     if (!out) return out.status();
     node.output_desc = out.value();
-    node.layer->init_params(engine, seed);
   }
-  const auto& logits = nodes_.back().output_desc.dims();
-  if (logits.size() != 2)
-    return invalid_argument(fmt::format("network '{}' must end in N x classes logits", name_));
-  built_ = true;
+  current_dims_ = input_dims;
   return Status::ok();
 }
 
 Status Network::forward(Engine& engine, const Tensor& images, bool training) {
   if (!built_) return failed_precondition(fmt::format("network '{}': call build() first", name_));
-  if (images.dims() != input_dims_) {
-    return invalid_argument(
-        fmt::format("network '{}': batch shape differs from the shape it was built for", name_));
-  }
+  if (images.dims() != current_dims_) TENSORTIER_RETURN_IF_ERROR(use_shape(engine, images.dims()));
   images_ = &images;
   for (Node& node : nodes_) {
     std::vector<const Tensor*> in;

@@ -364,10 +364,13 @@ std::shared_ptr<const profiler::StepProfile> Runtime::profile_of(std::uint64_t s
 }
 
 // Due when asked for, or when the last ProfileOptions::step steps had one signature that has no
-// profile yet (the coming step is predicted to be like them).
+// profile yet (the coming step is predicted to be like them), one step more for each time a run
+// of that signature predicted a step of another kind.
 bool Runtime::profile_due() const {
   if (profile_requested_) return true;
-  if (!profile_options_.enabled || run_length_ < profile_options_.step) return false;
+  const auto misses = profile_misses_.find(last_signature_);
+  const std::uint64_t needed = profile_options_.step + (misses != profile_misses_.end() ? misses->second : 0);
+  if (!profile_options_.enabled || run_length_ < needed) return false;
   return !profiles_.contains(last_signature_) && !profile_failed_.contains(last_signature_);
 }
 
@@ -411,6 +414,19 @@ void Runtime::finish_profile(std::uint64_t step_duration_ns) {
     std::unique_ptr<profiler::StepProfiler> done = std::move(profiler_);
     profile = std::make_shared<const profiler::StepProfile>(
         done->finish(signature_, step_duration_ns, allocator_.peak_live_bytes()));
+  }
+  ++profiled_steps_;
+  if (profiling_for_ && *profiling_for_ != signature_) {
+    ++profile_misses_[*profiling_for_];  // a one-off kind of step predicted this one
+    if (profiles_.contains(signature_)) {
+      spdlog::info(
+          "profiled step {} is of a kind profiled before (the step before it was of another kind): "
+          "its profile is dropped",
+          profile->step);
+      std::lock_guard gate(move_gate_mutex_);
+      moves_blocked_ = false;
+      return;
+    }
   }
   std::uint64_t unprofiled_ns = 0;
   for (const profiler::LayerProfile& l : profile->layers) unprofiled_ns += l.unprofiled_duration_ns;
@@ -547,6 +563,7 @@ Status Runtime::step_begin() {
   const bool profiled = profile_due();
   if (executor_ != nullptr) executor_->set_paused(profiled);  // the profiled step runs unplanned
   if (profiled) {
+    profiling_for_ = profile_requested_ ? std::nullopt : std::optional<std::uint64_t>(last_signature_);
     profile_requested_ = false;
     start_profile();
   }

@@ -2,7 +2,7 @@
 """PyTorch cross-check of the dnn engine.
 
 Reads what dnn_crosscheck_dump wrote (initial weights, five batches, step-1 gradients, five
-losses) and trains the same model in PyTorch from the same weights on the same batches with the
+losses; a batch may hold fewer samples than the others, as an epoch's last does) and trains the same model in PyTorch from the same weights on the same batches with the
 same SGD, twice: in float64 (the reference) and in float32 (to measure what float32 rounding does
 here). tensortier's losses must agree with the float64 reference within 1e-4 relative, and its
 step-1 gradients within 1e-4 relative (max abs difference over the tensor's max abs) or, where
@@ -261,8 +261,9 @@ def train(m, directory, dtype):
                                 weight_decay=sgd["weight_decay"])
     losses, gates, grads = [], [], None
     for batch in m["batches"]:
-        x = load(directory, batch["images"], (n, c, h, w)).to(dtype)
-        y = load(directory, batch["labels"], (n,), np.int32).long()
+        k = batch.get("count", n)  # an epoch's last batch may hold fewer samples
+        x = load(directory, batch["images"], (k, c, h, w)).to(dtype)
+        y = load(directory, batch["labels"], (k,), np.int32).long()
         optimizer.zero_grad()
         RECORD = []
         loss = nn.functional.cross_entropy(model(x), y)

@@ -1,8 +1,10 @@
 // Writes what the PyTorch cross-check (crosscheck.py) compares against: a model's initial
 // weights, five deterministic batches, the gradients of step 1 and the losses of five SGD steps,
 // as raw float32 files and a JSON manifest.
-// Usage: dnn_crosscheck_dump MODEL OUT_DIR [N C H W WIDTH LR]   (MODEL: any make_model name;
-// the batch shape N x C x H x W, the model's width and SGD's learning rate)
+// Usage: dnn_crosscheck_dump MODEL OUT_DIR [N C H W WIDTH LR [LAST]]   (MODEL: any make_model
+// name; the batch shape N x C x H x W, the model's width and SGD's learning rate; LAST < N: the
+// data set has 2N + LAST samples, so the batches are N, N, LAST (an epoch's last, partial batch),
+// N, N: the network switches to primitives for LAST samples and back)
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -39,7 +41,8 @@ int fail(const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3 && argc != 9) return fail("usage: dnn_crosscheck_dump MODEL OUT_DIR [N C H W WIDTH LR]");
+  if (argc != 3 && argc != 9 && argc != 10)
+    return fail("usage: dnn_crosscheck_dump MODEL OUT_DIR [N C H W WIDTH LR [LAST]]");
   const std::string model = argv[1];
   const std::filesystem::path dir = argv[2];
   std::filesystem::create_directories(dir);
@@ -47,12 +50,17 @@ int main(int argc, char** argv) {
       model == "small_cnn" ? dnnl::memory::dims{8, 3, 12, 12} : dnnl::memory::dims{8, 3, 8, 8};
   int width = 8;
   float learning_rate = 0.05F;
-  if (argc == 9) {
+  int last = 0;  // samples of the partial third batch; 0: none
+  if (argc >= 9) {
     for (int i = 0; i < 4; ++i) input[static_cast<std::size_t>(i)] = std::atoi(argv[3 + i]);
     width = std::atoi(argv[7]);
     learning_rate = std::strtof(argv[8], nullptr);
     if (input[0] < 1 || input[1] < 1 || input[2] < 1 || input[3] < 1 || width < 1 || !(learning_rate > 0))
       return fail("N C H W WIDTH must be positive integers and LR a positive number");
+  }
+  if (argc == 10) {
+    last = std::atoi(argv[9]);
+    if (last < 1 || last >= input[0]) return fail("LAST must be a positive integer below N");
   }
   constexpr int kClasses = 4;
   const SgdOptions sgd{learning_rate, 0.9F, 1e-3F};
@@ -82,9 +90,11 @@ int main(int argc, char** argv) {
     manifest["params"].push_back(
         {{"name", params[i].first}, {"shape", params[i].second->value.dims()}, {"init", file}});
   }
-  const Dataset data =
-      synthetic_dataset(5 * static_cast<std::size_t>(input[0]), static_cast<int>(input[1]),
-                        static_cast<int>(input[2]), static_cast<int>(input[3]), kClasses, 11);
+  const std::size_t samples = last > 0
+                                  ? 2 * static_cast<std::size_t>(input[0]) + static_cast<std::size_t>(last)
+                                  : 5 * static_cast<std::size_t>(input[0]);
+  const Dataset data = synthetic_dataset(samples, static_cast<int>(input[1]), static_cast<int>(input[2]),
+                                         static_cast<int>(input[3]), kClasses, 11);
   BatchIterator batches(data, static_cast<std::size_t>(input[0]), 3, /*shuffle=*/false);
   Batch batch;
   for (int step = 0; step < 5; ++step) {
@@ -93,7 +103,7 @@ int main(int argc, char** argv) {
     const std::string y = "batch" + std::to_string(step) + "_labels.bin";
     write_raw(dir / x, batch.images.address(), batch.images.bytes());
     write_raw(dir / y, batch.labels.address(), batch.labels.bytes());
-    manifest["batches"].push_back({{"images", x}, {"labels", y}});
+    manifest["batches"].push_back({{"images", x}, {"labels", y}, {"count", batch.labels.elements()}});
     if (Status s = rt.value()->step_begin(); !s.is_ok()) return fail(s.to_string());
     auto r = net.value()->train_step(engine, batch, sgd);
     if (Status s = rt.value()->step_end(); !s.is_ok()) return fail(s.to_string());

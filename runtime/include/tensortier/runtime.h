@@ -18,8 +18,12 @@
 //
 // Profiling: unless turned off, the runtime profiles one step at object level (profiler/): by
 // default the second of a run of steps with the same layers (names and argument sizes), and again
-// whenever a new kind of step has run ProfileOptions::step times. The environment overrides
-// RuntimeOptions::profile, so a linked program's profiling can change without a rebuild:
+// whenever a new kind of step has run ProfileOptions::step times. That is a prediction: a one-off
+// step of another kind (an epoch's last, smaller batch) predicts a step of its kind, and the step
+// profiled is of the usual kind. A profile of a kind that has one already is then dropped, and the
+// one-off kind must run one step longer for each such miss before it predicts a profile again. The
+// environment overrides RuntimeOptions::profile, so a linked program's profiling can change without a
+// rebuild:
 //   TENSORTIER_PROFILE=off | <step>      off, or which step of a run to profile (0-based)
 //   TENSORTIER_PROFILE_GRANULARITY=4KiB | 2MiB
 //   TENSORTIER_PROFILE_JSON=<path>       write each profile there as JSON (docs/PROFILE.md)
@@ -63,6 +67,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -233,6 +238,8 @@ class Runtime {
   const Status& profile_json_status() const { return profile_json_status_; }
   // The signature of the last completed step.
   std::uint64_t last_step_signature() const { return last_signature_; }
+  // Steps profiled so far, the dropped ones (of a kind already profiled) among them.
+  std::uint64_t profiled_steps() const { return profiled_steps_; }
   // Profiles the next step whatever ProfileOptions::step says (even when profiling is off).
   void request_profile() { profile_requested_ = true; }
   const profiler::ProfileOptions& profile_options() const { return profile_options_; }
@@ -320,6 +327,10 @@ class Runtime {
   std::unique_ptr<profiler::Counters> counters_;  // opened at the first profile
   bool profile_requested_ = false;
   std::set<std::uint64_t> profile_failed_;  // signatures whose profile could not start
+  // Signatures whose runs predicted a profiled step that was of another kind, and how often.
+  std::map<std::uint64_t, std::uint64_t> profile_misses_;
+  std::optional<std::uint64_t> profiling_for_;  // the kind the profiled step was predicted to be
+  std::uint64_t profiled_steps_ = 0;
   std::map<std::uint64_t, std::shared_ptr<const profiler::StepProfile>> profiles_;  // by signature
   std::shared_ptr<const profiler::StepProfile> last_profile_;
   std::string profile_json_path_;

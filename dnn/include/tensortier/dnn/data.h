@@ -33,13 +33,19 @@ Result<Dataset> load_fashion_mnist(const std::string& dir, bool train, std::size
 Dataset synthetic_dataset(std::size_t count, int channels, int height, int width, int classes,
                           std::uint64_t seed);
 
-// Batches of a dataset in a shuffled order (reshuffled each epoch); the last partial batch of an
-// epoch is dropped, so every batch has the network's batch size.
+// Batches of a dataset in a shuffled order (reshuffled each epoch). As PyTorch's DataLoader: an
+// epoch's last batch holds the samples left (fewer than batch_size when it does not divide the
+// data set; Network trains and evaluates such a batch), unless drop_last, which drops them so
+// that every batch has batch_size samples.
 class BatchIterator {
  public:
-  BatchIterator(const Dataset& data, std::size_t batch_size, std::uint64_t seed, bool shuffle = true);
-  std::size_t batches_per_epoch() const { return data_.count() / batch_size_; }
-  // Fills a batch (allocating its tensors from the engine on first use) with the next samples.
+  BatchIterator(const Dataset& data, std::size_t batch_size, std::uint64_t seed, bool shuffle = true,
+                bool drop_last = false);
+  std::size_t batches_per_epoch() const {
+    return drop_last_ ? data_.count() / batch_size_ : (data_.count() + batch_size_ - 1) / batch_size_;
+  }
+  // Fills a batch with the next samples, allocating its tensors from the engine on first use and
+  // again when the batch it is given holds another number or shape of samples (the epoch's last).
   Status next(Engine& engine, Batch& batch);
 
  private:
@@ -49,6 +55,7 @@ class BatchIterator {
   std::size_t position_ = 0;
   std::mt19937_64 rng_;
   bool shuffle_;
+  bool drop_last_;
 };
 
 }  // namespace tensortier::dnn

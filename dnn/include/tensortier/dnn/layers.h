@@ -1,7 +1,9 @@
 // Layers of the training engine, each a set of oneDNN 2.6 primitives (forward, backward data,
 // backward weights) over runtime tensors.
 //
-// A layer is built once for its input layouts (build), then run every step: forward() writes
+// A layer is built for its input layouts (build), then run every step; built again for other
+// inputs (an epoch's last, smaller batch) it keeps primitives for each shape it was given and
+// runs those of the last build, its parameters made once and shared by all. forward() writes
 // the output the Network allocated; backward() writes the gradient of each input the Network
 // allocated (a null slot: that gradient is not needed, e.g. for the input batch) and overwrites
 // its parameters' gradients. Tensors a layer keeps from forward for backward (batch-norm mean
@@ -42,7 +44,11 @@ class Layer {
   Layer& operator=(const Layer&) = delete;
 
   const std::string& name() const { return name_; }
-  // Builds primitives and parameters for these input layouts; returns the output layout.
+  // Builds primitives for these input layouts and makes them the ones forward() and backward()
+  // run; returns the output layout. The first call also makes the parameters. A later call with
+  // other inputs (another batch size; channels and image size must not change) builds primitives
+  // for them that keep the parameters' layouts; a call with inputs built before switches back to
+  // their primitives without rebuilding them.
   virtual Result<dnnl::memory::desc> build(Engine& engine, const std::vector<dnnl::memory::desc>& inputs) = 0;
   virtual Status forward(Engine& engine, const std::vector<const Tensor*>& inputs, const Tensor& output,
                          bool training) = 0;

@@ -57,7 +57,11 @@ class Network {
   }
 
   // Builds every layer for this input shape (N, C, H, W) and initializes parameters from `seed`.
+  // A batch of another size N' (same C, H, W: an epoch's last partial batch) may be trained or
+  // evaluated later: the first such step builds the layers' primitives for N' (cached, kept for
+  // the next batch of that size); parameters are shared.
   Status build(Engine& engine, const dnnl::memory::dims& input_dims, std::uint64_t seed);
+  // The shape the network was built for.
   const dnnl::memory::dims& input_dims() const { return input_dims_; }
 
   // Forward, loss, backward and the SGD update.
@@ -78,10 +82,12 @@ class Network {
   struct Node {
     std::unique_ptr<Layer> layer;
     std::vector<int> inputs;
-    dnnl::memory::desc output_desc;
+    dnnl::memory::desc output_desc;  // for current_dims_
     Tensor output;
     Tensor diff;
   };
+  // Makes every layer run its primitives for inputs of these dims (building them the first time).
+  Status use_shape(Engine& engine, const dnnl::memory::dims& input_dims);
   Status forward(Engine& engine, const Tensor& images, bool training);
   Result<StepResult> loss(Engine& engine, const Batch& batch, bool with_gradient);
   Status backward(Engine& engine);
@@ -90,8 +96,9 @@ class Network {
 
   std::string name_;
   std::vector<Node> nodes_;
-  dnnl::memory::dims input_dims_;
-  const Tensor* images_ = nullptr;  // the batch being processed (borrowed)
+  dnnl::memory::dims input_dims_;    // built for
+  dnnl::memory::dims current_dims_;  // the layers' current primitives are for
+  const Tensor* images_ = nullptr;   // the batch being processed (borrowed)
   bool built_ = false;
 };
 
