@@ -103,6 +103,8 @@ int main(int argc, char** argv) {
   app.add_option("--conv", conv,
                  "Convolution algorithm of every mode: auto (Winograd where it pays) or direct")
       ->capture_default_str();
+  bool in_place = false;
+  app.add_flag("--in-place", in_place, "ReLUs in place where the graph allows (every mode)");
   CLI11_PARSE(app, argc, argv);
   const Result<ConvAlgorithm> conv_algorithm = parse_conv_algorithm(conv);
   if (!conv_algorithm)
@@ -154,6 +156,7 @@ int main(int argc, char** argv) {
   runs.push_back(Run{"plain", "", nullptr, Engine::without_runtime(), nullptr, nullptr, {}, {}, {}, {}, {}});
   for (Run& r : runs) {
     r.engine.set_conv_algorithm(conv_algorithm.value());
+    r.engine.set_in_place_relu(in_place);
     auto net = make_model(model, {10, width});
     if (!net) return fmt::print(stderr, "{}\n", net.status().to_string()), 1;
     r.net = std::move(net).value();
@@ -232,7 +235,7 @@ int main(int argc, char** argv) {
         "\"{}\", \"median_slow_mib\": {:.1f}, \"in_mib\": {:.1f}, \"out_mib\": {:.1f}, \"late_dropped\": "
         "{:.1f}, "
         "\"failed\": {:.1f}, \"mover_cpu_ms\": {:.1f}, \"floor_slow_ms\": {:.1f}, \"conv\": \"{}\", "
-        "\"peak_live_mib\": {:.1f}}}\n",
+        "\"peak_live_mib\": {:.1f}, \"in_place\": {}}}\n",
         model, r.mode, r.tiers, median(r.step_ms), median(r.faults), median(r.charge_ms), floor_of(r),
         r.runtime ? emulated_note(*r.runtime) : "", median(r.slow_mib),
         static_cast<double>(st.migration.bytes_in) / (1 << 20) / per_step,
@@ -241,7 +244,7 @@ int main(int argc, char** argv) {
         static_cast<double>(st.migration.failed_moves) / per_step,
         static_cast<double>(st.migration.mover_cpu_ns) / 1e6 / per_step,
         r.runtime && r.runtime->plan() != nullptr ? r.runtime->plan()->floor_slow_ns / 1e6 : 0.0,
-        to_string(conv_algorithm.value()), static_cast<double>(st.peak_live_bytes) / (1 << 20));
+        to_string(conv_algorithm.value()), static_cast<double>(st.peak_live_bytes) / (1 << 20), in_place);
   }
   return 0;
 }

@@ -25,12 +25,13 @@ struct Fixture {
 
 // A built model, its data set and one loaded batch.
 Fixture make(std::unique_ptr<Network> net, const std::string& spec, dnnl::memory::dims input, int classes,
-             std::size_t samples = 0) {
+             std::size_t samples = 0, bool in_place = false) {
   Fixture f;
   auto rt = Runtime::create({spec});
   EXPECT_TRUE(rt) << rt.status().to_string();
   f.rt = std::move(rt).value();
   f.engine = std::make_unique<Engine>(*f.rt);
+  f.engine->set_in_place_relu(in_place);
   f.net = std::move(net);
   const Status built = f.net->build(*f.engine, input, /*seed=*/42);
   EXPECT_TRUE(built.is_ok()) << built.to_string();
@@ -43,10 +44,10 @@ Fixture make(std::unique_ptr<Network> net, const std::string& spec, dnnl::memory
 }
 
 Fixture make(const std::string& model, const std::string& spec, dnnl::memory::dims input, int classes,
-             int width, std::size_t samples = 0) {
+             int width, std::size_t samples = 0, bool in_place = false) {
   auto net = make_model(model, {classes, width});
   EXPECT_TRUE(net) << net.status().to_string();
-  return make(std::move(net).value(), spec, input, classes, samples);
+  return make(std::move(net).value(), spec, input, classes, samples, in_place);
 }
 
 // conv (with and without bias), batch norm, residual add, average pooling (padded), global
@@ -119,6 +120,9 @@ TEST(GradientCheck, ConvBatchNormResidualAddAveragePoolLinear) {
 TEST(GradientCheck, ReluAndMaxPool) {
   check_gradients(make("small_cnn", "fast=dram:1GiB", {4, 2, 8, 8}, 3, 4), /*kinked=*/true);
 }
+TEST(GradientCheck, InPlaceRelu) {  // each ReLU writes over its convolution's output
+  check_gradients(make("small_cnn", "fast=dram:1GiB", {4, 2, 8, 8}, 3, 4, 0, /*in_place=*/true), true);
+}
 TEST(GradientCheck, MlpOnImages) {
   check_gradients(make("mlp", "fast=dram:1GiB", {4, 1, 4, 4}, 3, 4), true);
 }
@@ -149,6 +153,47 @@ TEST(Training, ResultsDoNotDependOnWhereTensorsLive) {
   EXPECT_EQ(fast_only.second, mixed.second);
   EXPECT_EQ(fast_only.first, numa.first);
   EXPECT_LT(fast_only.first.back(), fast_only.first.front());  // and it learns
+}
+
+// ReLUs in place (Engine::set_in_place_relu): the same losses and parameters to the bit, with the
+// ReLUs' outputs written over their inputs' objects, so the step holds less.
+TEST(Training, InPlaceReluChangesNoResultAndHoldsLess) {
+  struct Run {
+    std::vector<double> losses;
+    std::vector<float> params;
+    std::uint64_t peak_bytes = 0;
+    std::size_t relus = 0, relus_in_place = 0;  // in the last step; in place: writes what it reads
+  };
+  auto run = [](bool in_place) {
+    Fixture f = make("resnet18", "fast=dram:1GiB", {6, 3, 16, 16}, 4, 8, 18, in_place);
+    BatchIterator it(f.data, 6, 3);
+    Run r;
+    for (int step = 0; step < 3; ++step) {
+      EXPECT_TRUE(it.next(*f.engine, f.batch).is_ok());
+      EXPECT_TRUE(f.rt->step_begin().is_ok());
+      auto result = f.net->train_step(*f.engine, f.batch, {0.05F, 0.9F, 1e-4F});
+      EXPECT_TRUE(f.rt->step_end().is_ok());
+      r.losses.push_back(result ? result->loss : -1);
+    }
+    for (auto& [name, p] : f.net->params())
+      r.params.insert(r.params.end(), p->value.data(), p->value.data() + p->value.elements());
+    r.peak_bytes = f.rt->stats().peak_live_bytes;
+    for (const LayerRecord& l : f.rt->last_step_layers()) {
+      if (!l.name.ends_with("relu.fwd")) continue;
+      ++r.relus;
+      if (l.reads.size() == 1 && l.writes.size() == 1 && l.reads[0] == l.writes[0]) ++r.relus_in_place;
+    }
+    return r;
+  };
+  const Run apart = run(false), in_place = run(true);
+  EXPECT_EQ(apart.losses, in_place.losses);  // bit-identical
+  EXPECT_EQ(apart.params, in_place.params);
+  EXPECT_LT(apart.losses.back(), apart.losses.front());
+  EXPECT_EQ(apart.relus, 17u);  // the stem's and two in each of 8 blocks
+  EXPECT_EQ(apart.relus_in_place, 0u);
+  EXPECT_EQ(in_place.relus, 17u);
+  EXPECT_EQ(in_place.relus_in_place, 17u);  // each reads the only output of a batch norm or an add
+  EXPECT_LT(in_place.peak_bytes, apart.peak_bytes);
 }
 
 TEST(Training, LayerMarksNameTheObjectsEachPrimitiveTouches) {

@@ -18,6 +18,25 @@ Status Network::build(Engine& engine, const dnnl::memory::dims& input_dims, std:
   if (nodes_.empty()) return failed_precondition(fmt::format("network '{}' has no layers", name_));
   if (built_) return failed_precondition(fmt::format("network '{}' is built already", name_));
   if (input_dims.size() != 4) return invalid_argument("network input must be N,C,H,W");
+  if (engine.in_place_relu()) {
+    std::vector<int> readers(nodes_.size(), 0);
+    for (const Node& node : nodes_) {
+      for (int j : node.inputs) {
+        if (j >= 0 && static_cast<std::size_t>(j) < nodes_.size()) ++readers[static_cast<std::size_t>(j)];
+      }
+    }
+    for (std::size_t i = 0; i < nodes_.size(); ++i) {
+      Node& node = nodes_[i];
+      if (!node.layer->can_run_in_place() || node.inputs.size() != 1 || node.inputs[0] < 0 ||
+          static_cast<std::size_t>(node.inputs[0]) >= i) {
+        continue;
+      }
+      const auto j = static_cast<std::size_t>(node.inputs[0]);
+      if (readers[j] != 1 || nodes_[j].layer->backward_reads_output()) continue;
+      node.in_place_of = node.inputs[0];
+      node.layer->set_in_place(true);
+    }
+  }
   TENSORTIER_RETURN_IF_ERROR(use_shape(engine, input_dims));
   for (Node& node : nodes_) node.layer->init_params(engine, seed);
   const auto& logits = nodes_.back().output_desc.dims();
@@ -60,23 +79,32 @@ Status Network::forward(Engine& engine, const Tensor& images, bool training) {
   if (!built_) return failed_precondition(fmt::format("network '{}': call build() first", name_));
   if (images.dims() != current_dims_) TENSORTIER_RETURN_IF_ERROR(use_shape(engine, images.dims()));
   images_ = &images;
-  for (Node& node : nodes_) {
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    Node& node = nodes_[i];
     std::vector<const Tensor*> in;
-    for (int j : node.inputs)
-      in.push_back(j == kInput ? &images : &nodes_[static_cast<std::size_t>(j)].output);
-    auto out = engine.allocate(node.layer->name() + ".out", node.output_desc, kActivations);
-    if (!out) return out.status();
-    node.output = std::move(out).value();
-    TENSORTIER_RETURN_IF_ERROR(node.layer->forward(engine, in, node.output, training));
+    for (int j : node.inputs) in.push_back(&output_of(j));
+    if (node.in_place_of < 0) {
+      auto out = engine.allocate(node.layer->name() + ".out", node.output_desc, kActivations);
+      if (!out) return out.status();
+      node.output = std::move(out).value();
+    }
+    TENSORTIER_RETURN_IF_ERROR(node.layer->forward(engine, in, output_of(static_cast<int>(i)), training));
   }
   return Status::ok();
+}
+
+const Tensor& Network::output_of(int node) const {
+  if (node == kInput) return *images_;
+  while (nodes_[static_cast<std::size_t>(node)].in_place_of >= 0)
+    node = nodes_[static_cast<std::size_t>(node)].in_place_of;
+  return nodes_[static_cast<std::size_t>(node)].output;
 }
 
 // Softmax cross-entropy, written here: oneDNN 2.6 has no loss primitive, and this is N x classes
 // floats (a log-sum-exp per row, in double for the sum).
 Result<StepResult> Network::loss(Engine& engine, const Batch& batch, bool with_gradient) {
   Node& last_node = nodes_.back();
-  const Tensor& logits = last_node.output;
+  const Tensor& logits = output_of(static_cast<int>(nodes_.size()) - 1);
   const auto n = static_cast<std::size_t>(logits.dims()[0]);
   const auto classes = static_cast<std::size_t>(logits.dims()[1]);
   if (batch.labels.bytes() != n * sizeof(std::int32_t))
@@ -134,7 +162,7 @@ Status Network::backward(Engine& engine) {
     std::vector<Tensor*> diff_in;
     for (std::size_t k = 0; k < node.inputs.size(); ++k) {
       const int j = node.inputs[k];
-      in.push_back(j == kInput ? images_ : &nodes_[static_cast<std::size_t>(j)].output);
+      in.push_back(&output_of(j));
       if (j == kInput) {
         diff_in.push_back(nullptr);  // the batch needs no gradient
         continue;
@@ -145,7 +173,8 @@ Status Network::backward(Engine& engine) {
       fresh[k] = std::move(d).value();
       diff_in.push_back(&fresh[k]);
     }
-    TENSORTIER_RETURN_IF_ERROR(node.layer->backward(engine, in, node.output, node.diff, diff_in));
+    TENSORTIER_RETURN_IF_ERROR(
+        node.layer->backward(engine, in, output_of(static_cast<int>(i)), node.diff, diff_in));
     for (std::size_t k = 0; k < node.inputs.size(); ++k) {
       const int j = node.inputs[k];
       if (j == kInput) continue;

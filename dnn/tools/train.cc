@@ -37,6 +37,7 @@ struct Options {
   float lr = 0.05F, momentum = 0.9F, weight_decay = 0.0F;
   int width = 64;
   std::string conv = "auto";  // convolution algorithm (ConvAlgorithm)
+  bool in_place = false;      // ReLUs in place (Engine::set_in_place_relu)
   int image_size = 32, channels = 3, classes = 10;
   std::size_t train_limit = 0, test_limit = 0, synthetic_count = 2048;
   std::string tiers;
@@ -165,6 +166,8 @@ int main(int argc, char** argv) {
   app.add_option("--conv", o.conv,
                  "Convolutions: auto (oneDNN's Winograd kernels where they pay, else direct) or direct")
       ->capture_default_str();
+  app.add_flag("--in-place", o.in_place,
+               "ReLUs write over their input where nothing else reads it (less memory; same results)");
   app.add_option("--image-size", o.image_size, "Synthetic data: image height and width")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
@@ -253,6 +256,7 @@ int main(int argc, char** argv) {
   const Result<ConvAlgorithm> conv = parse_conv_algorithm(o.conv);
   if (!conv) return fail(conv.status());
   engine.set_conv_algorithm(conv.value());
+  engine.set_in_place_relu(o.in_place);
   std::unique_ptr<TimelineRecorder> timeline;
   if (!o.trace.empty()) {
     timeline = std::make_unique<TimelineRecorder>(o.trace_from - 1, o.trace_steps,

@@ -117,6 +117,12 @@ class Engine {
   // keep theirs.
   void set_conv_algorithm(ConvAlgorithm algorithm) { conv_algorithm_ = algorithm; }
   ConvAlgorithm conv_algorithm() const { return conv_algorithm_; }
+  // Whether networks built from now on run their ReLUs in place where the graph allows (the
+  // ReLU's input read by nothing else, and its producer's backward not reading it): the ReLU
+  // writes over its input's object, as torchvision's ReLU(inplace=True), and its backward reads
+  // its output instead of its input. Off by default; results are bit-identical either way.
+  void set_in_place_relu(bool on) { in_place_relu_ = on; }
+  bool in_place_relu() const { return in_place_relu_; }
 
   // A new zero-filled tensor of `desc`'s size in `group` (`zero` false: its bytes are whatever
   // the memory held, for a tensor written before it is read). Errors come from the runtime.
@@ -166,6 +172,7 @@ class Engine {
 
   Runtime* runtime_;  // null: plain allocation, no marks
   ConvAlgorithm conv_algorithm_ = ConvAlgorithm::kAuto;
+  bool in_place_relu_ = false;
   dnnl::engine engine_;
   dnnl::stream stream_;
   std::unordered_map<const void*, BoundArgs> bound_;

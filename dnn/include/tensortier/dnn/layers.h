@@ -54,6 +54,13 @@ class Layer {
                          bool training) = 0;
   virtual Status backward(Engine& engine, const std::vector<const Tensor*>& inputs, const Tensor& output,
                           const Tensor& diff_output, const std::vector<Tensor*>& diff_inputs) = 0;
+  // In place: a layer that can write its output over its one input (ReLU) says so, and the
+  // Network tells it before its first build where the graph allows it; its forward() is then
+  // given its input's tensor as the output. A layer whose backward() reads its own output (an
+  // in-place ReLU) must not have that output overwritten by the next one.
+  virtual bool can_run_in_place() const { return false; }
+  virtual void set_in_place(bool /*on*/) {}
+  virtual bool backward_reads_output() const { return false; }
   virtual std::vector<Param*> params() { return {}; }
   // Initializes parameters from a seeded generator (PyTorch's default schemes).
   virtual void init_params(Engine& /*engine*/, std::uint64_t /*seed*/) {}

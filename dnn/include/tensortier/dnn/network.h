@@ -6,6 +6,8 @@
 // each input its gradient (kGradients; summed where an output feeds several nodes) and freeing
 // each node's output and gradient as soon as its backward has run, the way a framework's
 // autograd frees them. Then SGD updates every parameter (one marked layer per parameter).
+// With Engine::in_place_relu, a ReLU whose input no other node reads (and whose producer's
+// backward does not read it) writes over that input's object instead of allocating its own.
 //
 // Ownership: the Network owns its layers and, through them, the parameters. The caller owns the
 // batch tensors. Thread safety: one thread.
@@ -83,9 +85,12 @@ class Network {
     std::unique_ptr<Layer> layer;
     std::vector<int> inputs;
     dnnl::memory::desc output_desc;  // for current_dims_
-    Tensor output;
+    Tensor output;                   // empty for a node in place: its output is in_place_of's
     Tensor diff;
+    int in_place_of = -1;  // the node whose output this one overwrites (Engine::in_place_relu)
   };
+  // A node's output tensor (the input batch for kInput; an in-place node's is its input's).
+  const Tensor& output_of(int node) const;
   // Makes every layer run its primitives for inputs of these dims (building them the first time).
   Status use_shape(Engine& engine, const dnnl::memory::dims& input_dims);
   Status forward(Engine& engine, const Tensor& images, bool training);
