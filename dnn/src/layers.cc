@@ -90,26 +90,36 @@ Status need_inputs(const std::string& layer, const std::vector<memory::desc>& in
 }
 
 // The primitives a layer built for each input shape it was given (a batch size and its
-// layouts), so that going back to a shape seen before costs a lookup, not oneDNN's primitive
-// creation (milliseconds a layer). An epoch's last partial batch is the second shape; there are
-// rarely more, so a list searched in order is enough. Entries are never removed: `current` stays
-// valid.
+// layouts), and which of them the batch in progress runs, so that going back to a shape seen
+// before costs a lookup, not oneDNN's primitive creation (milliseconds a layer). An epoch's last
+// partial batch is the second shape; there are rarely more, so a list searched in order is
+// enough. Entries are never removed, so the current one stays valid.
 template <typename Shape>
 class Shapes {
  public:
-  Shape* find(const std::vector<memory::desc>& inputs) {
+  // Makes the shape built for these inputs the current one; false when none was built yet.
+  bool use(const std::vector<memory::desc>& inputs) {
     for (auto& [key, shape] : all_) {
-      if (key == inputs) return shape.get();
+      if (key == inputs) {
+        current_ = shape.get();
+        return true;
+      }
     }
-    return nullptr;
+    return false;
   }
-  Shape& add(const std::vector<memory::desc>& inputs, Shape shape) {
+  // Keeps a shape built for these inputs and makes it the current one.
+  const Shape& add(const std::vector<memory::desc>& inputs, Shape shape) {
     all_.emplace_back(inputs, std::make_unique<Shape>(std::move(shape)));
-    return *all_.back().second;
+    current_ = all_.back().second.get();
+    return *current_;
   }
+  bool empty() const { return current_ == nullptr; }
+  // The current shape: valid once use() found one or add() kept one.
+  const Shape* operator->() const { return current_; }
 
  private:
   std::vector<std::pair<std::vector<memory::desc>, std::unique_ptr<Shape>>> all_;
+  const Shape* current_ = nullptr;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -119,10 +129,7 @@ class Conv final : public Layer {
 
   Result<memory::desc> build(Engine& e, const std::vector<memory::desc>& inputs) override {
     if (Status s = need_inputs(name_, inputs, 1); !s.is_ok()) return s;
-    if (Shape* known = shapes_.find(inputs); known != nullptr) {
-      s_ = known;
-      return s_->dst;
-    }
+    if (shapes_.use(inputs)) return shapes_->dst;
     return guarded(name_, [&]() -> Result<memory::desc> {
       const memory::dims in = inputs[0].dims();
       if (in.size() != 4) return invalid_argument(fmt::format("conv '{}' needs a 4-D input", name_));
@@ -235,24 +242,23 @@ class Conv final : public Layer {
         TENSORTIER_RETURN_IF_ERROR(weight_and_bias(e, name_, w, memory::desc(wdims, dt::f32, tag::oihw),
                                                    o_.bias ? &b : nullptr, weight_, bias_));
       }
-      s_ = &shapes_.add(inputs, std::move(shape));
-      return s_->dst;
+      return shapes_.add(inputs, std::move(shape)).dst;
     });
   }
 
   Status forward(Engine& e, const std::vector<const Tensor*>& in, const Tensor& out, bool) override {
     const Tensor* src = in[0];
-    if (s_->src != s_->input) {  // kept until backward, which reads the same layout
-      auto copy = e.allocate(name_ + ".src", s_->src, kWorkspaces);
+    if (shapes_->src != shapes_->input) {  // kept until backward, which reads the same layout
+      auto copy = e.allocate(name_ + ".src", shapes_->src, kWorkspaces);
       if (!copy) return copy.status();
       src_copy_ = std::move(copy).value();
-      TENSORTIER_RETURN_IF_ERROR(
-          e.run(name_ + ".src_reorder", s_->to_src, {{DNNL_ARG_FROM, in[0]}}, {{DNNL_ARG_TO, &src_copy_}}));
+      TENSORTIER_RETURN_IF_ERROR(e.run(name_ + ".src_reorder", shapes_->to_src, {{DNNL_ARG_FROM, in[0]}},
+                                       {{DNNL_ARG_TO, &src_copy_}}));
       src = &src_copy_;
     }
     std::vector<Arg> reads{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, &weight_.value}};
     if (o_.bias) reads.emplace_back(DNNL_ARG_BIAS, &bias_.value);
-    return e.run(name_ + ".fwd", s_->fwd, reads, {{DNNL_ARG_DST, &out}}, s_->pad_fwd);
+    return e.run(name_ + ".fwd", shapes_->fwd, reads, {{DNNL_ARG_DST, &out}}, shapes_->pad_fwd);
   }
 
   Status backward(Engine& e, const std::vector<const Tensor*>& in, const Tensor&, const Tensor& diff_out,
@@ -260,32 +266,32 @@ class Conv final : public Layer {
     const Tensor* src = src_copy_.empty() ? in[0] : &src_copy_;
     std::vector<Arg> writes{{DNNL_ARG_DIFF_WEIGHTS, &weight_.grad}};
     if (o_.bias) writes.emplace_back(DNNL_ARG_DIFF_BIAS, &bias_.grad);
-    TENSORTIER_RETURN_IF_ERROR(e.run(name_ + ".bwd_weights", s_->bwd_weights,
+    TENSORTIER_RETURN_IF_ERROR(e.run(name_ + ".bwd_weights", shapes_->bwd_weights,
                                      {{DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, &diff_out}}, writes,
-                                     s_->pad_bwd_weights));
+                                     shapes_->pad_bwd_weights));
     e.release(src_copy_);
     if (diff_in[0] == nullptr) return Status::ok();  // the batch needs no gradient
     Tensor weights;  // the weights in backward data's layout, when it differs from theirs
-    if (s_->data_weights != weight_.value.desc()) {
-      auto t = e.allocate(name_ + ".weight.bwd_data", s_->data_weights, kGradients);
+    if (shapes_->data_weights != weight_.value.desc()) {
+      auto t = e.allocate(name_ + ".weight.bwd_data", shapes_->data_weights, kGradients);
       if (!t) return t.status();
       weights = std::move(t).value();
-      TENSORTIER_RETURN_IF_ERROR(e.run(name_ + ".weight_reorder", s_->to_data_weights,
+      TENSORTIER_RETURN_IF_ERROR(e.run(name_ + ".weight_reorder", shapes_->to_data_weights,
                                        {{DNNL_ARG_FROM, &weight_.value}}, {{DNNL_ARG_TO, &weights}}));
     }
     Tensor diff_src;  // the input's gradient in backward data's layout, when the input's differs
-    if (s_->diff_src != s_->input) {
-      auto t = e.allocate(name_ + ".diff_src", s_->diff_src, kGradients);
+    if (shapes_->diff_src != shapes_->input) {
+      auto t = e.allocate(name_ + ".diff_src", shapes_->diff_src, kGradients);
       if (!t) return t.status();
       diff_src = std::move(t).value();
     }
     TENSORTIER_RETURN_IF_ERROR(e.run(
-        name_ + ".bwd_data", s_->bwd_data,
+        name_ + ".bwd_data", shapes_->bwd_data,
         {{DNNL_ARG_WEIGHTS, weights.empty() ? &weight_.value : &weights}, {DNNL_ARG_DIFF_DST, &diff_out}},
-        {{DNNL_ARG_DIFF_SRC, diff_src.empty() ? diff_in[0] : &diff_src}}, s_->pad_bwd_data));
+        {{DNNL_ARG_DIFF_SRC, diff_src.empty() ? diff_in[0] : &diff_src}}, shapes_->pad_bwd_data));
     e.release(weights);
     if (diff_src.empty()) return Status::ok();
-    return e.run(name_ + ".diff_src_reorder", s_->from_diff_src, {{DNNL_ARG_FROM, &diff_src}},
+    return e.run(name_ + ".diff_src_reorder", shapes_->from_diff_src, {{DNNL_ARG_FROM, &diff_src}},
                  {{DNNL_ARG_TO, diff_in[0]}});
   }
 
@@ -297,7 +303,9 @@ class Conv final : public Layer {
     uniform_init(e, weight_, fan_in_, seed, name_ + ".weight");
     if (o_.bias) uniform_init(e, bias_, fan_in_, seed, name_ + ".bias");
   }
-  std::string implementation() const override { return s_ != nullptr ? s_->implementation : std::string(); }
+  std::string implementation() const override {
+    return shapes_.empty() ? std::string() : shapes_->implementation;
+  }
 
  private:
   struct Shape {
@@ -311,9 +319,8 @@ class Conv final : public Layer {
     Scratchpad pad_fwd, pad_bwd_data, pad_bwd_weights;
   };
   ConvOptions o_;
-  Shapes<Shape> shapes_;
-  Shape* s_ = nullptr;  // the shape of the batch in progress
-  Tensor src_copy_;     // the input in the convolution's layout, forward to backward
+  Shapes<Shape> shapes_;  // per input shape; shapes_-> is the batch in progress's
+  Tensor src_copy_;       // the input in the convolution's layout, forward to backward
   std::size_t fan_in_ = 1;
   Param weight_, bias_;
 };
@@ -326,10 +333,7 @@ class BatchNorm final : public Layer {
 
   Result<memory::desc> build(Engine& e, const std::vector<memory::desc>& inputs) override {
     if (Status s = need_inputs(name_, inputs, 1); !s.is_ok()) return s;
-    if (Shape* known = shapes_.find(inputs); known != nullptr) {
-      s_ = known;
-      return s_->data;
-    }
+    if (shapes_.use(inputs)) return shapes_->data;
     return guarded(name_, [&]() -> Result<memory::desc> {
       Shape shape;
       shape.data = inputs[0];  // normalizes in its input's layout
@@ -371,33 +375,33 @@ class BatchNorm final : public Layer {
         }
         init_params(e, 0);
       }
-      s_ = &shapes_.add(inputs, std::move(shape));
-      return s_->data;
+      return shapes_.add(inputs, std::move(shape)).data;
     });
   }
 
   Status forward(Engine& e, const std::vector<const Tensor*>& in, const Tensor& out, bool training) override {
     if (!training) {
-      return e.run(name_ + ".fwd", s_->infer,
+      return e.run(name_ + ".fwd", shapes_->infer,
                    {{DNNL_ARG_SRC, in[0]},
                     {DNNL_ARG_SCALE, &scale_.value},
                     {DNNL_ARG_SHIFT, &shift_.value},
                     {DNNL_ARG_MEAN, &running_mean_},
                     {DNNL_ARG_VARIANCE, &running_var_}},
-                   {{DNNL_ARG_DST, &out}}, s_->pad_infer);
+                   {{DNNL_ARG_DST, &out}}, shapes_->pad_infer);
     }
     for (auto [t, suffix] : {std::pair{&mean_, ".mean"}, std::pair{&variance_, ".variance"}}) {
       auto r = e.allocate(name_ + suffix, stats_, kWorkspaces);
       if (!r) return r.status();
       *t = std::move(r).value();
     }
-    TENSORTIER_RETURN_IF_ERROR(e.run(
-        name_ + ".fwd", s_->train,
-        {{DNNL_ARG_SRC, in[0]}, {DNNL_ARG_SCALE, &scale_.value}, {DNNL_ARG_SHIFT, &shift_.value}},
-        {{DNNL_ARG_DST, &out}, {DNNL_ARG_MEAN, &mean_}, {DNNL_ARG_VARIANCE, &variance_}}, s_->pad_train));
+    TENSORTIER_RETURN_IF_ERROR(
+        e.run(name_ + ".fwd", shapes_->train,
+              {{DNNL_ARG_SRC, in[0]}, {DNNL_ARG_SCALE, &scale_.value}, {DNNL_ARG_SHIFT, &shift_.value}},
+              {{DNNL_ARG_DST, &out}, {DNNL_ARG_MEAN, &mean_}, {DNNL_ARG_VARIANCE, &variance_}},
+              shapes_->pad_train));
     // Running statistics as PyTorch keeps them (unbiased variance); oneDNN has no primitive for
     // this update, and it is C floats.
-    const std::size_t count = s_->count;
+    const std::size_t count = shapes_->count;
     return e.host_layer(name_ + ".running_stats", {&mean_, &variance_}, {&running_mean_, &running_var_}, [&] {
       const float unbias = count > 1 ? static_cast<float>(count) / static_cast<float>(count - 1) : 1.0F;
       for (std::size_t c = 0; c < mean_.elements(); ++c) {
@@ -413,12 +417,12 @@ class BatchNorm final : public Layer {
     Tensor scratch_diff;  // batch norm always computes diff_src; a first layer discards it
     const Tensor* diff_src = diff_in[0];
     if (diff_src == nullptr) {
-      auto t = e.allocate(name_ + ".diff_src", s_->data, kGradients);
+      auto t = e.allocate(name_ + ".diff_src", shapes_->data, kGradients);
       if (!t) return t.status();
       scratch_diff = std::move(t).value();
       diff_src = &scratch_diff;
     }
-    TENSORTIER_RETURN_IF_ERROR(e.run(name_ + ".bwd", s_->bwd,
+    TENSORTIER_RETURN_IF_ERROR(e.run(name_ + ".bwd", shapes_->bwd,
                                      {{DNNL_ARG_SRC, in[0]},
                                       {DNNL_ARG_MEAN, &mean_},
                                       {DNNL_ARG_VARIANCE, &variance_},
@@ -428,7 +432,7 @@ class BatchNorm final : public Layer {
                                      {{DNNL_ARG_DIFF_SRC, diff_src},
                                       {DNNL_ARG_DIFF_SCALE, &scale_.grad},
                                       {DNNL_ARG_DIFF_SHIFT, &shift_.grad}},
-                                     s_->pad_bwd));
+                                     shapes_->pad_bwd));
     e.release(mean_);
     e.release(variance_);
     return Status::ok();
@@ -453,9 +457,8 @@ class BatchNorm final : public Layer {
     Scratchpad pad_train, pad_infer, pad_bwd;
   };
   float epsilon_, momentum_;
-  Shapes<Shape> shapes_;
-  Shape* s_ = nullptr;  // the shape of the batch in progress
-  memory::desc stats_;  // mean and variance: one value per channel, whatever the batch
+  Shapes<Shape> shapes_;  // per input shape; shapes_-> is the batch in progress's
+  memory::desc stats_;    // mean and variance: one value per channel, whatever the batch
   Param scale_, shift_;
   Tensor running_mean_, running_var_, mean_, variance_;
 };
@@ -469,10 +472,7 @@ class Relu final : public Layer {
   bool backward_reads_output() const override { return in_place_; }
   Result<memory::desc> build(Engine& e, const std::vector<memory::desc>& inputs) override {
     if (Status s = need_inputs(name_, inputs, 1); !s.is_ok()) return s;
-    if (Shape* known = shapes_.find(inputs); known != nullptr) {
-      s_ = known;
-      return inputs[0];
-    }
+    if (shapes_.use(inputs)) return inputs[0];
     return guarded(name_, [&]() -> Result<memory::desc> {
       const memory::desc d = inputs[0];
       // In place the input is gone by backward: the gradient is computed from the output
@@ -482,19 +482,19 @@ class Relu final : public Layer {
           dnnl::eltwise_forward::desc(prop_kind::forward_training, algo, d, 0.F, 0.F), e.cpu());
       const dnnl::eltwise_backward::primitive_desc b(dnnl::eltwise_backward::desc(algo, d, d, 0.F, 0.F),
                                                      e.cpu(), f);
-      s_ = &shapes_.add(inputs, Shape{dnnl::eltwise_forward(f), dnnl::eltwise_backward(b)});
+      shapes_.add(inputs, Shape{dnnl::eltwise_forward(f), dnnl::eltwise_backward(b)});
       return d;
     });
   }
   Status forward(Engine& e, const std::vector<const Tensor*>& in, const Tensor& out, bool) override {
     // In place, `out` is in[0]: one object, declared as read and written.
-    return e.run(name_ + ".fwd", s_->fwd, {{DNNL_ARG_SRC, in[0]}}, {{DNNL_ARG_DST, &out}});
+    return e.run(name_ + ".fwd", shapes_->fwd, {{DNNL_ARG_SRC, in[0]}}, {{DNNL_ARG_DST, &out}});
   }
   Status backward(Engine& e, const std::vector<const Tensor*>& in, const Tensor& out, const Tensor& diff_out,
                   const std::vector<Tensor*>& diff_in) override {
     if (diff_in[0] == nullptr) return Status::ok();
     const Arg data = in_place_ ? Arg{DNNL_ARG_DST, &out} : Arg{DNNL_ARG_SRC, in[0]};
-    return e.run(name_ + ".bwd", s_->bwd, {data, {DNNL_ARG_DIFF_DST, &diff_out}},
+    return e.run(name_ + ".bwd", shapes_->bwd, {data, {DNNL_ARG_DIFF_DST, &diff_out}},
                  {{DNNL_ARG_DIFF_SRC, diff_in[0]}});
   }
 
@@ -504,8 +504,7 @@ class Relu final : public Layer {
     dnnl::eltwise_backward bwd;
   };
   bool in_place_ = false;
-  Shapes<Shape> shapes_;
-  Shape* s_ = nullptr;  // the shape of the batch in progress
+  Shapes<Shape> shapes_;  // per input shape; shapes_-> is the batch in progress's
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -521,10 +520,7 @@ class Pool final : public Layer {
 
   Result<memory::desc> build(Engine& e, const std::vector<memory::desc>& inputs) override {
     if (Status s = need_inputs(name_, inputs, 1); !s.is_ok()) return s;
-    if (Shape* known = shapes_.find(inputs); known != nullptr) {
-      s_ = known;
-      return s_->dst;
-    }
+    if (shapes_.use(inputs)) return shapes_->dst;
     return guarded(name_, [&]() -> Result<memory::desc> {
       const memory::dims in = inputs[0].dims();
       if (in.size() != 4) return invalid_argument(fmt::format("pool '{}' needs a 4-D input", name_));
@@ -559,23 +555,23 @@ class Pool final : public Layer {
       shape.pad_train = {name_ + ".fwd.scratchpad", train.scratchpad_desc()};
       shape.pad_infer = {name_ + ".infer.scratchpad", infer.scratchpad_desc()};
       shape.pad_bwd = {name_ + ".bwd.scratchpad", bwd.scratchpad_desc()};
-      s_ = &shapes_.add(inputs, std::move(shape));
-      return s_->dst;
+      return shapes_.add(inputs, std::move(shape)).dst;
     });
   }
 
   Status forward(Engine& e, const std::vector<const Tensor*>& in, const Tensor& out, bool training) override {
     if (!training) {
-      return e.run(name_ + ".fwd", s_->infer, {{DNNL_ARG_SRC, in[0]}}, {{DNNL_ARG_DST, &out}}, s_->pad_infer);
+      return e.run(name_ + ".fwd", shapes_->infer, {{DNNL_ARG_SRC, in[0]}}, {{DNNL_ARG_DST, &out}},
+                   shapes_->pad_infer);
     }
     std::vector<Arg> writes{{DNNL_ARG_DST, &out}};
-    if (s_->workspace.get_size() != 0) {
-      auto w = e.allocate(name_ + ".workspace", s_->workspace, kWorkspaces);
+    if (shapes_->workspace.get_size() != 0) {
+      auto w = e.allocate(name_ + ".workspace", shapes_->workspace, kWorkspaces);
       if (!w) return w.status();
       workspace_ = std::move(w).value();
       writes.emplace_back(DNNL_ARG_WORKSPACE, &workspace_);
     }
-    return e.run(name_ + ".fwd", s_->train, {{DNNL_ARG_SRC, in[0]}}, writes, s_->pad_train);
+    return e.run(name_ + ".fwd", shapes_->train, {{DNNL_ARG_SRC, in[0]}}, writes, shapes_->pad_train);
   }
 
   Status backward(Engine& e, const std::vector<const Tensor*>&, const Tensor&, const Tensor& diff_out,
@@ -584,7 +580,7 @@ class Pool final : public Layer {
       std::vector<Arg> reads{{DNNL_ARG_DIFF_DST, &diff_out}};
       if (!workspace_.empty()) reads.emplace_back(DNNL_ARG_WORKSPACE, &workspace_);
       TENSORTIER_RETURN_IF_ERROR(
-          e.run(name_ + ".bwd", s_->bwd, reads, {{DNNL_ARG_DIFF_SRC, diff_in[0]}}, s_->pad_bwd));
+          e.run(name_ + ".bwd", shapes_->bwd, reads, {{DNNL_ARG_DIFF_SRC, diff_in[0]}}, shapes_->pad_bwd));
     }
     e.release(workspace_);
     return Status::ok();
@@ -600,8 +596,7 @@ class Pool final : public Layer {
   PoolKind kind_;
   int kernel_, stride_, padding_;
   bool global_;
-  Shapes<Shape> shapes_;
-  Shape* s_ = nullptr;  // the shape of the batch in progress
+  Shapes<Shape> shapes_;  // per input shape; shapes_-> is the batch in progress's
   Tensor workspace_;
 };
 
@@ -612,10 +607,7 @@ class Linear final : public Layer {
 
   Result<memory::desc> build(Engine& e, const std::vector<memory::desc>& inputs) override {
     if (Status s = need_inputs(name_, inputs, 1); !s.is_ok()) return s;
-    if (Shape* known = shapes_.find(inputs); known != nullptr) {
-      s_ = known;
-      return s_->dst;
-    }
+    if (shapes_.use(inputs)) return shapes_->dst;
     return guarded(name_, [&]() -> Result<memory::desc> {
       const memory::dims in = inputs[0].dims();
       const memory::desc src = inputs[0];
@@ -654,28 +646,27 @@ class Linear final : public Layer {
         TENSORTIER_RETURN_IF_ERROR(
             weight_and_bias(e, name_, w, w_plain, bias_on_ ? &b : nullptr, weight_, bias_));
       }
-      s_ = &shapes_.add(inputs, std::move(shape));
-      return s_->dst;
+      return shapes_.add(inputs, std::move(shape)).dst;
     });
   }
 
   Status forward(Engine& e, const std::vector<const Tensor*>& in, const Tensor& out, bool) override {
     std::vector<Arg> reads{{DNNL_ARG_SRC, in[0]}, {DNNL_ARG_WEIGHTS, &weight_.value}};
     if (bias_on_) reads.emplace_back(DNNL_ARG_BIAS, &bias_.value);
-    return e.run(name_ + ".fwd", s_->fwd, reads, {{DNNL_ARG_DST, &out}}, s_->pad_fwd);
+    return e.run(name_ + ".fwd", shapes_->fwd, reads, {{DNNL_ARG_DST, &out}}, shapes_->pad_fwd);
   }
 
   Status backward(Engine& e, const std::vector<const Tensor*>& in, const Tensor&, const Tensor& diff_out,
                   const std::vector<Tensor*>& diff_in) override {
     std::vector<Arg> writes{{DNNL_ARG_DIFF_WEIGHTS, &weight_.grad}};
     if (bias_on_) writes.emplace_back(DNNL_ARG_DIFF_BIAS, &bias_.grad);
-    TENSORTIER_RETURN_IF_ERROR(e.run(name_ + ".bwd_weights", s_->bwd_weights,
+    TENSORTIER_RETURN_IF_ERROR(e.run(name_ + ".bwd_weights", shapes_->bwd_weights,
                                      {{DNNL_ARG_SRC, in[0]}, {DNNL_ARG_DIFF_DST, &diff_out}}, writes,
-                                     s_->pad_bwd_weights));
+                                     shapes_->pad_bwd_weights));
     if (diff_in[0] == nullptr) return Status::ok();
-    return e.run(name_ + ".bwd_data", s_->bwd_data,
+    return e.run(name_ + ".bwd_data", shapes_->bwd_data,
                  {{DNNL_ARG_WEIGHTS, &weight_.value}, {DNNL_ARG_DIFF_DST, &diff_out}},
-                 {{DNNL_ARG_DIFF_SRC, diff_in[0]}}, s_->pad_bwd_data);
+                 {{DNNL_ARG_DIFF_SRC, diff_in[0]}}, shapes_->pad_bwd_data);
   }
 
   std::vector<Param*> params() override {
@@ -698,8 +689,7 @@ class Linear final : public Layer {
   int out_;
   bool bias_on_;
   std::size_t fan_in_ = 1;
-  Shapes<Shape> shapes_;
-  Shape* s_ = nullptr;  // the shape of the batch in progress
+  Shapes<Shape> shapes_;  // per input shape; shapes_-> is the batch in progress's
   Param weight_, bias_;
 };
 
@@ -712,10 +702,7 @@ class Add final : public Layer {
     if (inputs[0].dims() != inputs[1].dims()) {
       return invalid_argument(fmt::format("add '{}': the two inputs differ in shape", name_));
     }
-    if (Shape* known = shapes_.find(inputs); known != nullptr) {
-      s_ = known;
-      return s_->first;
-    }
+    if (shapes_.use(inputs)) return shapes_->first;
     return guarded(name_, [&]() -> Result<memory::desc> {
       // The sum takes the first input's layout; a second input in another layout (its
       // convolution chose differently) is reordered into it, and its gradient back out of it.
@@ -730,29 +717,28 @@ class Add final : public Layer {
       }
       shape.fwd = dnnl::binary(dnnl::binary::primitive_desc(
           dnnl::binary::desc(algorithm::binary_add, shape.first, shape.first, shape.first), e.cpu()));
-      s_ = &shapes_.add(inputs, std::move(shape));
-      return s_->first;
+      return shapes_.add(inputs, std::move(shape)).first;
     });
   }
   Status forward(Engine& e, const std::vector<const Tensor*>& in, const Tensor& out, bool) override {
     Tensor converted;
     const Tensor* second = in[1];
-    if (s_->first != s_->second) {
-      auto t = e.allocate(name_ + ".src1", s_->first, kGradients);
+    if (shapes_->first != shapes_->second) {
+      auto t = e.allocate(name_ + ".src1", shapes_->first, kGradients);
       if (!t) return t.status();
       converted = std::move(t).value();
-      TENSORTIER_RETURN_IF_ERROR(e.run(name_ + ".src1_reorder", s_->to_first, {{DNNL_ARG_FROM, in[1]}},
+      TENSORTIER_RETURN_IF_ERROR(e.run(name_ + ".src1_reorder", shapes_->to_first, {{DNNL_ARG_FROM, in[1]}},
                                        {{DNNL_ARG_TO, &converted}}));
       second = &converted;
     }
-    return e.run(name_ + ".fwd", s_->fwd, {{DNNL_ARG_SRC_0, in[0]}, {DNNL_ARG_SRC_1, second}},
+    return e.run(name_ + ".fwd", shapes_->fwd, {{DNNL_ARG_SRC_0, in[0]}, {DNNL_ARG_SRC_1, second}},
                  {{DNNL_ARG_DST, &out}});
   }
   // d(a+b)/da = d(a+b)/db = 1: both inputs get the output's gradient: a copy where the layouts
   // agree (a memcpy needs no primitive), a reorder where they do not.
   Status backward(Engine& e, const std::vector<const Tensor*>&, const Tensor&, const Tensor& diff_out,
                   const std::vector<Tensor*>& diff_in) override {
-    const bool same = s_->first == s_->second;
+    const bool same = shapes_->first == shapes_->second;
     std::vector<const Tensor*> copies;
     if (diff_in[0] != nullptr) copies.push_back(diff_in[0]);
     if (diff_in[1] != nullptr && same) copies.push_back(diff_in[1]);
@@ -762,7 +748,7 @@ class Add final : public Layer {
       }));
     }
     if (diff_in[1] == nullptr || same) return Status::ok();
-    return e.run(name_ + ".bwd_src1_reorder", s_->to_second, {{DNNL_ARG_FROM, &diff_out}},
+    return e.run(name_ + ".bwd_src1_reorder", shapes_->to_second, {{DNNL_ARG_FROM, &diff_out}},
                  {{DNNL_ARG_TO, diff_in[1]}});
   }
 
@@ -772,8 +758,7 @@ class Add final : public Layer {
     dnnl::reorder to_first, to_second;  // between them, where they differ
     dnnl::binary fwd;
   };
-  Shapes<Shape> shapes_;
-  Shape* s_ = nullptr;  // the shape of the batch in progress
+  Shapes<Shape> shapes_;  // per input shape; shapes_-> is the batch in progress's
 };
 
 }  // namespace
