@@ -205,7 +205,8 @@ int main(int argc, char** argv) {
       std::string ranges;
       for (const TierUsage& t : stats.tiers) {
         clean += t.clean_moves;
-        ranges += fmt::format(" {}: {} new / {} reused ranges;", t.name, t.new_ranges, t.reused_ranges);
+        ranges += fmt::format(" {}: {} new / {} reused ranges ({} assembled);", t.name, t.new_ranges,
+                              t.reused_ranges, t.assembled_ranges);
       }
       fmt::print("  {}:{}\n", r.tiers, ranges);
       fmt::print(

@@ -286,6 +286,63 @@ TEST(ObjectAllocator, CacheIsReleasedWhenTheBudgetNeedsIt) {
   EXPECT_EQ(alloc->usage()[0].fallbacks_out, 0u);
 }
 
+// With no room in the budget and no cached range as large, smaller cached ranges give their
+// pages to the new object (mremap): nothing is released, no page faults in, and what they lack
+// comes from the budget's room.
+TEST(ObjectAllocator, SmallerCachedRangesAreJoinedWhereTheBudgetHasNoRoom) {
+  // Ranges under 2 MiB: 4 KiB pages, so a new range would fault once a page (256 for 1 MiB).
+  auto alloc = make("fast=emulated:optane:2MiB,slow=emulated:optane:64MiB");
+  constexpr std::size_t kPart = std::size_t{512} << 10;
+  std::vector<ObjectInfo> four;
+  for (int i = 0; i < 4; ++i) {
+    four.push_back(alloc->allocate("part", kPart).value());
+    std::memset(four.back().address, 'a' + i, kPart);
+  }
+  ASSERT_TRUE(alloc->free(four[0].address).is_ok());
+  ASSERT_TRUE(alloc->free(four[2].address).is_ok());  // two cached ranges, not adjacent
+  const TierUsage before = alloc->usage()[0];
+  ASSERT_EQ(before.cached_bytes, 2 * kPart);
+  const long faults_before = testing::thread_page_faults();
+  auto joined = alloc->allocate("joined", 2 * kPart);
+  ASSERT_TRUE(joined);
+  ASSERT_EQ(joined->tier, 0u) << "the cache held its pages: no fallback to the slow tier";
+  std::memset(joined->address, 'z', 2 * kPart);
+  const long faults = testing::thread_page_faults() - faults_before;
+  TierUsage after = alloc->usage()[0];
+  EXPECT_EQ(after.assembled_ranges, before.assembled_ranges + 1);
+  EXPECT_EQ(after.new_ranges, before.new_ranges);
+  EXPECT_EQ(after.cached_bytes, 0u);
+  EXPECT_EQ(after.mapped_bytes, 4 * kPart);
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+  EXPECT_LT(faults, 16) << "the joined range's 256 pages were faulted in already (a few faults are "
+                           "the allocator's own bookkeeping)";
+#endif
+  for (int i : {1, 3}) {
+    const auto* bytes = static_cast<const unsigned char*>(four[i].address);
+    EXPECT_TRUE(std::all_of(bytes, bytes + kPart, [&](unsigned char c) { return c == 'a' + i; }))
+        << "a live neighbour's bytes changed";
+  }
+  constexpr std::size_t kMiB = std::size_t{1} << 20;
+  alloc = make("fast=emulated:optane:8MiB,slow=emulated:optane:64MiB");
+  // A cached range smaller than the object, and room for the rest: the rest is new pages.
+  auto a = alloc->allocate("a", 3 * kMiB).value();
+  auto b = alloc->allocate("b", 2 * kMiB).value();
+  ASSERT_TRUE(alloc->free(b.address).is_ok());  // 3 live + 2 cached of 8: 3 free
+  const TierUsage mid = alloc->usage()[0];
+  auto c = alloc->allocate("c", 4 * kMiB);  // 4 > 3 free: 2 cached + 2 new
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->tier, 0u);
+  std::memset(c->address, 'c', 4 * kMiB);
+  after = alloc->usage()[0];
+  EXPECT_EQ(after.assembled_ranges, mid.assembled_ranges + 1);
+  EXPECT_EQ(after.cached_bytes, 0u);
+  EXPECT_EQ(after.mapped_bytes, 7 * kMiB);
+  ASSERT_TRUE(alloc->free(c->address).is_ok());
+  ASSERT_TRUE(alloc->free(a.address).is_ok());
+  alloc->release_cache();
+  EXPECT_EQ(alloc->usage()[0].mapped_bytes, 0u) << "every page accounted for";
+}
+
 TEST(ObjectAllocator, SteadyStateStepsTakeNoPageFault) {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   GTEST_SKIP() << "sanitizer runtimes fault on their own (quarantine, shadow memory); the plain "

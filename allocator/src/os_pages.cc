@@ -123,6 +123,14 @@ Result<void*> replace_mapping(void* replacement, void* at, std::size_t bytes, st
   return aside;
 }
 
+Status remap_pages(void* from, std::size_t bytes, void* to) {
+  if (mremap(from, bytes, bytes, MREMAP_MAYMOVE | MREMAP_FIXED, to) == MAP_FAILED) {
+    return internal_error(
+        fmt::format("mremap of {} bytes from {} to {} failed: {}", bytes, from, to, strerrordesc_np(errno)));
+  }
+  return Status::ok();
+}
+
 // The address of each page of [address, address + bytes), as move_pages takes them.
 static std::vector<void*> page_addresses(const void* address, std::size_t bytes) {
   const std::size_t page = page_bytes();

@@ -17,8 +17,9 @@
 // - Freed ranges stay mapped in a per-tier cache and serve the next allocation of the same size,
 //   so a training step that repeats the last one's allocations takes no page fault. A tier's
 //   budget counts its cached ranges too (they hold physical memory); when a new range does not
-//   fit, a larger cached range is split (the object takes its head), else cached ranges are
-//   released (smallest first) until it fits; a tier holding more than its budget (after
+//   fit, a larger cached range is split (the object takes its head), else smaller cached ranges
+//   of anonymous memory give their pages to a new mapping (mremap: no fault, no copy), else
+//   cached ranges are released (smallest first) until it fits; a tier holding more than its budget (after
 //   set_budget lowered it) caches nothing.
 //
 // - An object (a small one: its whole chunk) can move to another tier (move()). Each range has
@@ -153,14 +154,15 @@ struct TierUsage {
   std::uint64_t peak_mapped_bytes = 0;  // high-water mark of mapped_bytes
   std::uint64_t live_bytes = 0;         // bytes of live objects placed here, as asked
   std::uint64_t live_objects = 0;
-  std::uint64_t cached_bytes = 0;   // freed ranges kept for reuse
-  std::uint64_t allocations = 0;    // objects placed here
-  std::uint64_t fallbacks_out = 0;  // objects that preferred this tier and did not fit
-  std::uint64_t fallbacks_in = 0;   // objects placed here because a faster tier was full
-  std::uint64_t new_ranges = 0;     // ranges taken from the tier (each first touch faults)
-  std::uint64_t reused_ranges = 0;  // ranges served from the cache
-  std::uint64_t moves_in = 0;       // moves that brought an object (or chunk) here
-  std::uint64_t moves_out = 0;      // moves that took one away
+  std::uint64_t cached_bytes = 0;      // freed ranges kept for reuse
+  std::uint64_t allocations = 0;       // objects placed here
+  std::uint64_t fallbacks_out = 0;     // objects that preferred this tier and did not fit
+  std::uint64_t fallbacks_in = 0;      // objects placed here because a faster tier was full
+  std::uint64_t new_ranges = 0;        // ranges taken from the tier (each first touch faults)
+  std::uint64_t reused_ranges = 0;     // ranges served from the cache
+  std::uint64_t assembled_ranges = 0;  // of those, made of smaller cached ranges' pages (mremap)
+  std::uint64_t moves_in = 0;          // moves that brought an object (or chunk) here
+  std::uint64_t moves_out = 0;         // moves that took one away
   std::uint64_t bytes_moved_in = 0;
   std::uint64_t bytes_moved_out = 0;
   std::uint64_t failed_moves = 0;     // moves to this tier that failed (the object stayed put)
@@ -313,6 +315,9 @@ class ObjectAllocator {
   // A cached range of `bytes` on tier t (counted as reused), or the head of a larger one where
   // the budget has no room for a new range; nullopt when neither. Caller holds mutex_.
   std::optional<CachedRange> take_cached_locked(TierIndex t, std::size_t bytes);
+  // Else a range of `bytes` made of smaller cached ranges' pages (see the .cc); nullopt when the
+  // cache of one owner holds too little or the remap fails. Caller holds mutex_.
+  std::optional<CachedRange> assemble_cached_locked(TierIndex t, std::size_t bytes);
   // Drops a freed large object: its span, its range (to its tier's cache) and its entry.
   void retire(ObjectId id, Range& range);
   void give_back_range(TierIndex t, void* address, std::size_t bytes, TierIndex owner);
