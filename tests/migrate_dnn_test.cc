@@ -53,8 +53,11 @@ struct TrainRun {
 
 constexpr int kSteps = 10;
 
+// extra_samples: beyond three full batches, so each epoch ends with a partial batch (a step of
+// another kind than the full batches the plan is made from).
 TrainRun train(const std::string& model, const std::string& policy, const std::string& budget,
-               double failure_rate = 0, StepObserver* extra_observer = nullptr) {
+               double failure_rate = 0, StepObserver* extra_observer = nullptr,
+               std::size_t extra_samples = 0) {
   TrainRun out;
   RuntimeOptions options("fast=dram:1GiB,slow=emulated:cxl:4GiB");
   // Plans that move (these checks are about results under moves): a mover's CPU counted as free,
@@ -80,8 +83,9 @@ TrainRun train(const std::string& model, const std::string& policy, const std::s
   auto net = make_model(model, {4, lenet ? 6 : 8});
   EXPECT_TRUE(net) << net.status().to_string();
   EXPECT_TRUE(net.value()->build(engine, input, 42).is_ok());
-  Dataset data = synthetic_dataset(static_cast<std::size_t>(input[0]) * 3, static_cast<int>(input[1]),
-                                   static_cast<int>(input[2]), static_cast<int>(input[3]), 4, 7);
+  Dataset data =
+      synthetic_dataset(static_cast<std::size_t>(input[0]) * 3 + extra_samples, static_cast<int>(input[1]),
+                        static_cast<int>(input[2]), static_cast<int>(input[3]), 4, 7);
   BatchIterator it(data, static_cast<std::size_t>(input[0]), 3);
   Batch batch;
   BudgetWatch watch(r);
@@ -132,6 +136,7 @@ TEST_P(PolicyTest, TrainsBitIdenticallyToFastOnlyWithinTheBudget) {
     EXPECT_EQ(run.losses, reference.losses);
     EXPECT_EQ(run.params, reference.params);
     EXPECT_EQ(run.stats.policy, policy);
+    EXPECT_EQ(run.stats.migration.off_plan_steps, 0u) << "a step of the planned kind was taken for another";
     EXPECT_GT(run.checks, 100u) << "the budget was checked at layer boundaries";
     if (std::string(policy) != "fast-only") {
       EXPECT_EQ(run.over, 0u) << "layer boundaries where the fast tier held more than its budget";
@@ -168,6 +173,21 @@ TEST(Policies, FivePercentOfMovesFailingChangesNothingButSpeed) {
   EXPECT_EQ(run.params, reference.params);
   EXPECT_GT(run.stats.migration.failed_moves, 0u) << "the hook made no move fail";
   EXPECT_GT(run.stats.migration.moves, 0u);
+}
+
+// An epoch's partial batch is a step of another kind: the plan (keys are allocation ordinals of
+// the full-batch step) is not applied to it, and training stays bit-identical.
+TEST(Policies, StepsOfAnotherKindRunUnplanned) {
+  for (const char* model : {"lenet5", "resnet18"}) {
+    SCOPED_TRACE(model);
+    const TrainRun reference = train(model, "fast-only", "", 0, nullptr, 5);
+    const TrainRun run = train(model, "sentinel", "20%", 0, nullptr, 5);
+    EXPECT_EQ(run.losses, reference.losses);
+    EXPECT_EQ(run.params, reference.params);
+    // Steps 0-2 full, 3 partial, 4-6 full, 7 partial, 8-9 full; the plan starts at step 2.
+    EXPECT_EQ(run.stats.migration.off_plan_steps, 2u);
+    EXPECT_GT(run.stats.migration.moves, 0u) << "the full-batch steps ran the plan";
+  }
 }
 
 // Plans from the profiles of real steps: valid (within budget, every move of a live object), and

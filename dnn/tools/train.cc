@@ -351,13 +351,16 @@ int main(int argc, char** argv) {
     const RuntimeStats stats = rt.stats();
     fmt::print(
         "policy {}: fast budget {}{}; over the run {} moves ({} in, {} out), {} dropped late, {} failed, "
-        "{} keys not alive, mover CPU {:.1f} ms; layers waited {:.1f} ms for {} moves\n",
+        "{} keys not alive, {} steps of another kind run unplanned, mover CPU {:.1f} ms; layers waited "
+        "{:.1f} "
+        "ms for {} moves\n",
         plan->policy, format_bytes(plan->fast_budget_bytes),
         (plan->interval_layers != 0 ? fmt::format(", interval {} layers", plan->interval_layers) : "") +
             (plan->variant.empty() ? "" : fmt::format(" ({})", plan->variant)),
         stats.migration.moves, format_bytes(stats.migration.bytes_in),
         format_bytes(stats.migration.bytes_out), stats.migration.late_dropped, stats.migration.failed_moves,
-        stats.migration.missing, static_cast<double>(stats.migration.mover_cpu_ns) / 1e6,
+        stats.migration.missing, stats.migration.off_plan_steps,
+        static_cast<double>(stats.migration.mover_cpu_ns) / 1e6,
         static_cast<double>(stats.move_wait_ns) / 1e6, stats.late_moves);
     if (!stats.migration.last_failure.empty())
       fmt::print("  the last failed move: {}\n", stats.migration.last_failure);

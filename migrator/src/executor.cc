@@ -80,8 +80,16 @@ std::optional<ObjectId> Executor::id_of(ObjectKey key) {
   return it->second;
 }
 
+void Executor::set_off_plan() {
+  const std::uint64_t step = step_.load(std::memory_order_acquire);
+  if (off_plan_step_.exchange(step, std::memory_order_acq_rel) == step) return;
+  std::lock_guard lock(stats_mutex_);
+  ++stats_.off_plan_steps;
+}
+
 void Executor::enqueue(std::uint32_t after_layer) {
   const std::uint64_t step = step_.load(std::memory_order_acquire);
+  if (off_plan()) return;
   auto [lo, hi] = by_layer_.equal_range(after_layer);
   std::uint64_t missing = 0;
   for (auto it = lo; it != hi; ++it) {
@@ -113,6 +121,11 @@ void Executor::run() {
     queue_->jobs.pop(job);
     if (job.stop) break;
     const std::uint64_t now = step_.load(std::memory_order_acquire);
+    if (job.step == now && off_plan_step_.load(std::memory_order_acquire) == now) {
+      std::lock_guard lock(stats_mutex_);
+      ++stats_.off_plan_dropped;
+      continue;
+    }
     const bool stale = job.step < now;
     const std::uint32_t begun = !stale && job.step == now ? layers_begun_() : 0;
     const bool useless = job.useful_until != kStepStart && begun > job.useful_until;
@@ -182,7 +195,7 @@ void Executor::on_free(ObjectId id, const SpanView&) {
 }
 
 std::optional<TierIndex> Executor::placement(ObjectKey key, std::size_t) {
-  if (state() != ExecutorState::kRunning) return std::nullopt;
+  if (state() != ExecutorState::kRunning || off_plan()) return std::nullopt;
   auto it = plan_.birth.find(key);
   if (it == plan_.birth.end()) return std::nullopt;
   return it->second;

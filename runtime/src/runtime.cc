@@ -511,6 +511,7 @@ void Runtime::start_migration(const profiler::StepProfile& profile) {
   if (Status s = allocator_.set_budget(fast, budget); !s.is_ok())
     spdlog::warn("policy '{}': {}", policy_, s.message());
   const std::uint32_t layers = inputs->layers;
+  plan_signatures_ = layer_signatures_;  // start_migration runs at the end of the profiled step
   executor_ = std::make_unique<migrator::Executor>(
       std::move(plan).value(), layers, [this](ObjectId id, TierIndex to) { return move(id, to); },
       [this] { return layers_begun_.load(std::memory_order_acquire); });
@@ -555,6 +556,8 @@ Status Runtime::step_begin() {
   if (in_step_) return failed_precondition("step_begin: the previous step has not ended (call step_end)");
   current_step_.clear();
   signature_ = 0xcbf29ce484222325ull;
+  layer_signatures_.clear();
+  on_plan_ = true;
   step_charge_ns_ = 0;
   step_slow_bytes_ = step_move_wait_ns_ = step_late_moves_ = 0;
   layers_begun_.store(0, std::memory_order_release);
@@ -665,6 +668,14 @@ Status Runtime::layer_begin(std::string_view name, std::span<const ObjectId> rea
     (is_read ? read_keys_ : write_keys_).push_back(o.key);
     if (allocator_.tier(o.tier).cost_model() != nullptr)
       (is_read ? slow_read_bytes_ : slow_written_bytes_)[o.tier] += o.bytes;
+  }
+  // A step whose layers stop matching the planned step's is of another kind (evaluation, a
+  // partial batch): the plan's keys would name other objects in it, so it runs unplanned.
+  layer_signatures_.push_back(signature_);
+  if (on_plan_ && executor_ != nullptr &&
+      (record.index >= plan_signatures_.size() || plan_signatures_[record.index] != signature_)) {
+    on_plan_ = false;
+    executor_->set_off_plan();
   }
   const std::uint64_t before_ns = record.index < last_step_.size() && last_step_[record.index].name == name
                                       ? last_step_[record.index].duration_ns

@@ -285,9 +285,12 @@ class Runtime {
   std::vector<LayerRecord> current_step_;
   std::vector<LayerRecord> last_step_;
   std::uint64_t step_start_ns_ = 0;
-  std::uint64_t signature_ = 0;       // of the step in progress, built at each layer_begin
-  std::uint64_t last_signature_ = 0;  // of the last completed step
-  std::uint64_t run_length_ = 0;      // completed steps in a row with last_signature_
+  std::uint64_t signature_ = 0;                  // of the step in progress, built at each layer_begin
+  std::uint64_t last_signature_ = 0;             // of the last completed step
+  std::uint64_t run_length_ = 0;                 // completed steps in a row with last_signature_
+  std::vector<std::uint64_t> layer_signatures_;  // signature_ after each layer_begin of this step
+  std::vector<std::uint64_t> plan_signatures_;   // ... of the step the running plan was made from
+  bool on_plan_ = true;  // this step's layers so far are the planned step's (else the executor is told)
   // The process that created it: a child after fork() is refused step and layer marks
   // (not_forked), and its destructor leaves the parent's threads alone.
   const pid_t pid_ = getpid();

@@ -38,17 +38,19 @@ namespace tensortier::migrator {
 enum class ExecutorState { kStopped, kRunning, kPaused };
 
 struct ExecutorStats {
-  std::uint64_t steps = 0;          // steps begun while running
-  std::uint64_t moves = 0;          // moves done (the object changed tier)
-  std::uint64_t bytes_in = 0;       // moved into the fast tier
-  std::uint64_t bytes_out = 0;      // moved out of it
-  std::uint64_t failed_moves = 0;   // the move function refused or failed (the object stayed)
-  std::uint64_t late_moves = 0;     // done after the layer that first needed it had begun
-  std::uint64_t late_dropped = 0;   // dropped: every layer it would have helped had begun
-  std::uint64_t stale_dropped = 0;  // dropped: its step was over
-  std::uint64_t missing = 0;        // the planned key named no live object (or it was freed before its move)
-  std::uint64_t mover_cpu_ns = 0;   // CPU time of the mover thread
-  std::string last_failure;         // why the latest failed move failed
+  std::uint64_t steps = 0;           // steps begun while running
+  std::uint64_t moves = 0;           // moves done (the object changed tier)
+  std::uint64_t bytes_in = 0;        // moved into the fast tier
+  std::uint64_t bytes_out = 0;       // moved out of it
+  std::uint64_t failed_moves = 0;    // the move function refused or failed (the object stayed)
+  std::uint64_t late_moves = 0;      // done after the layer that first needed it had begun
+  std::uint64_t late_dropped = 0;    // dropped: every layer it would have helped had begun
+  std::uint64_t stale_dropped = 0;   // dropped: its step was over
+  std::uint64_t missing = 0;         // the planned key named no live object (or it was freed before its move)
+  std::uint64_t off_plan_steps = 0;  // steps found to be of another kind than the plan's (set_off_plan)
+  std::uint64_t off_plan_dropped = 0;  // queued moves of such a step, dropped
+  std::uint64_t mover_cpu_ns = 0;      // CPU time of the mover thread
+  std::string last_failure;            // why the latest failed move failed
   // The last completed step's share of the above.
   std::uint64_t last_step_bytes_in = 0, last_step_bytes_out = 0, last_step_failed = 0, last_step_late = 0;
 };
@@ -66,6 +68,12 @@ class Executor final : public StepObserver, public PlacementAdvisor {
   void start();
   void stop();
   void set_paused(bool paused);
+  // The step in progress is not of the kind the plan was made for (its layers differ from the
+  // profiled step's: an evaluation pass, a partial batch): for the rest of it nothing more is
+  // handed out, queued moves for it are dropped and placement is not advised, since the plan's
+  // keys (allocation ordinals) would name other objects. The next step is planned again.
+  // Thread-safe.
+  void set_off_plan();
   ExecutorState state() const { return state_.load(std::memory_order_acquire); }
   ExecutorStats stats() const;
   const Plan& plan() const { return plan_; }
@@ -106,6 +114,11 @@ class Executor final : public StepObserver, public PlacementAdvisor {
   std::thread mover_;
   std::atomic<ExecutorState> state_{ExecutorState::kStopped};
   std::atomic<std::uint64_t> step_{0};  // the step in progress
+  static constexpr std::uint64_t kNoStep = ~std::uint64_t{0};
+  std::atomic<std::uint64_t> off_plan_step_{kNoStep};  // the step set_off_plan() named
+  bool off_plan() const {
+    return off_plan_step_.load(std::memory_order_acquire) == step_.load(std::memory_order_acquire);
+  }
   std::mutex ids_mutex_;
   std::unordered_map<ObjectKey, ObjectId> ids_;   // step keys of live objects -> their ids
   std::unordered_map<ObjectId, ObjectKey> keys_;  // the reverse
