@@ -133,6 +133,7 @@ int main(int argc, char** argv) {
     options.policy = copies ? policy.substr(0, policy.size() - 7) : policy;
     options.clean_moves = !copies;
     options.fast_budget = fast_budget;
+    options.trial_steps = 0;  // the policy's plan as made, every measured step (no trial swap)
     auto rt = Runtime::create(options);
     if (!rt) {
       fmt::print(stderr, "bench_training: --tiers '{}'{}: {}\n", spec,

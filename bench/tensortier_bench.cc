@@ -95,6 +95,7 @@ Result<json> run_task(const MatrixConfig& c, const Task& task, const fs::path& o
     // its "fast-only" is the runtime with no policy.
     options.policy = task.kind == TaskKind::kNumactl ? "" : policy;
     options.fast_budget = task.budget;
+    options.trial_steps = 0;  // each policy's plan as made, every measured step (no trial swap)
     auto rt = Runtime::create(options);
     if (!rt)
       return Status(rt.status().code(),

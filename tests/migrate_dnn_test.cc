@@ -5,6 +5,7 @@
 // planner packs the short-lived objects of those steps within 2% of their max-live bytes.
 #include <map>
 #include <random>
+#include <thread>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -49,6 +50,8 @@ struct TrainRun {
   std::string plan_problem;
   std::size_t layers_per_step = 0;
   std::uint64_t planned_clean_out_bytes = 0;  // the plan's prediction of what goes out clean
+  std::string trial_result;                   // Runtime::trial_result() at the end
+  std::string variant;                        // of the plan running at the end
 };
 
 constexpr int kSteps = 10;
@@ -56,8 +59,8 @@ constexpr int kSteps = 10;
 // extra_samples: beyond three full batches, so each epoch ends with a partial batch (a step of
 // another kind than the full batches the plan is made from).
 TrainRun train(const std::string& model, const std::string& policy, const std::string& budget,
-               double failure_rate = 0, StepObserver* extra_observer = nullptr,
-               std::size_t extra_samples = 0) {
+               double failure_rate = 0, StepObserver* extra_observer = nullptr, std::size_t extra_samples = 0,
+               std::uint32_t trial_steps = RuntimeOptions{}.trial_steps) {
   TrainRun out;
   RuntimeOptions options("fast=dram:1GiB,slow=emulated:cxl:4GiB");
   // Plans that move (these checks are about results under moves): a mover's CPU counted as free,
@@ -65,6 +68,7 @@ TrainRun train(const std::string& model, const std::string& policy, const std::s
   options.mover_steals_compute = 0;
   options.policy = policy;
   options.fast_budget = budget;
+  options.trial_steps = trial_steps;
   auto rt = Runtime::create(options);
   EXPECT_TRUE(rt) << rt.status().to_string();
   if (!rt) return out;
@@ -115,6 +119,8 @@ TrainRun train(const std::string& model, const std::string& policy, const std::s
                                })
                   .is_ok());
   out.stats = r.stats();
+  out.trial_result = r.trial_result();
+  if (r.plan() != nullptr) out.variant = r.plan()->variant;
   out.checks = watch.checks;
   out.over = watch.over;
   EXPECT_NE(r.plan(), nullptr) << policy << " did not start";
@@ -132,7 +138,8 @@ TEST_P(PolicyTest, TrainsBitIdenticallyToFastOnlyWithinTheBudget) {
   int budgets_with_clean_outs = 0;
   for (const char* budget : {"100%", "50%", "20%", "10%"}) {
     SCOPED_TRACE(fmt::format("{} {} at {}", model, policy, budget));
-    const TrainRun run = train(model, policy, budget);
+    // The policy itself, every step (the trial, which may swap in first-touch, is tested below).
+    const TrainRun run = train(model, policy, budget, 0, nullptr, 0, /*trial_steps=*/0);
     EXPECT_EQ(run.losses, reference.losses);
     EXPECT_EQ(run.params, reference.params);
     EXPECT_EQ(run.stats.policy, policy);
@@ -188,6 +195,56 @@ TEST(Policies, StepsOfAnotherKindRunUnplanned) {
     EXPECT_EQ(run.stats.migration.off_plan_steps, 2u);
     EXPECT_GT(run.stats.migration.moves, 0u) << "the full-batch steps ran the plan";
   }
+}
+
+// Slows a step by 60 ms (its first layer) when the step before it had moves, or had none.
+class SlowDown final : public StepObserver {
+ public:
+  explicit SlowDown(bool when_moving) : when_moving_(when_moving) {}
+  void on_step_begin(std::uint64_t step) override {
+    previous_moved_ = moves_.exchange(0) != 0;
+    step_ = step;
+  }
+  void on_layer_begin(const LayerEvent& event) override {
+    if (event.index == 0 && step_ >= 3 && previous_moved_ == when_moving_)
+      std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  }
+  void on_move(const MoveResult& move) override {
+    if (move.moved) moves_.fetch_add(1);
+  }
+
+ private:
+  const bool when_moving_;
+  std::atomic<std::uint64_t> moves_{0};
+  bool previous_moved_ = false;
+  std::uint64_t step_ = 0;
+};
+
+// The trial (RuntimeOptions::trial_steps): steps 3-5 under the plan, 7-9 with no moves (2 and 6
+// unmeasured); the faster goes on. Which one is made the slower by 60 ms a step, and the swaps
+// change no result.
+TEST(Policies, TheTrialKeepsWhicheverOfMovingAndNotMovingIsFaster) {
+  const TrainRun reference = train("resnet18", "fast-only", "");
+  for (const bool moving_is_slow : {true, false}) {
+    SCOPED_TRACE(moving_is_slow ? "moving made slow" : "not moving made slow");
+    SlowDown slow(/*when_moving=*/moving_is_slow);
+    const TrainRun run = train("resnet18", "sentinel", "20%", 0, &slow);
+    EXPECT_EQ(run.losses, reference.losses);
+    EXPECT_EQ(run.params, reference.params);
+    ASSERT_FALSE(run.trial_result.empty()) << "the trial did not end within 10 steps";
+    EXPECT_GT(run.stats.migration.moves, 0u) << "the moves of the plan's trial steps are counted";
+    if (moving_is_slow) {
+      EXPECT_NE(run.variant.find("chosen by the trial"), std::string::npos) << run.trial_result;
+      EXPECT_NE(run.trial_result.find("does not pay"), std::string::npos) << run.trial_result;
+    } else {
+      EXPECT_EQ(run.variant, "") << run.trial_result;
+      EXPECT_NE(run.trial_result.find("its plan runs"), std::string::npos) << run.trial_result;
+    }
+  }
+  // No trial: the plan runs as made.
+  const TrainRun untried = train("resnet18", "sentinel", "20%", 0, nullptr, 0, /*trial_steps=*/0);
+  EXPECT_TRUE(untried.trial_result.empty());
+  EXPECT_EQ(untried.variant, "");
 }
 
 // Plans from the profiles of real steps: valid (within budget, every move of a live object), and
@@ -246,7 +303,7 @@ TEST(Policies, PlansFromRealProfilesAreValidAndTheRegionIsTight) {
 // their bytes, and the per-step counts the trainer prints (slow bytes, moves) agree with it.
 TEST(Policies, TheTimelineRecordsEveryLayerAndTheMovesOfTheStepsItWasAskedFor) {
   TimelineRecorder timeline(6, 2, "test");
-  const TrainRun run = train("resnet18", "sentinel", "20%", 0, &timeline);
+  const TrainRun run = train("resnet18", "sentinel", "20%", 0, &timeline, 0, /*trial_steps=*/0);
   ASSERT_EQ(timeline.steps_recorded(), 2u);
   const nlohmann::json trace = nlohmann::json::parse(timeline.json());
   std::map<std::uint64_t, std::pair<double, double>> steps;  // step -> [begin, end] us

@@ -297,6 +297,7 @@ TEST(NumaVm, SentinelAcrossTheNodesKeepsEveryPageWhereItsPlacementSays) {
   RuntimeOptions options("fast=numa:0:64MiB,slow=numa:1:256MiB");
   options.policy = "sentinel";
   options.fast_budget = "40%";
+  options.trial_steps = 0;  // sentinel's own plan every step
   auto created = Runtime::create(options);
   ASSERT_TRUE(created) << created.status().to_string();
   Runtime& rt = *created.value();

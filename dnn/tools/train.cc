@@ -50,7 +50,8 @@ struct Options {
   std::string profile_writes;  // empty: the runtime's default (page protection)
   std::string policy;          // empty: TENSORTIER_POLICY, else none
   std::string fast_budget;     // empty: TENSORTIER_FAST_BUDGET, else the fast tier's budget
-  std::string trace;           // Chrome trace of steps [trace_from, trace_from + trace_steps)
+  std::uint32_t trial_steps = RuntimeOptions{}.trial_steps;
+  std::string trace;  // Chrome trace of steps [trace_from, trace_from + trace_steps)
   std::size_t trace_from = 4;
   std::size_t trace_steps = 1;
 };
@@ -223,6 +224,10 @@ int main(int argc, char** argv) {
   app.add_option("--fast-budget", o.fast_budget,
                  "The fast tier's budget under the policy: a size (512MiB) or a share of the profiled peak "
                  "(20%) (default: TENSORTIER_FAST_BUDGET, else the tier's own)");
+  app.add_option("--trial-steps", o.trial_steps,
+                 "Steps the policy's plan runs on trial, then as many with no moves; the faster goes on (0: "
+                 "no trial)")
+      ->capture_default_str();
   app.add_option("--trace", o.trace,
                  "Write a Chrome trace (Perfetto) of layers, moves and waits there (tools/plot_timeline.py "
                  "draws it)");
@@ -246,6 +251,7 @@ int main(int argc, char** argv) {
   RuntimeOptions runtime_options(o.tiers);
   runtime_options.policy = o.policy;
   runtime_options.fast_budget = o.fast_budget;
+  runtime_options.trial_steps = o.trial_steps;
   if (!o.policy.empty() && o.profile == "off")
     return fail(invalid_argument("--policy plans from the profiled step: it cannot run with --profile off"));
   auto created = Runtime::create(runtime_options);
@@ -362,6 +368,7 @@ int main(int argc, char** argv) {
         stats.migration.missing, stats.migration.off_plan_steps,
         static_cast<double>(stats.migration.mover_cpu_ns) / 1e6,
         static_cast<double>(stats.move_wait_ns) / 1e6, stats.late_moves);
+    if (!rt.trial_result().empty()) fmt::print("  {}\n", rt.trial_result());
     if (!stats.migration.last_failure.empty())
       fmt::print("  the last failed move: {}\n", stats.migration.last_failure);
   }

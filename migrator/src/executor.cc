@@ -15,6 +15,28 @@ std::uint64_t thread_cpu_ns() {
 
 }  // namespace
 
+void accumulate(ExecutorStats& total, const ExecutorStats& part) {
+  total.steps += part.steps;
+  total.moves += part.moves;
+  total.bytes_in += part.bytes_in;
+  total.bytes_out += part.bytes_out;
+  total.failed_moves += part.failed_moves;
+  total.late_moves += part.late_moves;
+  total.late_dropped += part.late_dropped;
+  total.stale_dropped += part.stale_dropped;
+  total.missing += part.missing;
+  total.off_plan_steps += part.off_plan_steps;
+  total.off_plan_dropped += part.off_plan_dropped;
+  total.mover_cpu_ns += part.mover_cpu_ns;
+  if (!part.last_failure.empty()) total.last_failure = part.last_failure;
+  if (part.steps != 0) {
+    total.last_step_bytes_in = part.last_step_bytes_in;
+    total.last_step_bytes_out = part.last_step_bytes_out;
+    total.last_step_failed = part.last_step_failed;
+    total.last_step_late = part.last_step_late;
+  }
+}
+
 struct Executor::Queue {
   tbb::concurrent_bounded_queue<Job> jobs;
 };

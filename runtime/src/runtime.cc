@@ -206,6 +206,7 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
   runtime->fast_budget_ = migration->second;
   runtime->clean_moves_ = options.clean_moves;
   runtime->mover_steals_compute_ = std::clamp(options.mover_steals_compute, 0.0, 1.0);
+  runtime->trial_steps_ = options.trial_steps;
   return runtime;
 }
 
@@ -510,10 +511,22 @@ void Runtime::start_migration(const profiler::StepProfile& profile) {
   if (clean_moves_) allocator_.set_keep_shadows(true);
   if (Status s = allocator_.set_budget(fast, budget); !s.is_ok())
     spdlog::warn("policy '{}': {}", policy_, s.message());
-  const std::uint32_t layers = inputs->layers;
+  plan_layers_ = inputs->layers;
   plan_signatures_ = layer_signatures_;  // start_migration runs at the end of the profiled step
+  // A plan that moves gets a trial against the same budget with no moves (RuntimeOptions::trial_steps).
+  if (trial_steps_ > 0 && trial_ == Trial::kNone && !plan->moves.empty()) {
+    if (auto unmoved = migrator::make_plan("first-touch", inputs.value()); unmoved) {
+      (void)migrator::simulate(unmoved.value(), inputs.value());
+      unmoved->policy = policy_;
+      unmoved->variant = "no moves: first-touch placement, chosen by the trial";
+      other_plan_ = std::move(unmoved).value();
+      trial_ = Trial::kPlanned;
+      trial_skip_ = 1;
+      trial_ns_.clear();
+    }
+  }
   executor_ = std::make_unique<migrator::Executor>(
-      std::move(plan).value(), layers, [this](ObjectId id, TierIndex to) { return move(id, to); },
+      std::move(plan).value(), plan_layers_, [this](ObjectId id, TierIndex to) { return move(id, to); },
       [this] { return layers_begun_.load(std::memory_order_acquire); });
   const std::uint64_t failed = executor_->place_persistent(allocator_.objects());
   // The fast tier's peak under the policy starts once the persistent objects are where the plan
@@ -543,6 +556,69 @@ void Runtime::start_migration(const profiler::StepProfile& profile) {
   executor_->start();
 }
 
+void Runtime::swap_plan() {
+  migrator::Plan next = std::move(other_plan_).value();
+  other_plan_ = executor_->plan();
+  advisor_.store(nullptr, std::memory_order_release);
+  executor_->stop();  // the moves it had queued are done first
+  remove_observer(executor_.get());
+  {  // one step for stats(): no executor counted twice or missed
+    std::lock_guard lock(retired_mutex_);
+    running_.store(nullptr, std::memory_order_release);
+    retired_.push_back(std::move(executor_));
+  }
+  executor_ = std::make_unique<migrator::Executor>(
+      std::move(next), plan_layers_, [this](ObjectId id, TierIndex to) { return move(id, to); },
+      [this] { return layers_begun_.load(std::memory_order_acquire); });
+  if (const std::uint64_t failed = executor_->place_persistent(allocator_.objects()); failed != 0)
+    spdlog::warn("policy {}: {} persistent objects failed to reach their start tier", policy_, failed);
+  if (Status s = add_observer(executor_.get()); !s.is_ok()) {
+    spdlog::warn("policy '{}' stops: {}", policy_, s.message());
+    executor_.reset();
+    return;
+  }
+  advisor_.store(executor_.get(), std::memory_order_release);
+  {
+    std::lock_guard lock(retired_mutex_);
+    running_.store(executor_.get(), std::memory_order_release);
+  }
+  executor_->start();
+}
+
+// One step's time for the trial, when the step was of the planned kind and ran under a plan.
+void Runtime::trial_step(std::uint64_t duration_ns) {
+  if (trial_ != Trial::kPlanned && trial_ != Trial::kUnmoved) return;
+  if (executor_ == nullptr || step_profiled_ || !on_plan_ ||
+      layer_signatures_.size() != plan_signatures_.size())
+    return;
+  if (trial_skip_ > 0) {
+    --trial_skip_;  // the first step of a phase pays for placing the persistent objects
+    return;
+  }
+  trial_ns_.push_back(duration_ns);
+  if (trial_ns_.size() < trial_steps_) return;
+  std::ranges::nth_element(trial_ns_, trial_ns_.begin() + static_cast<std::ptrdiff_t>(trial_ns_.size() / 2));
+  const std::uint64_t median_ns = trial_ns_[trial_ns_.size() / 2];
+  trial_ns_.clear();
+  trial_skip_ = 1;
+  if (trial_ == Trial::kPlanned) {
+    trial_planned_ns_ = median_ns;
+    trial_ = Trial::kUnmoved;
+    swap_plan();
+    return;
+  }
+  trial_ = Trial::kDone;
+  const bool moves_pay = trial_planned_ns_ <= median_ns;
+  trial_result_ = fmt::format(
+      "trial of {} over {} steps each: {:.1f} ms a step with its moves, {:.1f} ms with none (first-touch "
+      "placement): {}",
+      policy_, trial_steps_, static_cast<double>(trial_planned_ns_) / 1e6,
+      static_cast<double>(median_ns) / 1e6,
+      moves_pay ? "its plan runs" : "moving does not pay here, the run goes on without moves");
+  spdlog::info("policy {}", trial_result_);
+  if (moves_pay) swap_plan();
+}
+
 Status Runtime::not_forked(std::string_view call) const {
   if (getpid() == pid_) return Status::ok();
   return failed_precondition(fmt::format(
@@ -564,6 +640,7 @@ Status Runtime::step_begin() {
   step_ordinal_.store(0, std::memory_order_relaxed);
   training_thread_.store(static_cast<std::uintptr_t>(pthread_self()), std::memory_order_relaxed);
   const bool profiled = profile_due();
+  step_profiled_ = profiled;
   if (executor_ != nullptr) executor_->set_paused(profiled);  // the profiled step runs unplanned
   if (profiled) {
     profiling_for_ = profile_requested_ ? std::nullopt : std::optional<std::uint64_t>(last_signature_);
@@ -590,6 +667,7 @@ Status Runtime::step_end() {
   run_length_ = (signature_ == last_signature_ && steps_completed_ > 1) ? run_length_ + 1 : 1;
   last_signature_ = signature_;
   if (profiler_ != nullptr) finish_profile(duration_ns);
+  trial_step(duration_ns);
   last_step_.swap(current_step_);
   {
     std::lock_guard lock(stats_mutex_);
@@ -783,9 +861,13 @@ RuntimeStats Runtime::stats() const {
   s.last_step_slow_bytes = last_step_slow_bytes_;
   s.last_step_move_wait_ns = last_step_move_wait_ns_;
   s.last_step_late_moves = last_step_late_moves_;
-  if (const migrator::Executor* executor = running_.load(std::memory_order_acquire); executor != nullptr) {
-    s.policy = executor->plan().policy;
-    s.migration = executor->stats();
+  {  // over the run: the executors a trial replaced, then the running one (its last step counts)
+    std::lock_guard retired_lock(retired_mutex_);
+    for (const auto& retired : retired_) migrator::accumulate(s.migration, retired->stats());
+    if (const migrator::Executor* executor = running_.load(std::memory_order_acquire); executor != nullptr) {
+      s.policy = executor->plan().policy;
+      migrator::accumulate(s.migration, executor->stats());
+    }
   }
   s.late_moves = late_moves_;
   s.aborted_moves = aborted_moves_;

@@ -115,6 +115,11 @@ struct RuntimeOptions {
   // mover displaced), 0 when a core is left spare for the mover. Plans then move only where a
   // move saves more than its copy costs.
   double mover_steals_compute = 1.0;
+  // A trial of a plan that moves: after it starts, this many steps of the planned kind run under
+  // it, then as many with no moves (first-touch placement within the same budget), each after
+  // one unmeasured step; the faster by median step time runs from then on (mover CPU and waits
+  // are in the step time). Once per run. 0: no trial, the plan runs as made.
+  std::uint32_t trial_steps = 3;
 };
 
 // One layer's execution as marked by the program.
@@ -250,6 +255,9 @@ class Runtime {
   RuntimeStats stats() const;
   // The plan the migration executor runs; null before it starts (or with no policy).
   const migrator::Plan* plan() const { return executor_ ? &executor_->plan() : nullptr; }
+  // What the trial of the plan found (RuntimeOptions::trial_steps), one line; empty while none
+  // has ended. Training thread.
+  const std::string& trial_result() const { return trial_result_; }
 
  private:
   Runtime(std::vector<std::unique_ptr<Tier>> tiers, std::string spec, std::string source,
@@ -320,6 +328,24 @@ class Runtime {
   std::string fast_budget_;
   bool clean_moves_ = true;
   double mover_steals_compute_ = 1.0;
+  // The plan trial (RuntimeOptions::trial_steps); training thread.
+  enum class Trial { kNone, kPlanned, kUnmoved, kDone };
+  Trial trial_ = Trial::kNone;
+  std::uint32_t trial_steps_ = 3;
+  std::uint32_t trial_skip_ = 0;              // unmeasured steps left in this phase
+  std::vector<std::uint64_t> trial_ns_;       // this phase's step times
+  std::uint64_t trial_planned_ns_ = 0;        // the median under the plan that moves
+  std::optional<migrator::Plan> other_plan_;  // the plan not running (the trial swaps them)
+  std::uint32_t plan_layers_ = 0;
+  std::string trial_result_;
+  bool step_profiled_ = false;
+  void install_executor(migrator::Plan plan);
+  void swap_plan();
+  void trial_step(std::uint64_t duration_ns);
+  // Executors a trial replaced: stopped, kept (stats() may hold a pointer to one) and counted in
+  // stats(). Guarded by retired_mutex_.
+  mutable std::mutex retired_mutex_;
+  std::vector<std::unique_ptr<migrator::Executor>> retired_;
   std::unique_ptr<migrator::Executor> executor_;             // the training thread's
   std::atomic<const migrator::Executor*> running_{nullptr};  // the same, for stats() on any thread
   std::atomic<PlacementAdvisor*> advisor_{nullptr};

@@ -55,6 +55,10 @@ struct ExecutorStats {
   std::uint64_t last_step_bytes_in = 0, last_step_bytes_out = 0, last_step_failed = 0, last_step_late = 0;
 };
 
+// Adds `part`'s counts to `total` (the runtime's stats over the executors of a run); the last
+// failure and the last step's share are `part`'s where it has them.
+void accumulate(ExecutorStats& total, const ExecutorStats& part);
+
 class Executor final : public StepObserver, public PlacementAdvisor {
  public:
   using MoveFn = std::function<Result<MoveResult>(ObjectId, TierIndex)>;
