@@ -93,7 +93,8 @@ int main(int argc, char** argv) {
   app.add_option(
       "--policy", policies,
       "Run each tier spec under this migration policy; repeat for more (fast-only is the reference); "
-      "NAME+copies runs it with every move out copying (no shadow copies)");
+      "NAME+copies runs it with every move out copying (no shadow copies), NAME+no-arena with its "
+      "short-lived objects allocated one by one");
   app.add_option("--fast-budget", fast_budget,
                  "The policies' fast budget: a size or a share of the footprint (20%)");
   app.add_option("--tiers", tiers,
@@ -128,10 +129,16 @@ int main(int argc, char** argv) {
   for (const auto& [spec, policy] : modes) {
     RuntimeOptions options(spec);
     options.profile.enabled = !policy.empty();  // a policy plans from the profile of step 1
-    // NAME+copies: the policy with every move out copying (no shadow copies kept).
-    const bool copies = policy.ends_with("+copies");
-    options.policy = copies ? policy.substr(0, policy.size() - 7) : policy;
+    // NAME+copies: the policy with every move out copying (no shadow copies kept); NAME+no-arena:
+    // its short-lived objects allocated one by one, not at their planned offsets in one arena.
+    std::string name = policy;
+    const bool no_arena = name.ends_with("+no-arena");
+    if (no_arena) name.resize(name.size() - 9);
+    const bool copies = name.ends_with("+copies");
+    if (copies) name.resize(name.size() - 7);
+    options.policy = name;
     options.clean_moves = !copies;
+    options.short_lived_arena = !no_arena;
     options.fast_budget = fast_budget;
     options.trial_steps = 0;  // the policy's plan as made, every measured step (no trial swap)
     auto rt = Runtime::create(options);
@@ -206,10 +213,10 @@ int main(int argc, char** argv) {
       std::string ranges;
       for (const TierUsage& t : stats.tiers) {
         clean += t.clean_moves;
-        ranges += fmt::format(" {}: {} new / {} reused ranges ({} assembled);", t.name, t.new_ranges,
-                              t.reused_ranges, t.assembled_ranges);
+        ranges += fmt::format(" {}: {} new / {} reused ranges ({} assembled), {} in its arena;", t.name,
+                              t.new_ranges, t.reused_ranges, t.assembled_ranges, t.arena_allocations);
       }
-      fmt::print("  {}:{}\n", r.tiers, ranges);
+      fmt::print("  {}:{} {} planned in the arena placed elsewhere\n", r.tiers, ranges, stats.arena_misses);
       fmt::print(
           "  {}: per step {} in, {} out ({:.1f} moves out clean), {:.1f} dropped late, {:.1f} failed; mover "
           "CPU "
@@ -221,6 +228,8 @@ int main(int argc, char** argv) {
           static_cast<double>(stats.migration.failed_moves) / static_cast<double>(steps_run),
           static_cast<double>(stats.migration.mover_cpu_ns) / 1e6 / static_cast<double>(steps_run),
           plan_note(r.runtime->plan()));
+      if (!stats.migration.last_failure.empty())
+        fmt::print("  {}: the last failed move: {}\n", r.tiers, stats.migration.last_failure);
     }
   }
   for (const Run& r : runs) {

@@ -52,6 +52,7 @@ struct TrainRun {
   std::uint64_t planned_clean_out_bytes = 0;  // the plan's prediction of what goes out clean
   std::string trial_result;                   // Runtime::trial_result() at the end
   std::string variant;                        // of the plan running at the end
+  std::uint64_t region_bytes = 0;             // its short-lived region, where it places objects there
 };
 
 constexpr int kSteps = 10;
@@ -121,6 +122,7 @@ TrainRun train(const std::string& model, const std::string& policy, const std::s
   out.stats = r.stats();
   out.trial_result = r.trial_result();
   if (r.plan() != nullptr) out.variant = r.plan()->variant;
+  if (r.plan() != nullptr) out.region_bytes = r.plan()->region_offsets.empty() ? 0 : r.plan()->region_bytes;
   out.checks = watch.checks;
   out.over = watch.over;
   EXPECT_NE(r.plan(), nullptr) << policy << " did not start";
@@ -147,6 +149,10 @@ TEST_P(PolicyTest, TrainsBitIdenticallyToFastOnlyWithinTheBudget) {
     EXPECT_GT(run.checks, 100u) << "the budget was checked at layer boundaries";
     if (std::string(policy) != "fast-only") {
       EXPECT_EQ(run.over, 0u) << "layer boundaries where the fast tier held more than its budget";
+    }
+    if (run.region_bytes > 0) {
+      EXPECT_GT(run.stats.tiers[0].arena_allocations, 0u) << "the plan has a short-lived region, unused";
+      EXPECT_EQ(run.stats.arena_misses, 0u) << "objects planned in the region found their place taken";
     }
     if (std::string(policy) == "sentinel" && std::string(budget) != "100%") {
       EXPECT_GT(run.stats.migration.moves, 0u) << "sentinel moved nothing";

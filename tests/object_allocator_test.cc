@@ -343,6 +343,67 @@ TEST(ObjectAllocator, SmallerCachedRangesAreJoinedWhereTheBudgetHasNoRoom) {
   EXPECT_EQ(alloc->usage()[0].mapped_bytes, 0u) << "every page accounted for";
 }
 
+// An arena: objects at the offsets the caller gives, inside one range taken once; a place that
+// is taken or outside is refused with nothing changed; its objects never move.
+TEST(ObjectAllocator, ArenaObjectsLiveAtTheirOffsetsAndNeverOverlap) {
+  auto alloc = make("fast=emulated:optane:8MiB,slow=emulated:optane:64MiB");
+  constexpr std::size_t kKiB = 1024;
+  auto arena = alloc->create_arena(0, 1024 * kKiB);
+  ASSERT_TRUE(arena) << arena.status().to_string();
+  EXPECT_EQ(alloc->usage()[0].mapped_bytes, 1024 * kKiB) << "the arena takes its bytes of the budget once";
+  auto* base = static_cast<std::byte*>(nullptr);
+  auto a = alloc->allocate_in_arena("a", 300 * kKiB, kDefaultGroup, 0, arena.value(), 0);
+  ASSERT_TRUE(a) << a.status().to_string();
+  base = static_cast<std::byte*>(a->address);
+  auto b = alloc->allocate_in_arena("b", 200 * kKiB, kDefaultGroup, 0, arena.value(), 512 * kKiB);
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->address, base + 512 * kKiB);
+  EXPECT_EQ(b->tier, 0u);
+  std::memset(a->address, 'a', 300 * kKiB);
+  std::memset(b->address, 'b', 200 * kKiB);
+  const TierUsage before = alloc->usage()[0];
+  // Refused, nothing changed: overlapping a (ends at 300 KiB), overlapping b, past the end,
+  // unaligned, no such arena, a small object.
+  for (auto [offset, bytes] :
+       {std::pair{std::uint64_t{296} * kKiB, 8 * kKiB}, std::pair{std::uint64_t{256} * kKiB, 300 * kKiB},
+        std::pair{std::uint64_t{1020} * kKiB, 8 * kKiB}, std::pair{std::uint64_t{100}, 8 * kKiB},
+        std::pair{std::uint64_t{0}, std::size_t{100}}}) {
+    auto refused = alloc->allocate_in_arena("x", bytes, kDefaultGroup, 0, arena.value(), offset);
+    EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable) << offset << " " << bytes;
+  }
+  EXPECT_EQ(alloc->allocate_in_arena("x", 8 * kKiB, kDefaultGroup, 0, arena.value() + 7, 0).status().code(),
+            StatusCode::kUnavailable);
+  EXPECT_EQ(alloc->usage()[0].live_objects, before.live_objects);
+  EXPECT_EQ(alloc->usage()[0].mapped_bytes, before.mapped_bytes);
+  // Between them fits; so does a's place once a is freed, and it takes no new page.
+  auto c = alloc->allocate_in_arena("c", 212 * kKiB, kDefaultGroup, 0, arena.value(), 300 * kKiB);
+  ASSERT_TRUE(c) << c.status().to_string();
+  auto moved = alloc->move(a->id, 1);
+  EXPECT_EQ(moved.status().code(), StatusCode::kFailedPrecondition) << "an arena object does not move";
+  EXPECT_EQ(alloc->info_by_id(a->id)->tier, 0u);
+  EXPECT_EQ(alloc->destroy_arena(arena.value()).code(), StatusCode::kFailedPrecondition)
+      << "objects live in it";
+  ASSERT_TRUE(alloc->free(a->address).is_ok());
+  const long faults_before = testing::thread_page_faults();
+  auto d = alloc->allocate_in_arena("d", 300 * kKiB, kDefaultGroup, 0, arena.value(), 0);
+  ASSERT_TRUE(d);
+  std::memset(d->address, 'd', 300 * kKiB);
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+  EXPECT_LT(testing::thread_page_faults() - faults_before, 8) << "the arena's pages were in already";
+#endif
+  const auto* bb = static_cast<const unsigned char*>(b->address);
+  EXPECT_TRUE(std::all_of(bb, bb + 200 * kKiB, [](unsigned char ch) { return ch == 'b'; }));
+  EXPECT_EQ(alloc->usage()[0].arena_allocations, 4u);
+  EXPECT_EQ(alloc->usage()[0].mapped_bytes, 1024 * kKiB) << "objects in the arena take no more of the budget";
+  for (const ObjectInfo* o : {&b.value(), &c.value(), &d.value()})
+    ASSERT_TRUE(alloc->free(o->address).is_ok());
+  ASSERT_TRUE(alloc->destroy_arena(arena.value()).is_ok());
+  EXPECT_EQ(alloc->destroy_arena(arena.value()).code(), StatusCode::kNotFound);
+  EXPECT_EQ(alloc->usage()[0].cached_bytes, 1024 * kKiB) << "its range went to the cache";
+  alloc->release_cache();
+  EXPECT_EQ(alloc->usage()[0].mapped_bytes, 0u);
+}
+
 TEST(ObjectAllocator, SteadyStateStepsTakeNoPageFault) {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   GTEST_SKIP() << "sanitizer runtimes fault on their own (quarantine, shadow memory); the plain "

@@ -59,7 +59,7 @@ ObjectAllocator::ObjectAllocator(std::vector<std::unique_ptr<Tier>> tiers)
 
 ObjectAllocator::~ObjectAllocator() {
   for (auto& [id, live] : live_) {
-    if (live.chunk != nullptr) continue;
+    if (live.chunk != nullptr || live.range.arena != 0) continue;
     release_range(live.range.tier, live.range.owner, live.range.base, live.range.bytes);
     if (live.range.shadow != nullptr)
       release_range(live.range.shadow_tier, live.range.shadow_owner, live.range.shadow, live.range.bytes);
@@ -68,6 +68,8 @@ ObjectAllocator::~ObjectAllocator() {
     for (auto& chunk : group.chunks)
       release_range(chunk->range.tier, chunk->range.owner, chunk->range.base, chunk->range.bytes);
   }
+  for (auto& [id, arena] : arenas_)
+    release_range(arena.range.tier, arena.range.owner, arena.range.base, arena.range.bytes);
   for (std::size_t t = 0; t < tiers_.size(); ++t) {
     for (auto& [bytes, range] : tier_state_[t].cache)
       release_range(static_cast<TierIndex>(t), range.owner, range.address, bytes);
@@ -77,8 +79,98 @@ ObjectAllocator::~ObjectAllocator() {
 void ObjectAllocator::retire(ObjectId id, Range& range) {
   drop_shadow_locked(range);
   table_.erase(range.slot);
-  give_back_range(range.tier, range.base, range.bytes, range.owner);
+  if (range.arena != 0) {  // its bytes are the arena's: only the place is free again
+    Arena& arena = arenas_.at(range.arena);
+    arena.live.erase(static_cast<std::uint64_t>(range.base - arena.range.base));
+  } else {
+    give_back_range(range.tier, range.base, range.bytes, range.owner);
+  }
   live_.erase(id);
+}
+
+Result<ArenaId> ObjectAllocator::create_arena(TierIndex t, std::size_t bytes) {
+  if (t >= tiers_.size())
+    return invalid_argument(fmt::format("create_arena: tier {} does not exist ({} tiers)", t, tiers_.size()));
+  if (bytes == 0) return invalid_argument("create_arena: an arena of 0 bytes");
+  std::lock_guard lock(mutex_);
+  Result<Range> range = take_range(t, round_up(bytes, kPageBytes));
+  if (!range) {
+    return Status(range.status().code(),
+                  fmt::format("create_arena of {} on tier '{}': {}", format_bytes(bytes), tiers_[t]->name(),
+                              range.status().message()));
+  }
+  const ArenaId id = next_arena_++;
+  arenas_.emplace(id, Arena{range.value(), {}});
+  return id;
+}
+
+Status ObjectAllocator::destroy_arena(ArenaId id) {
+  std::lock_guard lock(mutex_);
+  auto it = arenas_.find(id);
+  if (it == arenas_.end()) return not_found(fmt::format("destroy_arena: no arena {}", id));
+  if (!it->second.live.empty()) {
+    return failed_precondition(fmt::format(
+        "destroy_arena: {} objects still live in arena {}; free them first", it->second.live.size(), id));
+  }
+  const Range& r = it->second.range;
+  give_back_range(r.tier, r.base, r.bytes, r.owner);
+  arenas_.erase(it);
+  return Status::ok();
+}
+
+Result<ObjectInfo> ObjectAllocator::allocate_in_arena(std::string_view name, std::size_t bytes, GroupId group,
+                                                      ObjectKey key, ArenaId arena_id, std::uint64_t offset) {
+  if (bytes < kPageBytes || bytes > (std::size_t{1} << 47))
+    return unavailable(
+        fmt::format("object '{}': {} bytes do not go in an arena (a page or more)", name, bytes));
+  std::lock_guard lock(mutex_);
+  auto found = arenas_.find(arena_id);
+  if (found == arenas_.end()) return unavailable(fmt::format("object '{}': no arena {}", name, arena_id));
+  Arena& arena = found->second;
+  const std::uint64_t reserved = round_up(bytes, kPageBytes);
+  if (offset % kPageBytes != 0 || offset + reserved > arena.range.bytes) {
+    return unavailable(fmt::format("object '{}' ({}) at offset {} does not fit arena {} of {}", name,
+                                   format_bytes(bytes), offset, arena_id, format_bytes(arena.range.bytes)));
+  }
+  // The live object that starts last before the end of this one overlaps it if it ends past
+  // this one's start (live objects in an arena never overlap each other).
+  if (auto next = arena.live.lower_bound(offset + reserved); next != arena.live.begin()) {
+    if (std::prev(next)->second > offset)
+      return unavailable(
+          fmt::format("object '{}' at offset {} of arena {}: the place is taken", name, offset, arena_id));
+  }
+  const TierIndex t = arena.range.tier;
+  Live live;
+  live.info.name = std::string(name);
+  live.info.bytes = bytes;
+  live.info.group = group;
+  live.info.small = false;
+  live.info.reserved_bytes = reserved;
+  live.range.base = arena.range.base + offset;
+  live.range.bytes = reserved;
+  live.range.tier = t;
+  live.range.owner = arena.range.owner;
+  live.range.arena = arena_id;
+  Result<ObjectTable::Slot> slot =
+      table_.insert(SpanView{next_id_, as_uint(live.range.base), reserved, t, /*is_group=*/false});
+  if (!slot)
+    return Status(slot.status().code(), fmt::format("object '{}': {}", name, slot.status().message()));
+  live.range.slot = slot.value();
+  arena.live.emplace(offset, offset + reserved);
+  live.info.id = next_id_++;
+  live.info.key = key != 0 ? key : live.info.id;
+  live.info.address = live.range.base;
+  TierUsage& usage = tier_state_[t].usage;
+  usage.live_bytes += bytes;
+  live_bytes_ += bytes;
+  peak_live_bytes_ = std::max(peak_live_bytes_, live_bytes_);
+  ++usage.live_objects;
+  ++usage.allocations;
+  ++usage.arena_allocations;
+  ObjectInfo info = view(live);
+  by_address_.emplace(live.info.address, live.info.id);
+  live_.emplace(live.info.id, std::move(live));
+  return info;
 }
 
 void ObjectAllocator::release_range(TierIndex placement, TierIndex owner, void* address, std::size_t bytes) {
@@ -613,6 +705,12 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
     result.address = live->info.address;
     if (r.tier == to) return result;  // already there
     result.method = move_method(r.tier, to);
+    if (r.arena != 0) {
+      return failed_precondition(
+          fmt::format("move of '{}': it lives at a planned offset in an arena (its bytes are the arena's); "
+                      "it does not move",
+                      live->info.name));
+    }
     if (chunk != nullptr && result.method == MoveMethod::kNewAddress) {
       return failed_precondition(
           fmt::format("move of '{}': a small object moves with its 64 KiB chunk, which moves only between "

@@ -223,4 +223,11 @@ std::optional<TierIndex> Executor::placement(ObjectKey key, std::size_t) {
   return it->second;
 }
 
+std::optional<std::uint64_t> Executor::arena_offset(ObjectKey key, std::size_t) {
+  if (state() != ExecutorState::kRunning || off_plan()) return std::nullopt;
+  auto it = plan_.region_offsets.find(key);
+  if (it == plan_.region_offsets.end()) return std::nullopt;
+  return it->second;
+}
+
 }  // namespace tensortier::migrator

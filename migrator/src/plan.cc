@@ -228,8 +228,12 @@ Plan sentinel_with(const PlanInputs& in, std::uint32_t n, std::uint64_t region) 
 Result<Plan> sentinel(const PlanInputs& in) {
   // The short-lived region: their lifetimes packed by the offset planner.
   std::vector<PlannedBuffer> short_lived;
+  std::vector<ObjectKey> short_lived_keys;
   for (const PlanObject& o : in.objects) {
-    if (o.short_lived && o.freed > o.born) short_lived.push_back({o.born, o.freed, o.bytes});
+    if (o.short_lived && o.freed > o.born) {
+      short_lived.push_back({o.born, o.freed, o.bytes});
+      short_lived_keys.push_back(o.key);
+    }
   }
   auto region = plan_offsets(short_lived, {kPageBytes});
   if (!region) return region.status();
@@ -258,6 +262,10 @@ Result<Plan> sentinel(const PlanInputs& in) {
     for (PlanObject& o : variant.objects) o.short_lived = false;
     best = sentinel_with(variant, std::max(1U, in.layers), 0);
     (void)simulate(best, in);
+  }
+  if (best.region_bytes != 0) {
+    for (std::size_t i = 0; i < short_lived_keys.size(); ++i)
+      best.region_offsets.emplace(short_lived_keys[i], region->offsets[i]);
   }
   return best;
 }

@@ -207,6 +207,7 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
   runtime->clean_moves_ = options.clean_moves;
   runtime->mover_steals_compute_ = std::clamp(options.mover_steals_compute, 0.0, 1.0);
   runtime->trial_steps_ = options.trial_steps;
+  runtime->short_lived_arena_ = options.short_lived_arena;
   return runtime;
 }
 
@@ -287,16 +288,27 @@ Result<ObjectInfo> Runtime::allocate(std::string_view name, std::size_t bytes, G
   // Objects the training thread allocates inside a step are keyed by their ordinal there: the
   // same in every step of one kind. Others (before steps, other threads) by their id.
   ObjectKey key = 0;
+  std::optional<std::uint64_t> arena_offset;
   if (in_step_.load(std::memory_order_acquire) &&
       training_thread_.load(std::memory_order_relaxed) == static_cast<std::uintptr_t>(pthread_self())) {
     key = step_key(step_ordinal_.fetch_add(1, std::memory_order_relaxed));
     if (PlacementAdvisor* advisor = advisor_.load(std::memory_order_acquire); advisor != nullptr) {
+      if (const ArenaId arena = arena_.load(std::memory_order_acquire); arena != 0)
+        arena_offset = advisor->arena_offset(key, bytes);
       if (std::optional<TierIndex> tier = advisor->placement(key, bytes); tier && *tier < tier_count())
         preferred = *tier;
     }
   }
   std::lock_guard lock(alloc_events_mutex_);
-  Result<ObjectInfo> info = allocator_.allocate(name, bytes, group, preferred, key);
+  Result<ObjectInfo> info = unavailable("not in the arena");
+  if (arena_offset) {
+    // At its planned offset in the short-lived region; where that place is not free (a step that
+    // strays from the profiled one), where the tier would have put it.
+    info = allocator_.allocate_in_arena(name, bytes, group, key, arena_.load(std::memory_order_acquire),
+                                        *arena_offset);
+    if (!info) arena_misses_.fetch_add(1, std::memory_order_relaxed);
+  }
+  if (!info) info = allocator_.allocate(name, bytes, group, preferred, key);
   if (info) {
     SpanView span;
     if (allocator_.lookup(info->address, &span))
@@ -529,6 +541,7 @@ void Runtime::start_migration(const profiler::StepProfile& profile) {
       std::move(plan).value(), plan_layers_, [this](ObjectId id, TierIndex to) { return move(id, to); },
       [this] { return layers_begun_.load(std::memory_order_acquire); });
   const std::uint64_t failed = executor_->place_persistent(allocator_.objects());
+  open_arena(executor_->plan());
   // The fast tier's peak under the policy starts once the persistent objects are where the plan
   // starts them (before, it still held what the profiled step left there).
   allocator_.reset_tier_peak(fast);
@@ -556,12 +569,36 @@ void Runtime::start_migration(const profiler::StepProfile& profile) {
   executor_->start();
 }
 
+void Runtime::open_arena(const migrator::Plan& plan) {
+  if (!short_lived_arena_ || plan.region_bytes == 0 || plan.region_offsets.empty() || arena_.load() != 0)
+    return;
+  Result<ArenaId> arena = allocator_.create_arena(plan.fast, plan.region_bytes);
+  if (!arena) {
+    spdlog::warn(
+        "policy {}: the short-lived region ({}) could not be made, its objects are placed one by one: {}",
+        policy_, format_bytes(plan.region_bytes), arena.status().message());
+    return;
+  }
+  arena_.store(arena.value(), std::memory_order_release);
+}
+
+void Runtime::close_arena() {
+  const ArenaId arena = arena_.exchange(0, std::memory_order_acq_rel);
+  if (arena == 0) return;
+  if (Status s = allocator_.destroy_arena(arena); !s.is_ok()) {
+    // Objects still live in it (one a step left alive past its end): the arena stays until the
+    // runtime ends, no new object goes in it.
+    spdlog::warn("policy {}: the short-lived region stays: {}", policy_, s.message());
+  }
+}
+
 void Runtime::swap_plan() {
   migrator::Plan next = std::move(other_plan_).value();
   other_plan_ = executor_->plan();
   advisor_.store(nullptr, std::memory_order_release);
   executor_->stop();  // the moves it had queued are done first
   remove_observer(executor_.get());
+  close_arena();
   {  // one step for stats(): no executor counted twice or missed
     std::lock_guard lock(retired_mutex_);
     running_.store(nullptr, std::memory_order_release);
@@ -572,6 +609,7 @@ void Runtime::swap_plan() {
       [this] { return layers_begun_.load(std::memory_order_acquire); });
   if (const std::uint64_t failed = executor_->place_persistent(allocator_.objects()); failed != 0)
     spdlog::warn("policy {}: {} persistent objects failed to reach their start tier", policy_, failed);
+  open_arena(executor_->plan());
   if (Status s = add_observer(executor_.get()); !s.is_ok()) {
     spdlog::warn("policy '{}' stops: {}", policy_, s.message());
     executor_.reset();
@@ -869,6 +907,7 @@ RuntimeStats Runtime::stats() const {
       migrator::accumulate(s.migration, executor->stats());
     }
   }
+  s.arena_misses = arena_misses_.load(std::memory_order_relaxed);
   s.late_moves = late_moves_;
   s.aborted_moves = aborted_moves_;
   s.move_wait_ns = move_wait_ns_;

@@ -120,6 +120,10 @@ struct RuntimeOptions {
   // one unmeasured step; the faster by median step time runs from then on (mover CPU and waits
   // are in the step time). Once per run. 0: no trial, the plan runs as made.
   std::uint32_t trial_steps = 3;
+  // A plan's short-lived region (sentinel's) is one arena of the fast tier in which those objects
+  // are placed at the offsets the offset planner gave (no range taken or faulted per object).
+  // false: they are allocated one by one, as any object (for comparison).
+  bool short_lived_arena = true;
 };
 
 // One layer's execution as marked by the program.
@@ -144,12 +148,13 @@ struct RuntimeStats {
   std::uint64_t last_step_slow_bytes = 0;          // its layers' declared bytes on emulated tiers
   std::uint64_t last_step_move_wait_ns = 0;        // its layers' waits for moves
   std::uint64_t last_step_late_moves = 0;          // moves its layers found in flight
-  std::uint64_t late_moves = 0;                    // moves a layer found in flight and waited for
-  std::uint64_t aborted_moves = 0;    // of those, moves still running after the wait (they failed)
-  std::uint64_t move_wait_ns = 0;     // layers' time waiting for moves
-  std::uint64_t moves = 0;            // moves done through move() (the object changed tier)
-  std::uint64_t failed_moves = 0;     // moves through move() that failed (the object stayed)
-  std::string policy;                 // the migration policy running ("" when none)
+  std::uint64_t arena_misses = 0;   // objects planned in the short-lived region that found their place taken
+  std::uint64_t late_moves = 0;     // moves a layer found in flight and waited for
+  std::uint64_t aborted_moves = 0;  // of those, moves still running after the wait (they failed)
+  std::uint64_t move_wait_ns = 0;   // layers' time waiting for moves
+  std::uint64_t moves = 0;          // moves done through move() (the object changed tier)
+  std::uint64_t failed_moves = 0;   // moves through move() that failed (the object stayed)
+  std::string policy;               // the migration policy running ("" when none)
   migrator::ExecutorStats migration;  // its executor's counts (zero when none)
 };
 
@@ -339,8 +344,14 @@ class Runtime {
   std::uint32_t plan_layers_ = 0;
   std::string trial_result_;
   bool step_profiled_ = false;
-  void install_executor(migrator::Plan plan);
   void swap_plan();
+  // The plan's short-lived region as an allocator arena (none where the plan has none or the
+  // tier has no room); closing gives it back, or leaves it where objects still live in it.
+  void open_arena(const migrator::Plan& plan);
+  void close_arena();
+  std::atomic<ArenaId> arena_{0};  // read by allocating threads
+  bool short_lived_arena_ = true;
+  std::atomic<std::uint64_t> arena_misses_{0};
   void trial_step(std::uint64_t duration_ns);
   // Executors a trial replaced: stopped, kept (stats() may hold a pointer to one) and counted in
   // stats(). Guarded by retired_mutex_.

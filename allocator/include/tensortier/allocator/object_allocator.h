@@ -83,6 +83,7 @@ using TierIndex = std::uint32_t;  // position in the tier list, 0 = fastest
 // What a plan names an object by, the same in every step of one kind: an object allocated in a
 // step by its allocation ordinal there (kStepKeyFlag set), any other by its id.
 using ObjectKey = std::uint64_t;
+using ArenaId = std::uint32_t;  // an arena of ObjectAllocator::create_arena; 0 is never one
 inline constexpr ObjectKey kStepKeyFlag = ObjectKey{1} << 63;
 constexpr ObjectKey step_key(std::uint64_t ordinal) {
   return kStepKeyFlag | ordinal;
@@ -154,15 +155,16 @@ struct TierUsage {
   std::uint64_t peak_mapped_bytes = 0;  // high-water mark of mapped_bytes
   std::uint64_t live_bytes = 0;         // bytes of live objects placed here, as asked
   std::uint64_t live_objects = 0;
-  std::uint64_t cached_bytes = 0;      // freed ranges kept for reuse
-  std::uint64_t allocations = 0;       // objects placed here
-  std::uint64_t fallbacks_out = 0;     // objects that preferred this tier and did not fit
-  std::uint64_t fallbacks_in = 0;      // objects placed here because a faster tier was full
-  std::uint64_t new_ranges = 0;        // ranges taken from the tier (each first touch faults)
-  std::uint64_t reused_ranges = 0;     // ranges served from the cache
-  std::uint64_t assembled_ranges = 0;  // of those, made of smaller cached ranges' pages (mremap)
-  std::uint64_t moves_in = 0;          // moves that brought an object (or chunk) here
-  std::uint64_t moves_out = 0;         // moves that took one away
+  std::uint64_t cached_bytes = 0;       // freed ranges kept for reuse
+  std::uint64_t allocations = 0;        // objects placed here
+  std::uint64_t fallbacks_out = 0;      // objects that preferred this tier and did not fit
+  std::uint64_t fallbacks_in = 0;       // objects placed here because a faster tier was full
+  std::uint64_t new_ranges = 0;         // ranges taken from the tier (each first touch faults)
+  std::uint64_t reused_ranges = 0;      // ranges served from the cache
+  std::uint64_t assembled_ranges = 0;   // of those, made of smaller cached ranges' pages (mremap)
+  std::uint64_t arena_allocations = 0;  // objects placed at a given offset in an arena here
+  std::uint64_t moves_in = 0;           // moves that brought an object (or chunk) here
+  std::uint64_t moves_out = 0;          // moves that took one away
   std::uint64_t bytes_moved_in = 0;
   std::uint64_t bytes_moved_out = 0;
   std::uint64_t failed_moves = 0;     // moves to this tier that failed (the object stayed put)
@@ -242,6 +244,23 @@ class ObjectAllocator {
   // the budget again. The tier's peak restarts under the new budget. Errors: kInvalidArgument
   // for a tier that does not exist or a budget of 0.
   Status set_budget(TierIndex t, std::uint64_t bytes);
+
+  // Arenas: one range of a tier in which the caller places objects at offsets it chose (a plan's
+  // offsets for objects whose lifetimes it knows ahead, packed by the offset planner): no range
+  // is taken or faulted in per object, and such objects never move. create_arena takes the range
+  // like an object's (the tier's budget; from its cache where it can) with every page faulted
+  // in. Errors: kInvalidArgument for a tier that does not exist or 0 bytes; kOutOfMemory where
+  // the tier has no room.
+  Result<ArenaId> create_arena(TierIndex t, std::size_t bytes);
+  // Places a large object (a page or more) at `offset` bytes into the arena. kUnavailable, with
+  // nothing changed, where the arena does not exist, the offset is not page-aligned, the object
+  // would pass the arena's end, or it would overlap a live object there: the caller allocates
+  // it elsewhere (allocate()). Freed with free() like any object.
+  Result<ObjectInfo> allocate_in_arena(std::string_view name, std::size_t bytes, GroupId group, ObjectKey key,
+                                       ArenaId arena, std::uint64_t offset);
+  // The arena's range goes back to its tier's cache. kFailedPrecondition while an object lives
+  // in it; kNotFound for an arena that does not exist.
+  Status destroy_arena(ArenaId arena);
   // Called, under the allocator's lock, with the span of each range about to go back to its tier
   // (a released cache entry, a dropped empty group chunk): the profiler unprotects it there, as
   // the tier may hand the memory out again at once. Must not call the allocator. Set it before
@@ -281,6 +300,7 @@ class ObjectAllocator {
     std::byte* shadow = nullptr;
     TierIndex shadow_tier = 0;   // placement of the shadow's pages (reserved there)
     TierIndex shadow_owner = 0;  // whose mapping they are
+    ArenaId arena = 0;           // the arena it lives in (a part of the arena's range), else 0
   };
   struct Chunk {  // shared pages of one group
     Range range;
@@ -343,6 +363,12 @@ class ObjectAllocator {
   std::unordered_map<ObjectId, Live> live_;               // every live object, and any freed while moving
   std::unordered_map<const void*, ObjectId> by_address_;  // live objects by start address
   std::map<std::pair<GroupId, TierIndex>, GroupState> groups_;  // small-object chunks by placement
+  struct Arena {
+    Range range;                                  // whole, as taken from its tier
+    std::map<std::uint64_t, std::uint64_t> live;  // offset -> end of each live object in it
+  };
+  std::map<ArenaId, Arena> arenas_;
+  ArenaId next_arena_ = 1;
   ObjectId next_id_ = 1;
   std::uint64_t live_bytes_ = 0;
   std::uint64_t peak_live_bytes_ = 0;

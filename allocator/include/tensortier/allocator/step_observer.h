@@ -74,6 +74,11 @@ class PlacementAdvisor {
  public:
   virtual ~PlacementAdvisor() = default;
   virtual std::optional<TierIndex> placement(ObjectKey key, std::size_t bytes) = 0;
+  // Where in the runtime's arena (its short-lived region) the object goes, at this offset in
+  // bytes; nullopt: not in the arena. Asked first; same rules as placement().
+  virtual std::optional<std::uint64_t> arena_offset(ObjectKey /*key*/, std::size_t /*bytes*/) {
+    return std::nullopt;
+  }
 };
 
 }  // namespace tensortier

@@ -94,6 +94,7 @@ class Executor final : public StepObserver, public PlacementAdvisor {
   void on_free(ObjectId id, const SpanView& span) override;
   // PlacementAdvisor
   std::optional<TierIndex> placement(ObjectKey key, std::size_t bytes) override;
+  std::optional<std::uint64_t> arena_offset(ObjectKey key, std::size_t bytes) override;
 
  private:
   struct Job {

@@ -26,7 +26,8 @@
 //                         and back in early enough for their use after it, until the peak fits;
 //                         what still does not fit stays slow;
 //   sentinel              short-lived objects (profile class kShort) fast for their whole life in
-//                         a region the offset planner sizes; the others managed per migration
+//                         a region at the offsets the offset planner gives (region_offsets; the
+//                         runtime makes it one arena); the others managed per migration
 //                         interval: an object used in interval k is fast during k and, prefetched,
 //                         during k-1, moved in when k-1 starts and out after its last use in the
 //                         last interval that needs it; what does not fit stays slow (hottest kept
@@ -126,6 +127,9 @@ struct Plan {
   std::string variant;                   // the oracle: whose plan it chose
   std::uint32_t interval_layers = 0;     // sentinel's migration interval (0: none)
   std::uint64_t region_bytes = 0;        // sentinel's short-lived region (offset planner)
+  // Each short-lived object's offset in that region (the offset planner's): the runtime places
+  // them there, in one arena of region_bytes on the fast tier, and they never move.
+  std::map<ObjectKey, std::uint64_t> region_offsets;
   // Predictions (simulate()).
   std::uint64_t peak_fast_bytes = 0;
   std::uint64_t bytes_in = 0, bytes_out = 0;  // moved into / out of fast memory per step
