@@ -224,6 +224,11 @@ void wait_until_ns(std::uint64_t deadline_ns) {
   }
 }
 
+void sleep_until_ns(std::uint64_t deadline_ns) {
+  const std::uint64_t now = steady_now_ns();
+  if (now < deadline_ns) std::this_thread::sleep_for(std::chrono::nanoseconds(deadline_ns - now));
+}
+
 unsigned engine_threads() {
   if (const char* env = std::getenv("OMP_NUM_THREADS"); env != nullptr && *env != '\0') {
     char* end = nullptr;

@@ -780,7 +780,9 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
     }
   }
   if (charged_until != 0) {
-    wait_until_ns(charged_until);
+    // Asleep, no spin: a move's emulated time is waited out by whoever moves (the mover thread
+    // most of all), and a spin would take a core from the layers at every move.
+    sleep_until_ns(charged_until);
     result.charge_ns = steady_now_ns() - start_ns - result.copy_ns;
   }
   bool injected = false;

@@ -98,6 +98,10 @@ void spin_for_ns(std::uint64_t ns);
 // Waits until steady_now_ns() >= `deadline_ns`: sleeps, then spins only the last ~100 us, so a
 // charge keeps the core it waits on free for other threads most of the time.
 void wait_until_ns(std::uint64_t deadline_ns);
+// Sleeps until steady_now_ns() >= `deadline_ns`, with no spin: it may wake up to a scheduler
+// tick late, and takes no CPU meanwhile (a mover thread's wait for a move's emulated time, which
+// would otherwise take ~100 us of a core from the layers at every move).
+void sleep_until_ns(std::uint64_t deadline_ns);
 
 // The threads oneDNN computes with: OMP_NUM_THREADS when set to a positive number, else the CPUs
 // this process may run on.
