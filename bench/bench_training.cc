@@ -228,8 +228,9 @@ int main(int argc, char** argv) {
           static_cast<double>(stats.migration.failed_moves) / static_cast<double>(steps_run),
           static_cast<double>(stats.migration.mover_cpu_ns) / 1e6 / static_cast<double>(steps_run),
           plan_note(r.runtime->plan()));
-      fmt::print("  {}: over the run {} moves dropped stale (their step had ended), {} planned keys not alive\n",
-                 r.tiers, stats.migration.stale_dropped, stats.migration.missing);
+      fmt::print(
+          "  {}: over the run {} moves dropped stale (their step had ended), {} planned keys not alive\n",
+          r.tiers, stats.migration.stale_dropped, stats.migration.missing);
       if (!stats.migration.last_failure.empty())
         fmt::print("  {}: the last failed move: {}\n", r.tiers, stats.migration.last_failure);
     }
