@@ -302,12 +302,12 @@ TEST(ObjectAllocator, SmallerCachedRangesAreJoinedWhereTheBudgetHasNoRoom) {
   ASSERT_TRUE(alloc->free(four[2].address).is_ok());  // two cached ranges, not adjacent
   const TierUsage before = alloc->usage()[0];
   ASSERT_EQ(before.cached_bytes, 2 * kPart);
-  const long faults_before = testing::thread_page_faults();
+  [[maybe_unused]] const long faults_before = testing::thread_page_faults();
   auto joined = alloc->allocate("joined", 2 * kPart);
   ASSERT_TRUE(joined);
   ASSERT_EQ(joined->tier, 0u) << "the cache held its pages: no fallback to the slow tier";
   std::memset(joined->address, 'z', 2 * kPart);
-  const long faults = testing::thread_page_faults() - faults_before;
+  [[maybe_unused]] const long faults = testing::thread_page_faults() - faults_before;
   TierUsage after = alloc->usage()[0];
   EXPECT_EQ(after.assembled_ranges, before.assembled_ranges + 1);
   EXPECT_EQ(after.new_ranges, before.new_ranges);
@@ -384,7 +384,7 @@ TEST(ObjectAllocator, ArenaObjectsLiveAtTheirOffsetsAndNeverOverlap) {
   EXPECT_EQ(alloc->destroy_arena(arena.value()).code(), StatusCode::kFailedPrecondition)
       << "objects live in it";
   ASSERT_TRUE(alloc->free(a->address).is_ok());
-  const long faults_before = testing::thread_page_faults();
+  [[maybe_unused]] const long faults_before = testing::thread_page_faults();
   auto d = alloc->allocate_in_arena("d", 300 * kKiB, kDefaultGroup, 0, arena.value(), 0);
   ASSERT_TRUE(d);
   std::memset(d->address, 'd', 300 * kKiB);
