@@ -40,6 +40,8 @@ expect_refusal profile-huge "--profile.*too large" "$train" "${small[@]}" --prof
 expect_refusal lr-nan "--lr nan" "$train" "${small[@]}" --lr nan
 expect_refusal lr-inf "--lr inf" "$train" "${small[@]}" --lr inf
 expect_refusal momentum-negative "--momentum" "$train" "${small[@]}" --momentum -1
+expect_refusal trial-steps-huge "--trial-steps.*not in range" "$train" "${small[@]}" --trial-steps 500
+expect_refusal trial-steps-negative "--trial-steps" "$train" "${small[@]}" --trial-steps -1
 
 # --profile-json that cannot be written: a directory, a missing directory. A good profile
 # already there survives a failed write.

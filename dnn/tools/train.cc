@@ -227,6 +227,7 @@ int main(int argc, char** argv) {
   app.add_option("--trial-steps", o.trial_steps,
                  "Steps the policy's plan runs on trial, then as many with no moves; the faster goes on (0: "
                  "no trial)")
+      ->check(CLI::Range(0, 100))
       ->capture_default_str();
   app.add_option("--trace", o.trace,
                  "Write a Chrome trace (Perfetto) of layers, moves and waits there (tools/plot_timeline.py "
