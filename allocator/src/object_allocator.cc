@@ -157,16 +157,20 @@ Result<ObjectInfo> ObjectAllocator::allocate_in_arena(std::string_view name, std
     return Status(slot.status().code(), fmt::format("object '{}': {}", name, slot.status().message()));
   live.range.slot = slot.value();
   arena.live.emplace(offset, offset + reserved);
-  live.info.id = next_id_++;
-  live.info.key = key != 0 ? key : live.info.id;
   live.info.address = live.range.base;
+  ++tier_state_[t].usage.arena_allocations;
+  return admit_locked(std::move(live), t, key);
+}
+
+ObjectInfo ObjectAllocator::admit_locked(Live live, TierIndex t, ObjectKey key) {
+  live.info.id = next_id_++;  // the id its table slot was inserted under
+  live.info.key = key != 0 ? key : live.info.id;
   TierUsage& usage = tier_state_[t].usage;
-  usage.live_bytes += bytes;
-  live_bytes_ += bytes;
+  usage.live_bytes += live.info.bytes;
+  live_bytes_ += live.info.bytes;
   peak_live_bytes_ = std::max(peak_live_bytes_, live_bytes_);
   ++usage.live_objects;
   ++usage.allocations;
-  ++usage.arena_allocations;
   ObjectInfo info = view(live);
   by_address_.emplace(live.info.address, live.info.id);
   live_.emplace(live.info.id, std::move(live));
@@ -536,23 +540,12 @@ Result<ObjectInfo> ObjectAllocator::allocate(std::string_view name, std::size_t 
       live.range = placed.value();
       live.range.slot = slot.value();
     }
-    live.info.id = next_id_++;
-    live.info.key = key != 0 ? key : live.info.id;
     live.info.address = placed->base;
-    TierUsage& usage = tier_state_[t].usage;
-    usage.live_bytes += bytes;
-    live_bytes_ += bytes;
-    peak_live_bytes_ = std::max(peak_live_bytes_, live_bytes_);
-    ++usage.live_objects;
-    ++usage.allocations;
     if (t != preferred) {
       ++tier_state_[preferred].usage.fallbacks_out;
-      ++usage.fallbacks_in;
+      ++tier_state_[t].usage.fallbacks_in;
     }
-    ObjectInfo info = view(live);
-    by_address_.emplace(live.info.address, live.info.id);
-    live_.emplace(live.info.id, std::move(live));
-    return info;
+    return admit_locked(std::move(live), t, key);
   }
   if (!refusal.empty()) {
     return out_of_memory(

@@ -338,6 +338,9 @@ class ObjectAllocator {
   // Else a range of `bytes` made of smaller cached ranges' pages (see the .cc); nullopt when the
   // cache of one owner holds too little or the remap fails. Caller holds mutex_.
   std::optional<CachedRange> assemble_cached_locked(TierIndex t, std::size_t bytes);
+  // Makes a placed object live on tier t: its id (the next one), key, the tier's and the
+  // allocator's counts, its entries; returns its info. Caller holds mutex_.
+  ObjectInfo admit_locked(Live live, TierIndex t, ObjectKey key);
   // Drops a freed large object: its span, its range (to its tier's cache) and its entry.
   void retire(ObjectId id, Range& range);
   void give_back_range(TierIndex t, void* address, std::size_t bytes, TierIndex owner);
