@@ -289,12 +289,13 @@ Result<ObjectInfo> Runtime::allocate(std::string_view name, std::size_t bytes, G
   // same in every step of one kind. Others (before steps, other threads) by their id.
   ObjectKey key = 0;
   std::optional<std::uint64_t> arena_offset;
+  ArenaId arena = 0;
   if (in_step_.load(std::memory_order_acquire) &&
       training_thread_.load(std::memory_order_relaxed) == static_cast<std::uintptr_t>(pthread_self())) {
     key = step_key(step_ordinal_.fetch_add(1, std::memory_order_relaxed));
     if (PlacementAdvisor* advisor = advisor_.load(std::memory_order_acquire); advisor != nullptr) {
-      if (const ArenaId arena = arena_.load(std::memory_order_acquire); arena != 0)
-        arena_offset = advisor->arena_offset(key, bytes);
+      arena = arena_.load(std::memory_order_acquire);
+      if (arena != 0) arena_offset = advisor->arena_offset(key, bytes);
       if (std::optional<TierIndex> tier = advisor->placement(key, bytes); tier && *tier < tier_count())
         preferred = *tier;
     }
@@ -304,8 +305,7 @@ Result<ObjectInfo> Runtime::allocate(std::string_view name, std::size_t bytes, G
   if (arena_offset) {
     // At its planned offset in the short-lived region; where that place is not free (a step that
     // strays from the profiled one), where the tier would have put it.
-    info = allocator_.allocate_in_arena(name, bytes, group, key, arena_.load(std::memory_order_acquire),
-                                        *arena_offset);
+    info = allocator_.allocate_in_arena(name, bytes, group, key, arena, *arena_offset);
     if (!info) arena_misses_.fetch_add(1, std::memory_order_relaxed);
   }
   if (!info) info = allocator_.allocate(name, bytes, group, preferred, key);
@@ -537,11 +537,7 @@ void Runtime::start_migration(const profiler::StepProfile& profile) {
       trial_ns_.clear();
     }
   }
-  executor_ = std::make_unique<migrator::Executor>(
-      std::move(plan).value(), plan_layers_, [this](ObjectId id, TierIndex to) { return move(id, to); },
-      [this] { return layers_begun_.load(std::memory_order_acquire); });
-  const std::uint64_t failed = executor_->place_persistent(allocator_.objects());
-  open_arena(executor_->plan());
+  const std::uint64_t failed = make_executor(std::move(plan).value());
   // The fast tier's peak under the policy starts once the persistent objects are where the plan
   // starts them (before, it still held what the profiled step left there).
   allocator_.reset_tier_peak(fast);
@@ -559,13 +555,29 @@ void Runtime::start_migration(const profiler::StepProfile& profile) {
                              : "",
       format_bytes(p.bytes_in), format_bytes(p.bytes_out), format_bytes(p.slow_access_bytes),
       p.predicted_extra_ns / 1e6, failed);
+  start_executor("does not run");
+}
+
+std::uint64_t Runtime::make_executor(migrator::Plan plan) {
+  executor_ = std::make_unique<migrator::Executor>(
+      std::move(plan), plan_layers_, [this](ObjectId id, TierIndex to) { return move(id, to); },
+      [this] { return layers_begun_.load(std::memory_order_acquire); });
+  const std::uint64_t failed = executor_->place_persistent(allocator_.objects());
+  open_arena(executor_->plan());
+  return failed;
+}
+
+void Runtime::start_executor(std::string_view otherwise) {
   if (Status s = add_observer(executor_.get()); !s.is_ok()) {
-    spdlog::warn("policy '{}' does not run: {}", policy_, s.message());
+    spdlog::warn("policy '{}' {}: {}", policy_, otherwise, s.message());
     executor_.reset();
     return;
   }
   advisor_.store(executor_.get(), std::memory_order_release);
-  running_.store(executor_.get(), std::memory_order_release);
+  {  // under the lock stats() reads it with (see swap_plan)
+    std::lock_guard lock(retired_mutex_);
+    running_.store(executor_.get(), std::memory_order_release);
+  }
   executor_->start();
 }
 
@@ -604,23 +616,9 @@ void Runtime::swap_plan() {
     running_.store(nullptr, std::memory_order_release);
     retired_.push_back(std::move(executor_));
   }
-  executor_ = std::make_unique<migrator::Executor>(
-      std::move(next), plan_layers_, [this](ObjectId id, TierIndex to) { return move(id, to); },
-      [this] { return layers_begun_.load(std::memory_order_acquire); });
-  if (const std::uint64_t failed = executor_->place_persistent(allocator_.objects()); failed != 0)
+  if (const std::uint64_t failed = make_executor(std::move(next)); failed != 0)
     spdlog::warn("policy {}: {} persistent objects failed to reach their start tier", policy_, failed);
-  open_arena(executor_->plan());
-  if (Status s = add_observer(executor_.get()); !s.is_ok()) {
-    spdlog::warn("policy '{}' stops: {}", policy_, s.message());
-    executor_.reset();
-    return;
-  }
-  advisor_.store(executor_.get(), std::memory_order_release);
-  {
-    std::lock_guard lock(retired_mutex_);
-    running_.store(executor_.get(), std::memory_order_release);
-  }
-  executor_->start();
+  start_executor("stops");
 }
 
 // One step's time for the trial, when the step was of the planned kind and ran under a plan.

@@ -344,6 +344,12 @@ class Runtime {
   std::uint32_t plan_layers_ = 0;
   std::string trial_result_;
   bool step_profiled_ = false;
+  // Makes the executor for `plan`, moves the persistent objects to its start tiers and opens its
+  // short-lived region; returns how many persistent objects failed to get there.
+  std::uint64_t make_executor(migrator::Plan plan);
+  // Attaches the executor make_executor made and starts its mover; where it cannot attach, warns
+  // ("policy NAME `otherwise`: why") and drops it.
+  void start_executor(std::string_view otherwise);
   void swap_plan();
   // The plan's short-lived region as an allocator arena (none where the plan has none or the
   // tier has no room); closing gives it back, or leaves it where objects still live in it.
