@@ -255,13 +255,19 @@ nlohmann::json summarize(const MatrixConfig& c, const nlohmann::json& tasks) {
           }
         }
         if (found.empty()) continue;
-        std::vector<double> floors;
+        std::vector<double> floors, bounds;
         for (const json* t : found) {
           const double f = number(t->at("runs").at("fast-only"), "median_ms");
           double slow_floor = 0;
           for (const auto& [p, r] : t->at("runs").items())
             slow_floor = std::max(slow_floor, number(r, "floor_slow_ms"));
           floors.push_back(f > 0 ? std::max(f, slow_floor) / f : 1.0);
+          // The oracle's exact-model bound on what a plan adds, over the plan's own compute (every
+          // cell of the group carries it).
+          for (const auto& [p, r] : t->at("runs").items()) {
+            if (r.contains("bound_extra_ms") && number(r, "compute_ms") > 0)
+              bounds.push_back(1.0 + number(r, "bound_extra_ms") / number(r, "compute_ms"));
+          }
         }
         std::map<std::string, double> ratio_of;
         for (const std::string& policy : c.policies) {
@@ -287,6 +293,7 @@ nlohmann::json summarize(const MatrixConfig& c, const nlohmann::json& tasks) {
                     {"policy", policy},
                     {"reps", v["ratio"].size()},
                     {"floor", median(floors)}};
+          if (!bounds.empty()) cell["bound"] = median(bounds);
           for (auto& [k, values] : v) cell[k] = median(values);
           ratio_of[policy] = cell["ratio"].get<double>();
           cells.push_back(std::move(cell));
@@ -359,20 +366,23 @@ std::string markdown_tables(const nlohmann::json& summary) {
     out +=
         "Step time over fast-only (median over repetitions of ratios taken side by side in one process); "
         "in brackets the penalty share, (policy - fast-only) / (slow-only - fast-only). Floor: the step "
-        "time no plan can beat, over fast-only.\n\n";
-    out += "| model | tiers | fast budget | reps | fast-only ms | floor |";
+        "time no plan can beat, over fast-only. Bound: the oracle's exact model (residency_model.h): no plan "
+        "is predicted to run faster than this, over the profiled compute.\n\n";
+    out += "| model | tiers | fast budget | reps | fast-only ms | floor | bound |";
     for (const std::string& p : policies)
       if (p != "fast-only") out += " " + p + " |";
-    out += "\n| --- | --- | --- | --- | --- | --- |";
+    out += "\n| --- | --- | --- | --- | --- | --- | --- |";
     for (const std::string& p : policies)
       if (p != "fast-only") out += " --- |";
     out += "\n";
     for (const auto& row : rows) {
       const auto& cells = at[row];
       const json& f = cells.contains("fast-only") ? cells.at("fast-only") : cells.begin()->second;
-      out += fmt::format("| {} | {} | {} | {} | {:.1f} | {:.2f}x |", std::get<0>(row),
+      const std::string bound =
+          f.contains("bound") ? fmt::format("{:.2f}x", f.at("bound").get<double>()) : "";
+      out += fmt::format("| {} | {} | {} | {} | {:.1f} | {:.2f}x | {} |", std::get<0>(row),
                          f.at("tiers").get<std::string>(), std::get<2>(row), f.at("reps").get<int>(),
-                         f.value("median_ms", 0.0), f.value("floor", 1.0));
+                         f.value("median_ms", 0.0), f.value("floor", 1.0), bound);
       for (const std::string& p : policies) {
         if (p == "fast-only") continue;
         auto it = cells.find(p);
@@ -441,9 +451,9 @@ std::string markdown_tables(const nlohmann::json& summary) {
 
 std::string csv(const nlohmann::json& summary) {
   static constexpr const char* kColumns[] = {
-      "model",        "tiers",  "spec",          "budget",    "policy",   "reps",
-      "median_ms",    "ratio",  "penalty_share", "floor",     "in_mib",   "out_mib",
-      "late_dropped", "failed", "mover_cpu_ms",  "charge_ms", "slow_mib", "fast_peak_mib"};
+      "model",  "tiers",         "spec",      "budget",   "policy",       "reps",    "median_ms",
+      "ratio",  "penalty_share", "floor",     "bound",    "in_mib",       "out_mib", "late_dropped",
+      "failed", "mover_cpu_ms",  "charge_ms", "slow_mib", "fast_peak_mib"};
   std::string out;
   for (const char* c : kColumns) out += fmt::format("{}{}", out.empty() ? "" : ",", c);
   out += "\n";

@@ -5,6 +5,7 @@ pkg_check_modules(MEMKIND REQUIRED IMPORTED_TARGET memkind)  # libmemkind-dev
 pkg_check_modules(HWLOC REQUIRED IMPORTED_TARGET hwloc)      # libhwloc-dev
 pkg_check_modules(NUMA REQUIRED IMPORTED_TARGET numa)        # libnuma-dev
 pkg_check_modules(PAPI REQUIRED IMPORTED_TARGET papi)        # libpapi-dev (profiler issue)
+pkg_check_modules(CBC REQUIRED IMPORTED_TARGET cbc)          # coinor-libcbc-dev: the oracle's exact solver
 find_package(Threads REQUIRED)
 find_package(TBB CONFIG REQUIRED)            # libtbb-dev (migrator issue)
 find_package(dnnl CONFIG REQUIRED)           # libdnnl-dev, oneDNN 2.6 (dnn issue)

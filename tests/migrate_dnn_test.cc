@@ -253,8 +253,9 @@ TEST(Policies, TheTrialKeepsWhicheverOfMovingAndNotMovingIsFaster) {
   EXPECT_EQ(untried.variant, "");
 }
 
-// Plans from the profiles of real steps: valid (within budget, every move of a live object), and
-// the short-lived objects' region close to their max-live bytes.
+// Plans from the profiles of real steps: valid (within budget, every move of a live object), none
+// predicted below the oracle's exact-model bound, and the short-lived objects' region close to
+// their max-live bytes.
 TEST(Policies, PlansFromRealProfilesAreValidAndTheRegionIsTight) {
   for (const std::string model : {"lenet5", "resnet18", "vgg11"}) {
     RuntimeOptions options("fast=dram:1GiB,slow=emulated:cxl:4GiB");
@@ -294,12 +295,18 @@ TEST(Policies, PlansFromRealProfilesAreValidAndTheRegionIsTight) {
       ASSERT_TRUE(inputs) << inputs.status().to_string();
       inputs->fast_budget_bytes = static_cast<std::uint64_t>(
           share * static_cast<double>(inputs->peak_bytes + inputs->small_reserve_bytes));
+      inputs->oracle_time_limit_s = 2;
+      auto oracle = migrator::make_plan("oracle", *inputs);
+      ASSERT_TRUE(oracle);
       for (const std::string& policy : migrator::policy_names()) {
         auto plan = migrator::make_plan(policy, *inputs);
         ASSERT_TRUE(plan) << plan.status().to_string();
         const std::string problem = migrator::simulate(*plan, *inputs);
         if (policy == "fast-only" && share < 1.0) continue;  // it ignores budgets by design
         EXPECT_EQ(problem, "") << model << " " << policy << " at " << share;
+        // The exact model's bound holds for every valid plan (residency_model.h).
+        EXPECT_GE(plan->predicted_extra_ns * (1 + 1e-6) + 10, oracle->bound_extra_ns)
+            << model << " " << policy << " at " << share << ": " << oracle->solver;
       }
     }
   }

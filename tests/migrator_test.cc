@@ -5,11 +5,13 @@
 #include <atomic>
 #include <cstring>
 #include <map>
+#include <random>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "tensortier/migrator/plan.h"
+#include "tensortier/migrator/residency_model.h"
 #include "tensortier/runtime.h"
 
 namespace tensortier::migrator {
@@ -153,6 +155,107 @@ TEST(Plan, MovesThatCostMoreThanTheySaveAreNotPlanned) {
     ASSERT_TRUE(other);
     if (!simulate(*other, in).empty()) continue;
     EXPECT_LE(oracle->predicted_extra_ns, other->predicted_extra_ns) << policy << " beats the oracle";
+  }
+}
+
+// Small random steps: persistent objects and objects born in the step, random uses and writes,
+// rates where either the charge or the slow tier's busy time can decide the step.
+PlanInputs random_inputs(std::mt19937& rng, bool clean_out_free) {
+  auto pick = [&](std::uint32_t lo, std::uint32_t hi) {  // in [lo, hi]
+    return std::uniform_int_distribution<std::uint32_t>(lo, hi)(rng);
+  };
+  PlanInputs in;
+  in.layers = pick(4, 5);
+  for (std::uint32_t l = 0; l < in.layers; ++l) in.layer_ns.push_back(pick(2, 30) * 100'000);
+  in.move_in_gbps = 1.6;
+  in.move_out_gbps = 0.6;
+  in.slow_access_ns_per_byte = pick(1, 8) * 0.1;
+  in.mover_cpu_ns_per_byte = pick(0, 3) * 0.1;
+  in.mover_steals_compute = 1;
+  in.clean_moves_out_free = clean_out_free;
+  std::uint32_t cells = 0;
+  for (ObjectKey key = 1; cells < 12; ++key) {
+    PlanObject o;
+    o.key = key;
+    o.bytes = pick(1, 4) * kMiB;
+    o.persistent = key <= 2;
+    o.born = o.persistent ? 0 : pick(0, in.layers - 1);
+    o.freed = o.persistent ? in.layers : pick(o.born + 1, in.layers);
+    for (std::uint32_t l = o.born; l < o.freed; ++l) {
+      if (pick(0, 2) == 0 && l != o.born)
+        continue;  // used by about two layers in three; a new object by its first
+      o.uses.push_back(l);
+      if (pick(0, 1) == 0 || (!o.persistent && l == o.born)) o.writes.push_back(l);
+    }
+    cells += o.freed - o.born;
+    in.objects.push_back(o);
+  }
+  std::uint64_t total = 0, largest = 0;
+  for (const PlanObject& o : in.objects) {
+    total += o.bytes;
+    largest = std::max(largest, o.bytes);
+  }
+  in.fast_budget_bytes = largest + pick(0, 4) * (total - largest) / 5;
+  in.peak_bytes = total;
+  return in;
+}
+
+// The exact model's solver against brute force: over every residency of small random steps that
+// keeps the budget, the least residency_cost_ns is what the solver reports as optimal, its
+// residency costs that, and no policy's plan is predicted below it (the bound holds for simulate()).
+TEST(ExactModel, TheSolversOptimumIsTheLeastCostOfEveryResidencyAndBoundsEveryPlan) {
+  std::mt19937 rng(7);
+  for (int instance = 0; instance < 80; ++instance) {
+    const PlanInputs in = random_inputs(rng, instance % 2 == 1);
+    std::vector<std::pair<std::size_t, std::uint32_t>> cells;  // (object, boundary) of each life
+    for (std::size_t i = 0; i < in.objects.size(); ++i) {
+      const PlanObject& o = in.objects[i];
+      for (std::uint32_t b = o.born; b < std::min(o.freed, in.layers); ++b) cells.emplace_back(i, b);
+    }
+    ASSERT_LE(cells.size(), 20U);
+    double least = std::numeric_limits<double>::infinity();
+    Residency r(in.objects.size(), std::vector<char>(in.layers, 0));
+    for (std::uint64_t mask = 0; mask < (1ULL << cells.size()); ++mask) {
+      std::vector<std::uint64_t> held(in.layers, 0);
+      for (std::size_t c = 0; c < cells.size(); ++c) {
+        const auto [i, b] = cells[c];
+        r[i][b] = static_cast<char>((mask >> c) & 1U);
+        if (r[i][b]) held[b] += in.objects[i].bytes;
+      }
+      if (*std::max_element(held.begin(), held.end()) > in.fast_budget_bytes) continue;
+      least = std::min(least, residency_cost_ns(in, r));
+    }
+    const ResidencySolution sol = solve_residency(in, 10);
+    ASSERT_TRUE(sol.solved && sol.optimal) << instance << ": " << sol.status;
+    const double tolerance = 1e-5 * least + 10;  // the solver works in ms and MiB
+    EXPECT_NEAR(sol.bound_ns, least, tolerance) << instance;
+    EXPECT_NEAR(sol.cost_ns, least, tolerance) << instance;
+    for (const std::string& policy : policy_names()) {
+      auto plan = make_plan(policy, in);
+      ASSERT_TRUE(plan);
+      if (!simulate(*plan, in).empty()) continue;
+      EXPECT_GE(plan->predicted_extra_ns, sol.bound_ns - tolerance) << instance << " " << policy;
+    }
+  }
+}
+
+// The oracle carries the bound and takes the exact model's plan where it is predicted cheapest;
+// a solver given no time still leaves a valid plan.
+TEST(ExactModel, TheOracleReportsTheBoundAndStaysValidWithoutTheSolver) {
+  PlanInputs in = rotating_inputs();
+  in.move_in_gbps = 1.6;
+  in.move_out_gbps = 0.6;
+  auto oracle = make_plan("oracle", in);
+  ASSERT_TRUE(oracle);
+  EXPECT_EQ(simulate(*oracle, in), "");
+  EXPECT_GT(oracle->bound_extra_ns, 0.0);
+  EXPECT_LE(oracle->bound_extra_ns, oracle->predicted_extra_ns + 10);
+  EXPECT_NE(oracle->solver.find("optimal"), std::string::npos) << oracle->solver;
+  for (const std::string& policy : policy_names()) {
+    auto plan = make_plan(policy, in);
+    ASSERT_TRUE(plan);
+    if (!simulate(*plan, in).empty()) continue;
+    EXPECT_GE(plan->predicted_extra_ns + 10, oracle->bound_extra_ns) << policy;
   }
 }
 

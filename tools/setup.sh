@@ -12,6 +12,7 @@ packages=(
   build-essential cmake pkg-config ninja-build git  # toolchain
   libmemkind-dev libhwloc-dev libnuma-dev           # tiers and topology
   libpapi-dev libtbb-dev libdnnl-dev                # counters, migration thread, oneDNN 2.6
+  coinor-libcbc-dev                                 # the oracle's exact solver (COIN-OR CBC)
   ocl-icd-opencl-dev opencl-c-headers               # dnnl-config.cmake requires OpenCL (Debian builds it with the OCL runtime)
   nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev zlib1g-dev
   dataset-fashion-mnist                             # the trainer's default data set

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "tensortier/allocator/offset_planner.h"
+#include "tensortier/migrator/residency_model.h"
 
 namespace tensortier::migrator {
 namespace {
@@ -456,15 +457,13 @@ Plan belady_oracle(const PlanInputs& in) {
                      [&](std::size_t i) { return next_use_plan(in, variants[i].first, variants[i].second); });
 }
 
-// Residency: per object, whether it is on the fast tier at each boundary b in [0, layers) of its
-// life (the state the layer at b finds, after the moves at b). Persistent objects' boundaries
-// are cyclic: boundary `layers` is the next step's boundary 0. from_residency() turns residency
-// into births, starts and moves: a change at boundary b is a move handed to the mover after
-// layer b - 1 (a persistent object's change at boundary 0: after the last layer, for the next
-// step); a move in is needed by the next use at or after b, and (with `know_uses`) useful until
-// the last use of its stay in fast memory.
-using Residency = std::vector<std::vector<char>>;  // object -> boundary -> fast
-
+// Residency (residency_model.h): per object, whether it is on the fast tier at each boundary b in
+// [0, layers) of its life (the state the layer at b finds, after the moves at b). Persistent
+// objects' boundaries are cyclic: boundary `layers` is the next step's boundary 0. from_residency() turns
+// residency into births, starts and moves: a change at boundary b is a move handed to the mover after layer b
+// - 1 (a persistent object's change at boundary 0: after the last layer, for the next step); a move in is
+// needed by the next use at or after b, and (with `know_uses`) useful until the last use of its stay in fast
+// memory.
 Plan from_residency(const PlanInputs& in, std::string policy, const Residency& fast, bool know_uses) {
   Plan plan;
   plan.policy = std::move(policy);
@@ -789,12 +788,74 @@ Plan autoswap(const PlanInputs& in) {
   return cheapest_of(in, std::size(kScores), 0, [&](std::size_t i) { return autoswap_with(in, kScores[i]); });
 }
 
+// The exact model's residency moves each object in at the boundary of the use that needs it (the
+// model has no time in it); a mover needs the layers before to copy it. Each move in is handed out
+// up to `lead` boundaries earlier where the budget has room at every boundary it then holds the
+// object, earliest moves first. A move reaching back to the object's previous stay joins it (no
+// move out, no move in); one reaching its birth makes it born fast.
+Residency lead_moves_in(const PlanInputs& in, Residency r, std::uint32_t lead) {
+  const std::uint32_t L = in.layers;
+  if (L == 0 || lead == 0) return r;
+  const std::uint64_t room =
+      in.fast_budget_bytes > in.small_reserve_bytes ? in.fast_budget_bytes - in.small_reserve_bytes : 0;
+  std::vector<std::uint64_t> held(L, 0);
+  struct In {
+    std::uint32_t b;
+    std::size_t i;
+  };
+  std::vector<In> ins;
+  for (std::size_t i = 0; i < in.objects.size(); ++i) {
+    const PlanObject& o = in.objects[i];
+    const std::uint32_t first = o.persistent ? 0 : o.born;
+    const std::uint32_t end = o.persistent ? L : std::min(o.freed, L);
+    for (std::uint32_t b = first; b < end; ++b) {
+      if (r[i][b]) held[b] += o.bytes;
+      const bool has_prev = o.persistent || b > first;
+      if (has_prev && r[i][b] && !r[i][b == 0 ? L - 1 : b - 1]) ins.push_back({b, i});
+    }
+  }
+  std::stable_sort(ins.begin(), ins.end(), [](const In& a, const In& b) { return a.b < b.b; });
+  for (const In& m : ins) {
+    const PlanObject& o = in.objects[m.i];
+    const std::uint32_t first = o.persistent ? 0 : o.born;
+    std::uint32_t b = m.b;
+    for (std::uint32_t s = 0; s < lead; ++s) {
+      if (!o.persistent && b == first) break;  // born fast now
+      const std::uint32_t p = b == 0 ? L - 1 : b - 1;
+      if (r[m.i][p]) break;  // joined its previous stay
+      if (held[p] + o.bytes > room) break;
+      r[m.i][p] = 1;
+      held[p] += o.bytes;
+      b = p;
+    }
+  }
+  return r;
+}
+
+// The exact model's plans: its residency with moves in led by 0, 1, 2, 3, 5, 8, ... boundaries, the
+// one the simulator predicts cheapest.
+Plan exact_residency_plan(const PlanInputs& in, const ResidencySolution& sol) {
+  std::vector<std::uint32_t> leads{0};
+  for (std::uint32_t h = 1; h < in.layers; h = h * 3 / 2 + 1) leads.push_back(h);
+  return cheapest_of(in, leads.size(), 0, [&](std::size_t k) {
+    Plan plan = from_residency(in, "oracle", lead_moves_in(in, sol.fast, leads[k]), true);
+    plan.interval_layers = leads[k];
+    return plan;
+  });
+}
+
 // The oracle: with full knowledge of the step, the plan the simulator predicts cheapest among
-// its own (Belady's rule with prefetch over every lookahead, evicting by next use or clean objects
-// first) and every other policy's plan (first-touch, reactive, autoswap, sentinel). Not an exact
-// optimum: the best plan known here. Plan::variant says which one it is.
+// the exact model's (residency_model.h, solved within PlanInputs::oracle_time_limit_s), its own
+// heuristics (Belady's rule with prefetch over every lookahead, evicting by next use or clean
+// objects first) and every other policy's plan (first-touch, reactive, autoswap, sentinel).
+// Plan::variant says which one it is; Plan::bound_extra_ns is the exact model's bound.
 Plan oracle(const PlanInputs& in) {
   std::vector<std::pair<std::string, Plan>> candidates;
+  const ResidencySolution exact = solve_residency(in, in.oracle_time_limit_s);
+  if (exact.solved) {
+    candidates.emplace_back(fmt::format("exact model's residency ({})", exact.status),
+                            exact_residency_plan(in, exact));
+  }
   candidates.emplace_back("Belady with prefetch", belady_oracle(in));
   candidates.emplace_back("first-touch's plan", first_touch(in));
   candidates.emplace_back("reactive's plan", reactive(in));
@@ -815,6 +876,9 @@ Plan oracle(const PlanInputs& in) {
     best.variant = candidates.front().first;
   }
   best.policy = "oracle";
+  best.bound_extra_ns = exact.bound_ns;
+  best.solver = fmt::format("CBC: {}; {} binaries, {} rows, {:.2f} s", exact.status, exact.binaries,
+                            exact.rows, exact.seconds);
   return best;
 }
 

@@ -555,6 +555,10 @@ void Runtime::start_migration(const profiler::StepProfile& profile) {
                              : "",
       format_bytes(p.bytes_in), format_bytes(p.bytes_out), format_bytes(p.slow_access_bytes),
       p.predicted_extra_ns / 1e6, failed);
+  if (!p.solver.empty()) {
+    spdlog::info("policy {}: {}; no plan is predicted to add under {:.1f} ms a step ({})", policy_, p.variant,
+                 p.bound_extra_ns / 1e6, p.solver);
+  }
   start_executor("does not run");
 }
 

@@ -35,12 +35,16 @@
 //                         intervals' compute cannot hide, plus slow accesses) is least; where the
 //                         budget cannot hold the region, the short-lived objects are managed too;
 //   oracle                full knowledge of the step's accesses: the plan the simulator predicts
-//                         cheapest among its own (at each boundary the objects used within a
-//                         lookahead are moved in, nearest use first, making room by moving out
-//                         those used furthest away, or clean ones first: Belady's rule with
-//                         prefetch, over every lookahead) and every other policy's plan
-//                         (Plan::variant names the one it chose). Not an exact solver: the best
-//                         plan known here, to show how far each policy is from it.
+//                         cheapest among an exact model's (residency_model.h: a mixed-integer
+//                         program over which objects are fast at each boundary, solved by
+//                         COIN-OR CBC within a time limit, its moves in then handed out as early
+//                         as the budget allows), its own heuristics (at each boundary the objects
+//                         used within a lookahead are moved in, nearest use first, making room by
+//                         moving out those used furthest away, or clean ones first: Belady's rule
+//                         with prefetch, over every lookahead) and every other policy's plan
+//                         (Plan::variant names the one it chose). The exact model leaves out time
+//                         (late moves, waits), so its optimum is a lower bound on every plan's
+//                         prediction (Plan::bound_extra_ns), not a plan that reaches it.
 // Small objects (under a page, sharing group chunks) are not planned: they stay where the runtime
 // puts them (the fast tier first) and the plan keeps room for them (small_reserve_bytes).
 //
@@ -96,6 +100,8 @@ struct PlanInputs {
   // so a policy that weighs variants weighs their moves' CPU too.
   double mover_cpu_ns_per_byte = 0;
   double mover_steals_compute = 0;
+  // The oracle's exact solver (residency_model.h) stops after this long with the best it found.
+  double oracle_time_limit_s = 10;
 };
 
 // Inputs from a step profile: objects of a page or more with their lifetimes and the layers that
@@ -125,8 +131,9 @@ struct Plan {
   std::map<ObjectKey, TierIndex> birth;  // where each object born in the step is allocated
   std::vector<PlannedMove> moves;        // by after_layer; at one, outs before ins (the mover's order)
   std::string variant;                   // the oracle: whose plan it chose
-  std::uint32_t interval_layers = 0;     // sentinel's migration interval (0: none)
-  std::uint64_t region_bytes = 0;        // sentinel's short-lived region (offset planner)
+  std::uint32_t interval_layers =
+      0;                           // sentinel's migration interval, the oracle's lookahead or lead (0: none)
+  std::uint64_t region_bytes = 0;  // sentinel's short-lived region (offset planner)
   // Each short-lived object's offset in that region (the offset planner's): the runtime places
   // them there, in one arena of region_bytes on the fast tier, and they never move.
   std::map<ObjectKey, std::uint64_t> region_offsets;
@@ -148,6 +155,10 @@ struct Plan {
   // with no overlap, so only moves can hide behind compute).
   double floor_slow_ns = 0;
   double compute_ns = 0;  // the step's layers on fast memory
+  // The oracle: no valid plan for these inputs predicts less than this (residency_model.h's
+  // bound; 0 where the solver gave none), and what the solver did.
+  double bound_extra_ns = 0;
+  std::string solver;
 };
 
 const std::vector<std::string>& policy_names();

@@ -1,0 +1,60 @@
+// The oracle's exact model: which objects are on the fast tier at each layer boundary, chosen by
+// a mixed-integer program (COIN-OR CBC, Debian's coinor-libcbc-dev) so that a lower bound on the
+// time simulate() adds to a step is least. It gives the oracle two things:
+//   - a bound: no valid plan for these inputs can have a predicted_extra_ns below the solver's
+//     best possible objective (Plan::bound_extra_ns);
+//   - a residency that reaches the model's optimum (or the best the solver found in its time
+//     limit), which the oracle turns into a plan (plan.cc) and weighs, simulated, against its
+//     heuristics.
+//
+// The model (per step, cyclic for persistent objects) is simulate()'s cost with time and order
+// taken away:
+//   - slow accesses S: the bytes each layer declares that are not on the fast tier at its
+//     boundary;
+//   - moves: each change from slow to fast between two boundaries of an object's life is a move
+//     in; each change back a move out, free when the object was moved in and not written since
+//     (PlanInputs::clean_moves_out_free); an object is born where the plan says, with no move;
+//   - at every boundary the fast objects fit the budget less the small-object reserve;
+//   - the step takes at least its compute plus S's emulated charge, and at least the slow tier's
+//     busy time (S's traffic plus every copy); the mover's CPU is added as simulate() adds it.
+// simulate() can only add to this (late moves, waits, a slow tier busy while the layers wait), so
+// the model's optimum is a lower bound on every valid plan's prediction. Between two uses an
+// object either stays fast or is slow for the whole gap (moved out after the first use, back in
+// for the next): any other residency costs the same moves and holds more of the budget, so the
+// program needs one variable per use and one per gap, not one per boundary.
+//
+// Thread safety: pure functions (each call builds and frees its own solver model).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "tensortier/migrator/plan.h"
+
+namespace tensortier::migrator {
+
+// Per object of PlanInputs::objects, per boundary b in [0, layers): whether it is on the fast tier
+// at b (after b's moves, as layer b finds it). Only the boundaries of its life matter.
+using Residency = std::vector<std::vector<char>>;
+
+// The model's cost of one residency (what the program minimises), in ns added to a step: moves
+// are its changes, cleanliness is tracked as simulate() tracks it. Residencies that pass the
+// budget at some boundary are costed all the same (the caller checks the budget).
+double residency_cost_ns(const PlanInputs& in, const Residency& fast);
+
+struct ResidencySolution {
+  bool solved = false;   // a residency was found (optimal or the best within the time limit)
+  bool optimal = false;  // proven optimal
+  Residency fast;        // valid where solved: one entry per object, `layers` boundaries each
+  double cost_ns = 0;    // residency_cost_ns of `fast`
+  double bound_ns = 0;   // no residency (and no valid plan) costs less; 0 where the solver gave none
+  std::string status;    // what the solver did, for logs: "optimal", "time limit, gap 3.2%", ...
+  int binaries = 0, rows = 0;
+  double seconds = 0;  // the solver's wall time
+};
+
+// Solves the model within `time_limit_s` seconds. Never fails: where the solver finds nothing,
+// `solved` is false and `status` says why.
+ResidencySolution solve_residency(const PlanInputs& in, double time_limit_s);
+
+}  // namespace tensortier::migrator

@@ -1,0 +1,320 @@
+#include "tensortier/migrator/residency_model.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <memory>
+
+#include <Cbc_C_Interface.h>
+#include <fmt/format.h>
+
+namespace tensortier::migrator {
+namespace {
+
+// The boundaries [first, end) of an object's life that a plan places it at; first >= end: none.
+std::pair<std::uint32_t, std::uint32_t> window(const PlanInputs& in, const PlanObject& o) {
+  if (o.persistent) return {0, in.layers};
+  return {o.born, std::min(o.freed, in.layers)};
+}
+
+// Its uses within that window (a use outside it finds no object, as in simulate()).
+std::vector<std::uint32_t> uses_in_window(const PlanInputs& in, const PlanObject& o) {
+  const auto [first, end] = window(in, o);
+  std::vector<std::uint32_t> uses;
+  for (std::uint32_t t : o.uses)
+    if (t >= first && t < end) uses.push_back(t);
+  return uses;
+}
+
+bool writes_at(const PlanObject& o, std::uint32_t t) {
+  return std::binary_search(o.writes.begin(), o.writes.end(), t);
+}
+
+// The cost of a step with S slow-access bytes, `in_bytes` moved in and `out_bytes` moved out with
+// a copy: the lower bound of residency_model.h, in ns added to the compute.
+double bound_of(const PlanInputs& in, double slow_bytes, double in_bytes, double out_bytes) {
+  double compute = 0;
+  for (std::uint64_t ns : in.layer_ns) compute += static_cast<double>(ns);
+  const double traffic = (1.0 / in.move_in_gbps + 1.0 / in.move_out_gbps) / 2.0;
+  const double with_charge = compute + slow_bytes * in.slow_access_ns_per_byte;
+  const double slow_busy = slow_bytes * traffic + in_bytes / in.move_in_gbps + out_bytes / in.move_out_gbps;
+  return std::max(with_charge, slow_busy) - compute +
+         (in_bytes + out_bytes) * in.mover_cpu_ns_per_byte * in.mover_steals_compute;
+}
+
+// A linear expression over the program's columns: coefficient per column, plus a constant.
+struct Expr {
+  std::map<int, double> terms;
+  double constant = 0;
+  Expr& add(int col, double coef) {
+    if (col >= 0) terms[col] += coef;
+    return *this;
+  }
+  Expr& add(const Expr& e, double scale) {
+    for (const auto& [col, coef] : e.terms) terms[col] += coef * scale;
+    constant += e.constant * scale;
+    return *this;
+  }
+};
+
+struct CbcDeleter {
+  void operator()(Cbc_Model* m) const { Cbc_deleteModel(m); }
+};
+
+}  // namespace
+
+double residency_cost_ns(const PlanInputs& in, const Residency& fast) {
+  const std::uint32_t L = in.layers;
+  double slow_bytes = 0, in_bytes = 0, out_bytes = 0;
+  for (std::size_t i = 0; i < in.objects.size() && i < fast.size(); ++i) {
+    const PlanObject& o = in.objects[i];
+    const auto [first, end] = window(in, o);
+    if (first >= end) continue;
+    const auto& r = fast[i];
+    const auto b_bytes = static_cast<double>(o.bytes);
+    for (std::uint32_t t : uses_in_window(in, o))
+      if (!r[t]) slow_bytes += b_bytes;
+    // Moves and cleanliness as simulate() plays them; a persistent object's cycle is played twice
+    // and its second lap counted (the first sets up the state a step starts with).
+    const int laps = o.persistent ? 2 : 1;
+    bool clean = false;
+    for (int lap = 0; lap < laps; ++lap) {
+      for (std::uint32_t b = first; b < end; ++b) {
+        const bool has_prev = o.persistent ? (lap > 0 || b > 0) : b > first;
+        if (has_prev) {
+          const bool before = r[b == 0 ? L - 1 : b - 1] != 0;
+          const bool now = r[b] != 0;
+          if (!before && now) {
+            if (lap == laps - 1) in_bytes += b_bytes;
+            clean = in.clean_moves_out_free;
+          } else if (before && !now) {
+            if (lap == laps - 1 && !clean) out_bytes += b_bytes;
+            clean = false;
+          }
+        }
+        if (writes_at(o, b)) clean = false;
+      }
+    }
+  }
+  return bound_of(in, slow_bytes, in_bytes, out_bytes);
+}
+
+ResidencySolution solve_residency(const PlanInputs& in, double time_limit_s) {
+  ResidencySolution sol;
+  const std::uint32_t L = in.layers;
+  const std::size_t n = in.objects.size();
+  sol.fast.assign(n, std::vector<char>(L, 0));
+  if (L == 0 || in.move_in_gbps <= 0 || in.move_out_gbps <= 0) {
+    sol.status = "not run: no layers or no move bandwidth";
+    return sol;
+  }
+  // Units: MiB and ms, so that coefficients are near 1.
+  constexpr double kMiB = 1024.0 * 1024.0;
+  const double traffic_ns = (1.0 / in.move_in_gbps + 1.0 / in.move_out_gbps) / 2.0;
+  const double charge_ms = in.slow_access_ns_per_byte * kMiB / 1e6;  // per MiB
+  const double traffic_ms = traffic_ns * kMiB / 1e6;
+  const double in_ms = kMiB / in.move_in_gbps / 1e6;
+  const double out_ms = kMiB / in.move_out_gbps / 1e6;
+  const double cpu_ms = in.mover_cpu_ns_per_byte * in.mover_steals_compute * kMiB / 1e6;
+  double compute_ms = 0;
+  for (std::uint64_t ns : in.layer_ns) compute_ms += static_cast<double>(ns) / 1e6;
+
+  struct Col {
+    double lb, ub, obj;
+    bool integer;
+  };
+  std::vector<Col> cols;
+  auto col = [&](double lb, double ub, bool integer) {
+    cols.push_back({lb, ub, 0.0, integer});
+    return static_cast<int>(cols.size()) - 1;
+  };
+  struct Row {
+    Expr e;
+    char sense;
+    double rhs;
+  };
+  std::vector<Row> rows;
+  auto row = [&](Expr e, char sense, double rhs) {
+    const double constant = e.constant;
+    rows.push_back({std::move(e), sense, rhs - constant});
+  };
+
+  // Per object: y[k] (fast at its k-th use), gap[k] (fast through the gap after use k: to the
+  // next use, or for a persistent object's last use around the cycle to its first; for another
+  // object's last use, to its end), pre (fast from birth to its first use).
+  struct Vars {
+    std::vector<std::uint32_t> uses;
+    std::vector<int> y, gap;
+    int pre = -1;
+  };
+  std::vector<Vars> vars(n);
+  Expr slow_fast;  // sum of MiB x y: the slow-access MiB a plan avoids
+  double slow_total = 0;
+  Expr moved_in, moved_out;  // MiB copied in / out
+  for (std::size_t i = 0; i < n; ++i) {
+    const PlanObject& o = in.objects[i];
+    const auto [first, end] = window(in, o);
+    Vars& v = vars[i];
+    v.uses = first < end ? uses_in_window(in, o) : std::vector<std::uint32_t>{};
+    const std::size_t m = v.uses.size();
+    if (m == 0) continue;  // no layer declares it: slow costs nothing
+    const double mib = static_cast<double>(o.bytes) / kMiB;
+    for (std::size_t k = 0; k < m; ++k) {
+      v.y.push_back(col(0, 1, true));
+      slow_fast.add(v.y.back(), mib);
+      slow_total += mib;
+    }
+    // Moves in (mi[k], before use k) and out (mo[k], after use k) as expressions.
+    std::vector<Expr> mi(m), mo(m);
+    for (std::size_t k = 0; k < m; ++k) {
+      const bool last = k + 1 == m;
+      if (last && !o.persistent) {
+        if (end > v.uses[k] + 1) {  // alive past its last use: out, or kept fast to its end
+          v.gap.push_back(col(0, 1, true));
+          row(Expr{}.add(v.gap[k], 1).add(v.y[k], -1), 'L', 0);
+          mo[k].add(v.y[k], 1).add(v.gap[k], -1);
+        } else {
+          v.gap.push_back(-1);  // freed at once: no move
+        }
+        break;
+      }
+      const std::size_t next = last ? 0 : k + 1;
+      const bool empty = last ? (v.uses[k] == L - 1 && v.uses[0] == 0) : v.uses[next] == v.uses[k] + 1;
+      const int g = col(0, 1, true);
+      v.gap.push_back(g);
+      row(Expr{}.add(g, 1).add(v.y[k], -1), 'L', 0);
+      row(Expr{}.add(g, 1).add(v.y[next], -1), 'L', 0);
+      // No boundary between the two uses to be slow at: fast at both means it stays.
+      if (empty) row(Expr{}.add(g, 1).add(v.y[k], -1).add(v.y[next], -1), 'G', -1);
+      mo[k].add(v.y[k], 1).add(g, -1);
+      mi[next].add(v.y[next], 1).add(g, -1);
+    }
+    if (!o.persistent && first < v.uses[0]) {  // born before its first use: born fast, or moved in
+      v.pre = col(0, 1, true);
+      row(Expr{}.add(v.pre, 1).add(v.y[0], -1), 'L', 0);
+      mi[0].add(v.y[0], 1).add(v.pre, -1);
+    }  // else born at its first use, where the plan wants it: no move
+    for (std::size_t k = 0; k < m; ++k) moved_in.add(mi[k], mib);
+    if (!in.clean_moves_out_free) {
+      for (std::size_t k = 0; k < m; ++k) moved_out.add(mo[k], mib);
+      continue;
+    }
+    // Clean after use k: moved in since the last write and not written at use k.
+    std::vector<int> c(m);
+    for (std::size_t k = 0; k < m; ++k) c[k] = col(0, writes_at(o, v.uses[k]) ? 0 : 1, false);
+    for (std::size_t k = 0; k < m; ++k) {
+      row(Expr{}.add(c[k], 1).add(v.y[k], -1), 'L', 0);
+      Expr carry;  // c[k] <= c[before] + mi[k]
+      carry.add(c[k], 1).add(mi[k], -1);
+      if (k > 0) {
+        carry.add(c[k - 1], -1);
+      } else if (o.persistent) {
+        carry.add(c[m - 1], -1);
+      }
+      row(std::move(carry), 'L', 0);
+      if (mo[k].terms.empty()) continue;
+      const int dirty = col(0, 1, false);  // a move out that copies: dirty >= mo[k] - c[k]
+      row(Expr{}.add(dirty, 1).add(mo[k], -1).add(c[k], 1), 'G', 0);
+      moved_out.add(dirty, mib);
+    }
+  }
+  // The budget at every boundary, less the small-object reserve.
+  const double room_mib = static_cast<double>(in.fast_budget_bytes > in.small_reserve_bytes
+                                                  ? in.fast_budget_bytes - in.small_reserve_bytes
+                                                  : 0) /
+                          kMiB;
+  std::vector<Expr> at(L);
+  for (std::size_t i = 0; i < n; ++i) {
+    const Vars& v = vars[i];
+    if (v.uses.empty()) continue;
+    const PlanObject& o = in.objects[i];
+    const auto [first, end] = window(in, o);
+    const double mib = static_cast<double>(o.bytes) / kMiB;
+    std::size_t k = 0;  // the first use at or after t
+    for (std::uint32_t t = first; t < end; ++t) {
+      while (k < v.uses.size() && v.uses[k] < t) ++k;
+      int c = -1;
+      if (k < v.uses.size() && v.uses[k] == t) {
+        c = v.y[k];
+      } else if (k == 0) {
+        c = o.persistent ? v.gap.back() : v.pre;  // before the first use
+      } else {
+        c = v.gap[k - 1];  // after use k - 1 (for a persistent object's last: around the cycle)
+      }
+      at[t].add(c, mib);
+    }
+  }
+  for (std::uint32_t t = 0; t < L; ++t)
+    if (!at[t].terms.empty()) row(std::move(at[t]), 'L', room_mib);
+  // T (ms added) >= the slow accesses' charge, and >= the slow tier's busy time less the compute.
+  const int T = col(0, 1e12, false);
+  cols[static_cast<std::size_t>(T)].obj = 1;
+  row(Expr{}.add(T, 1).add(slow_fast, charge_ms), 'G', charge_ms * slow_total);
+  row(Expr{}.add(T, 1).add(slow_fast, traffic_ms).add(moved_in, -in_ms).add(moved_out, -out_ms), 'G',
+      traffic_ms * slow_total - compute_ms);
+  for (const auto& [c, coef] : moved_in.terms) cols[static_cast<std::size_t>(c)].obj += coef * cpu_ms;
+  for (const auto& [c, coef] : moved_out.terms) cols[static_cast<std::size_t>(c)].obj += coef * cpu_ms;
+
+  std::unique_ptr<Cbc_Model, CbcDeleter> model(Cbc_newModel());
+  Cbc_setLogLevel(model.get(), 0);
+  for (Col& c : cols) {
+    Cbc_addCol(model.get(), "", c.lb, c.ub, c.obj, c.integer ? 1 : 0, 0, nullptr, nullptr);
+    if (c.integer) ++sol.binaries;
+  }
+  for (Row& r : rows) {
+    std::vector<int> idx;
+    std::vector<double> coef;
+    for (const auto& [c, v] : r.e.terms) {
+      if (v == 0) continue;
+      idx.push_back(c);
+      coef.push_back(v);
+    }
+    Cbc_addRow(model.get(), "", static_cast<int>(idx.size()), idx.data(), coef.data(), r.sense, r.rhs);
+  }
+  sol.rows = static_cast<int>(rows.size());
+  Cbc_setMaximumSeconds(model.get(), std::max(0.1, time_limit_s));
+  Cbc_setAllowableFractionGap(model.get(), 1e-6);
+  const auto t0 = std::chrono::steady_clock::now();
+  Cbc_solve(model.get());
+  sol.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  sol.optimal = Cbc_isProvenOptimal(model.get()) != 0;
+  const double best_possible = Cbc_getBestPossibleObjValue(model.get());
+  if (std::isfinite(best_possible) && best_possible > -1e20)
+    sol.bound_ns = std::max(0.0, best_possible * 1e6);
+  const double* x = Cbc_bestSolution(model.get());
+  if (x == nullptr) {
+    sol.status = Cbc_isProvenInfeasible(model.get()) != 0
+                     ? "infeasible: the budget cannot hold what must be fast"
+                     : fmt::format("no solution within {:.1f} s", time_limit_s);
+    return sol;
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    const Vars& v = vars[i];
+    if (v.uses.empty()) continue;
+    const PlanObject& o = in.objects[i];
+    const auto [first, end] = window(in, o);
+    auto on = [&](int c) { return c >= 0 && x[c] > 0.5; };
+    std::size_t k = 0;
+    for (std::uint32_t t = first; t < end; ++t) {
+      while (k < v.uses.size() && v.uses[k] < t) ++k;
+      int c = -1;
+      if (k < v.uses.size() && v.uses[k] == t) {
+        c = v.y[k];
+      } else if (k == 0) {
+        c = o.persistent ? v.gap.back() : v.pre;
+      } else {
+        c = v.gap[k - 1];
+      }
+      sol.fast[i][t] = on(c) ? 1 : 0;
+    }
+  }
+  sol.solved = true;
+  sol.cost_ns = residency_cost_ns(in, sol.fast);
+  if (sol.optimal) sol.bound_ns = std::max(0.0, Cbc_getObjValue(model.get()) * 1e6);
+  const double gap = sol.cost_ns > 0 ? (sol.cost_ns - sol.bound_ns) / sol.cost_ns : 0.0;
+  sol.status = sol.optimal ? "optimal" : fmt::format("time limit, gap {:.1f}%", 100.0 * gap);
+  return sol;
+}
+
+}  // namespace tensortier::migrator
