@@ -259,6 +259,47 @@ TEST(ExactModel, TheOracleReportsTheBoundAndStaysValidWithoutTheSolver) {
   }
 }
 
+// Moves the simulator predicts late (the layer would wait, or find the object still slow) are
+// marked; the plan without them is valid and leaves out only those, and the moves out that would
+// find their objects already slow. A plan by hand over rotating_inputs (object k used by layers
+// 2k-2 and 2k-1, 5 ms each; 4 MiB moves of 4.2 ms): object 3 moved in after layer 1 for layer 4
+// (in time behind a move out), object 4 after layer 5 for layer 6 behind a move out (late).
+TEST(Plan, LateMovesAreMarkedAndThePlanWithoutThemIsValid) {
+  PlanInputs in = rotating_inputs();
+  in.layer_ns.assign(in.layers, 5'000'000);
+  in.move_in_gbps = in.move_out_gbps = 1;
+  Plan plan;
+  plan.policy = "by hand";
+  plan.start = {{1, 0}, {2, 0}, {3, 1}, {4, 1}};
+  auto move = [&](ObjectKey key, TierIndex to, std::uint32_t after, std::uint32_t needed_by) {
+    plan.moves.push_back({key, to, after, needed_by, kStepStart, 4 * kMiB});
+  };
+  move(1, 1, 1, 2);
+  move(3, 0, 1, 4);
+  move(2, 1, 3, 4);
+  move(3, 1, 5, 6);
+  move(4, 0, 5, 6);
+  move(4, 1, 7, 8);
+  move(1, 0, 7, 8);
+  move(2, 0, 7, 8);
+  ASSERT_EQ(simulate(plan, in), "");
+  std::vector<ObjectKey> late;
+  for (const PlannedMove& m : plan.moves)
+    if (m.predicted_late) late.push_back(m.key);
+  EXPECT_EQ(late, std::vector<ObjectKey>{4}) << "object 3's move in is in time, object 4's late";
+
+  const Plan timely = without_late_moves(plan, in);
+  Plan check = timely;
+  EXPECT_EQ(simulate(check, in), "");
+  ASSERT_EQ(timely.moves.size(), plan.moves.size() - 2) << "object 4's move in, and its move out";
+  for (const PlannedMove& m : timely.moves) EXPECT_NE(m.key, 4U);
+  EXPECT_EQ(timely.bytes_in, plan.bytes_in - 4 * kMiB);
+  EXPECT_GT(timely.slow_access_bytes, plan.slow_access_bytes - 1) << "object 4 is read where it is";
+  // Where nothing is late the plan comes back as it was.
+  const Plan same = without_late_moves(timely, in);
+  EXPECT_EQ(same.moves.size(), timely.moves.size());
+}
+
 TEST(Plan, UnknownPolicyAndBadInputsAreRefused) {
   auto plan = make_plan("lru", chain_inputs(8 * kMiB));
   ASSERT_FALSE(plan);

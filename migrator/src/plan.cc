@@ -853,7 +853,8 @@ Plan oracle(const PlanInputs& in) {
   std::vector<std::pair<std::string, Plan>> candidates;
   const ResidencySolution exact = solve_residency(in, in.oracle_time_limit_s);
   if (exact.solved) {
-    candidates.emplace_back(fmt::format("exact model's residency ({})", exact.status),
+    candidates.emplace_back(fmt::format("exact model's residency ({})",
+                                        exact.optimal ? "optimal" : "the best within the time limit"),
                             exact_residency_plan(in, exact));
   }
   candidates.emplace_back("Belady with prefetch", belady_oracle(in));
@@ -1033,9 +1034,10 @@ std::string simulate(Plan& plan, const PlanInputs& in) {
     auto s = plan.start.find(o.key);
     set_tier(o, s != plan.start.end() ? s->second : in.fast);
   }
-  std::multimap<std::uint32_t, const PlannedMove*> moves;  // boundary -> move
-  std::unordered_map<std::uint32_t, bool> has_in;          // boundary -> a move in listed so far
-  for (const PlannedMove& m : plan.moves) {
+  std::multimap<std::uint32_t, PlannedMove*> moves;  // boundary -> move
+  std::unordered_map<std::uint32_t, bool> has_in;    // boundary -> a move in listed so far
+  for (PlannedMove& m : plan.moves) {
+    m.predicted_late = false;
     const std::uint32_t b = m.after_layer == kStepStart ? 0 : m.after_layer + 1;
     moves.emplace(b, &m);
     // The mover takes a boundary's moves in the plan's order: a move out listed after a move in
@@ -1067,6 +1069,7 @@ std::string simulate(Plan& plan, const PlanInputs& in) {
   double clock_ns = 0, mover_free_ns = 0, slow_busy_ns = 0, compute_ns = 0;
   struct Pending {
     double start_ns = 0, end_ns = 0;
+    PlannedMove* move = nullptr;
   };
   std::unordered_map<ObjectKey, Pending> pending;  // moves in not yet done, by key
   for (std::uint32_t t = 0; t <= in.layers; ++t) {
@@ -1109,7 +1112,7 @@ std::string simulate(Plan& plan, const PlanInputs& in) {
         mover_free_ns = slow_busy_ns = end_ns;
         (m.to == in.fast ? plan.bytes_in : plan.bytes_out) += m.bytes;
         if (m.to == in.fast) {
-          pending[m.key] = Pending{start_ns, end_ns};
+          pending[m.key] = Pending{start_ns, end_ns, it->second};
         } else {
           pending.erase(m.key);
         }
@@ -1131,6 +1134,7 @@ std::string simulate(Plan& plan, const PlanInputs& in) {
       if (found == tier.end()) continue;
       bool slow = found->second != in.fast;
       if (auto p = pending.find(o->key); !slow && p != pending.end()) {
+        if (p->second.end_ns > clock_ns && p->second.move != nullptr) p->second.move->predicted_late = true;
         if (p->second.end_ns <= clock_ns) {
           pending.erase(p);
         } else if (p->second.start_ns <= clock_ns) {
@@ -1178,6 +1182,41 @@ std::string simulate(Plan& plan, const PlanInputs& in) {
                                  (1.0 / in.move_in_gbps + 1.0 / in.move_out_gbps)
                            : 0.0;
   return problem;
+}
+
+Plan without_late_moves(const Plan& plan, const PlanInputs& in) {
+  Plan out = plan;
+  out.moves.clear();
+  // Where each object is as the plan's moves are taken in the mover's order.
+  std::unordered_map<ObjectKey, TierIndex> at;
+  for (const auto& [key, tier] : plan.start) at[key] = tier;
+  for (const auto& [key, tier] : plan.birth) at[key] = tier;
+  bool left_out = false;
+  for (const PlannedMove& m : plan.moves) {
+    if (m.to == in.fast && m.predicted_late && m.needed_by < in.layers) {
+      left_out = true;
+      continue;
+    }
+    auto it = at.find(m.key);
+    if (it != at.end() && it->second == m.to) continue;  // already there: its move in was left out
+    if (it != at.end()) it->second = m.to;
+    out.moves.push_back(m);
+  }
+  // A persistent object left slow by a move in left out goes back in after the last layer, where
+  // the plan had it fast, so that the next step starts it where the plan does.
+  for (const PlanObject& o : in.objects) {
+    auto s = plan.start.find(o.key);
+    if (!o.persistent || s == plan.start.end() || at[o.key] == s->second) continue;
+    PlannedMove m;
+    m.key = o.key;
+    m.to = s->second;
+    m.after_layer = in.layers - 1;
+    m.needed_by = in.layers;
+    m.bytes = o.bytes;
+    out.moves.push_back(m);
+  }
+  if (!left_out || !simulate(out, in).empty()) return plan;
+  return out;
 }
 
 }  // namespace tensortier::migrator

@@ -65,6 +65,10 @@ struct CbcDeleter {
 }  // namespace
 
 double residency_cost_ns(const PlanInputs& in, const Residency& fast) {
+  return residency_cost(in, fast).extra_ns;
+}
+
+ResidencyCost residency_cost(const PlanInputs& in, const Residency& fast) {
   const std::uint32_t L = in.layers;
   double slow_bytes = 0, in_bytes = 0, out_bytes = 0;
   for (std::size_t i = 0; i < in.objects.size() && i < fast.size(); ++i) {
@@ -97,7 +101,7 @@ double residency_cost_ns(const PlanInputs& in, const Residency& fast) {
       }
     }
   }
-  return bound_of(in, slow_bytes, in_bytes, out_bytes);
+  return {slow_bytes, in_bytes, out_bytes, bound_of(in, slow_bytes, in_bytes, out_bytes)};
 }
 
 ResidencySolution solve_residency(const PlanInputs& in, double time_limit_s) {
@@ -310,10 +314,14 @@ ResidencySolution solve_residency(const PlanInputs& in, double time_limit_s) {
     }
   }
   sol.solved = true;
-  sol.cost_ns = residency_cost_ns(in, sol.fast);
+  sol.parts = residency_cost(in, sol.fast);
+  sol.cost_ns = sol.parts.extra_ns;
   if (sol.optimal) sol.bound_ns = std::max(0.0, Cbc_getObjValue(model.get()) * 1e6);
   const double gap = sol.cost_ns > 0 ? (sol.cost_ns - sol.bound_ns) / sol.cost_ns : 0.0;
-  sol.status = sol.optimal ? "optimal" : fmt::format("time limit, gap {:.1f}%", 100.0 * gap);
+  sol.status = fmt::format(
+      "{}; its residency reads {:.0f} MiB on the slow tier, copies {:.0f} MiB in and {:.0f} MiB out",
+      sol.optimal ? "optimal" : fmt::format("time limit, gap {:.1f}%", 100.0 * gap),
+      sol.parts.slow_access_bytes / kMiB, sol.parts.in_bytes / kMiB, sol.parts.out_bytes / kMiB);
   return sol;
 }
 

@@ -116,9 +116,11 @@ struct RuntimeOptions {
   // move saves more than its copy costs.
   double mover_steals_compute = 1.0;
   // A trial of a plan that moves: after it starts, this many steps of the planned kind run under
-  // it, then as many with no moves (first-touch placement within the same budget), each after
-  // one unmeasured step; the faster by median step time runs from then on (mover CPU and waits
-  // are in the step time). Once per run. 0: no trial, the plan runs as made.
+  // it; then as many under the same plan with the moves it predicts late left out (their objects
+  // stay slow: migrator::without_late_moves), where it has any; then as many with no moves
+  // (first-touch placement within the same budget); each phase after one unmeasured step. The
+  // fastest by median step time runs from then on (mover CPU and waits are in the step time).
+  // Once per run. 0: no trial, the plan runs as made.
   std::uint32_t trial_steps = 3;
   // A plan's short-lived region (sentinel's) is one arena of the fast tier in which those objects
   // are placed at the offsets the offset planner gave (no range taken or faulted per object).
@@ -334,13 +336,18 @@ class Runtime {
   bool clean_moves_ = true;
   double mover_steals_compute_ = 1.0;
   // The plan trial (RuntimeOptions::trial_steps); training thread.
-  enum class Trial { kNone, kPlanned, kUnmoved, kDone };
+  enum class Trial { kNone, kRunning, kDone };
   Trial trial_ = Trial::kNone;
   std::uint32_t trial_steps_ = 3;
-  std::uint32_t trial_skip_ = 0;              // unmeasured steps left in this phase
-  std::vector<std::uint64_t> trial_ns_;       // this phase's step times
-  std::uint64_t trial_planned_ns_ = 0;        // the median under the plan that moves
-  std::optional<migrator::Plan> other_plan_;  // the plan not running (the trial swaps them)
+  std::uint32_t trial_skip_ = 0;         // unmeasured steps left in this phase
+  std::vector<std::uint64_t> trial_ns_;  // this phase's step times
+  struct TrialPhase {
+    std::string what;                    // "with its moves", ... (trial_result())
+    std::optional<migrator::Plan> plan;  // empty while its plan runs in the executor
+    std::uint64_t median_ns = 0;
+  };
+  std::vector<TrialPhase> trial_phases_;  // the plan as made first
+  std::size_t trial_phase_ = 0;           // the phase whose plan runs
   std::uint32_t plan_layers_ = 0;
   std::string trial_result_;
   bool step_profiled_ = false;
@@ -350,7 +357,8 @@ class Runtime {
   // Attaches the executor make_executor made and starts its mover; where it cannot attach, warns
   // ("policy NAME `otherwise`: why") and drops it.
   void start_executor(std::string_view otherwise);
-  void swap_plan();
+  // Runs trial phase `k`'s plan from the next step, keeping the running one in its phase.
+  void switch_plan(std::size_t k);
   // The plan's short-lived region as an allocator arena (none where the plan has none or the
   // tier has no room); closing gives it back, or leaves it where objects still live in it.
   void open_arena(const migrator::Plan& plan);

@@ -121,6 +121,9 @@ struct PlannedMove {
   // when it misses the first; kStepStart: always useful (moves out make room).
   std::uint32_t useful_until = kStepStart;
   std::uint64_t bytes = 0;
+  // simulate(): a move in that the layer needing it would find under way (the layer waits) or not
+  // begun (the layer finds the object slow).
+  bool predicted_late = false;
 };
 
 struct Plan {
@@ -172,5 +175,13 @@ Result<Plan> make_plan(std::string_view policy, const PlanInputs& inputs);
 // is valid, else what is wrong (a move of an object not alive then, a layer boundary where the
 // fast tier would pass its budget, naming the boundary and the bytes).
 std::string simulate(Plan& plan, const PlanInputs& inputs);
+
+// The plan with the moves in that simulate() predicts late left out: their objects stay where they
+// are (the slow tier) until their next planned move, and the moves out that would then find an
+// object already slow go too, so the mover and the slow tier are free for the moves that arrive in
+// time. Moves that prepare the next step (needed_by >= layers) stay. Its predictions are filled.
+// Returns `plan` itself where none is late (or leaving them out would not give a valid plan).
+// The runtime's trial weighs the two by measured step time (RuntimeOptions::trial_steps).
+Plan without_late_moves(const Plan& plan, const PlanInputs& inputs);
 
 }  // namespace tensortier::migrator

@@ -42,11 +42,21 @@ using Residency = std::vector<std::vector<char>>;
 // budget at some boundary are costed all the same (the caller checks the budget).
 double residency_cost_ns(const PlanInputs& in, const Residency& fast);
 
+// The same cost with its parts: what the layers find on the slow tier and what is copied.
+struct ResidencyCost {
+  double slow_access_bytes = 0;  // declared bytes the layers find on the slow tier
+  double in_bytes = 0;           // copied into the fast tier
+  double out_bytes = 0;          // copied out of it (moves out of clean objects copy nothing)
+  double extra_ns = 0;           // residency_cost_ns
+};
+ResidencyCost residency_cost(const PlanInputs& in, const Residency& fast);
+
 struct ResidencySolution {
   bool solved = false;   // a residency was found (optimal or the best within the time limit)
   bool optimal = false;  // proven optimal
   Residency fast;        // valid where solved: one entry per object, `layers` boundaries each
   double cost_ns = 0;    // residency_cost_ns of `fast`
+  ResidencyCost parts;   // residency_cost of `fast`
   double bound_ns = 0;   // no residency (and no valid plan) costs less; 0 where the solver gave none
   std::string status;    // what the solver did, for logs: "optimal", "time limit, gap 3.2%", ...
   int binaries = 0, rows = 0;
