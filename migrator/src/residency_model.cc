@@ -228,13 +228,13 @@ ResidencySolution solve_residency(const PlanInputs& in, double time_limit_s) {
                                                   ? in.fast_budget_bytes - in.small_reserve_bytes
                                                   : 0) /
                           kMiB;
-  std::vector<Expr> at(L);
-  for (std::size_t i = 0; i < n; ++i) {
+  // The column that says whether object i is fast at boundary t, for each t of its life: its
+  // use's, or the gap's it lies in (-1: none, it is slow).
+  auto for_each_boundary = [&](std::size_t i, auto&& visit) {
     const Vars& v = vars[i];
-    if (v.uses.empty()) continue;
+    if (v.uses.empty()) return;
     const PlanObject& o = in.objects[i];
     const auto [first, end] = window(in, o);
-    const double mib = static_cast<double>(o.bytes) / kMiB;
     std::size_t k = 0;  // the first use at or after t
     for (std::uint32_t t = first; t < end; ++t) {
       while (k < v.uses.size() && v.uses[k] < t) ++k;
@@ -246,8 +246,13 @@ ResidencySolution solve_residency(const PlanInputs& in, double time_limit_s) {
       } else {
         c = v.gap[k - 1];  // after use k - 1 (for a persistent object's last: around the cycle)
       }
-      at[t].add(c, mib);
+      visit(t, c);
     }
+  };
+  std::vector<Expr> at(L);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double mib = static_cast<double>(in.objects[i].bytes) / kMiB;
+    for_each_boundary(i, [&](std::uint32_t t, int c) { at[t].add(c, mib); });
   }
   for (std::uint32_t t = 0; t < L; ++t)
     if (!at[t].terms.empty()) row(std::move(at[t]), 'L', room_mib);
@@ -294,24 +299,7 @@ ResidencySolution solve_residency(const PlanInputs& in, double time_limit_s) {
     return sol;
   }
   for (std::size_t i = 0; i < n; ++i) {
-    const Vars& v = vars[i];
-    if (v.uses.empty()) continue;
-    const PlanObject& o = in.objects[i];
-    const auto [first, end] = window(in, o);
-    auto on = [&](int c) { return c >= 0 && x[c] > 0.5; };
-    std::size_t k = 0;
-    for (std::uint32_t t = first; t < end; ++t) {
-      while (k < v.uses.size() && v.uses[k] < t) ++k;
-      int c = -1;
-      if (k < v.uses.size() && v.uses[k] == t) {
-        c = v.y[k];
-      } else if (k == 0) {
-        c = o.persistent ? v.gap.back() : v.pre;
-      } else {
-        c = v.gap[k - 1];
-      }
-      sol.fast[i][t] = on(c) ? 1 : 0;
-    }
+    for_each_boundary(i, [&](std::uint32_t t, int c) { sol.fast[i][t] = c >= 0 && x[c] > 0.5 ? 1 : 0; });
   }
   sol.solved = true;
   sol.parts = residency_cost(in, sol.fast);
