@@ -259,15 +259,14 @@ nlohmann::json summarize(const MatrixConfig& c, const nlohmann::json& tasks) {
         for (const json* t : found) {
           const double f = number(t->at("runs").at("fast-only"), "median_ms");
           double slow_floor = 0;
-          for (const auto& [p, r] : t->at("runs").items())
-            slow_floor = std::max(slow_floor, number(r, "floor_slow_ms"));
-          floors.push_back(f > 0 ? std::max(f, slow_floor) / f : 1.0);
-          // The oracle's exact-model bound on what a plan adds, over the plan's own compute (every
-          // cell of the group carries it).
           for (const auto& [p, r] : t->at("runs").items()) {
+            slow_floor = std::max(slow_floor, number(r, "floor_slow_ms"));
+            // The oracle's exact-model bound on what a plan adds, over the plan's own compute
+            // (every cell of the group carries it).
             if (r.contains("bound_extra_ms") && number(r, "compute_ms") > 0)
               bounds.push_back(1.0 + number(r, "bound_extra_ms") / number(r, "compute_ms"));
           }
+          floors.push_back(f > 0 ? std::max(f, slow_floor) / f : 1.0);
         }
         std::map<std::string, double> ratio_of;
         for (const std::string& policy : c.policies) {

@@ -470,8 +470,8 @@ Plan from_residency(const PlanInputs& in, std::string policy, const Residency& f
   const std::uint32_t L = in.layers;
   for (std::size_t i = 0; i < in.objects.size(); ++i) {
     const PlanObject& o = in.objects[i];
-    const std::uint32_t first = o.persistent ? 0 : o.born;
-    const std::uint32_t end = o.persistent ? L : std::min(o.freed, L);
+    const auto window = residency_window(in, o);  // named, not bound: next_use captures `end`
+    const std::uint32_t first = window.first, end = window.second;
     if (first >= end) {  // born and freed at one boundary, or born after the last layer
       place(plan, o, in.slow);
       continue;
@@ -806,8 +806,7 @@ Residency lead_moves_in(const PlanInputs& in, Residency r, std::uint32_t lead) {
   std::vector<In> ins;
   for (std::size_t i = 0; i < in.objects.size(); ++i) {
     const PlanObject& o = in.objects[i];
-    const std::uint32_t first = o.persistent ? 0 : o.born;
-    const std::uint32_t end = o.persistent ? L : std::min(o.freed, L);
+    const auto [first, end] = residency_window(in, o);
     for (std::uint32_t b = first; b < end; ++b) {
       if (r[i][b]) held[b] += o.bytes;
       const bool has_prev = o.persistent || b > first;
@@ -817,7 +816,7 @@ Residency lead_moves_in(const PlanInputs& in, Residency r, std::uint32_t lead) {
   std::stable_sort(ins.begin(), ins.end(), [](const In& a, const In& b) { return a.b < b.b; });
   for (const In& m : ins) {
     const PlanObject& o = in.objects[m.i];
-    const std::uint32_t first = o.persistent ? 0 : o.born;
+    const std::uint32_t first = residency_window(in, o).first;
     std::uint32_t b = m.b;
     for (std::uint32_t s = 0; s < lead; ++s) {
       if (!o.persistent && b == first) break;  // born fast now
@@ -1065,7 +1064,7 @@ std::string simulate(Plan& plan, const PlanInputs& in) {
   // the end of the layer they follow; a move and a layer's slow traffic both hold the slow tier
   // (one timeline, as the runtime charges it). A layer waits for a move of its objects that has
   // begun; one not begun yet leaves the object slow for that layer.
-  const double traffic_ns_per_byte = (1.0 / in.move_in_gbps + 1.0 / in.move_out_gbps) / 2.0;
+  const double traffic_ns_per_byte = in.slow_traffic_ns_per_byte();
   double clock_ns = 0, mover_free_ns = 0, slow_busy_ns = 0, compute_ns = 0;
   struct Pending {
     double start_ns = 0, end_ns = 0;
@@ -1184,7 +1183,7 @@ std::string simulate(Plan& plan, const PlanInputs& in) {
   return problem;
 }
 
-Plan without_late_moves(const Plan& plan, const PlanInputs& in) {
+std::optional<Plan> without_late_moves(const Plan& plan, const PlanInputs& in) {
   Plan out = plan;
   out.moves.clear();
   // Where each object is as the plan's moves are taken in the mover's order.
@@ -1215,7 +1214,7 @@ Plan without_late_moves(const Plan& plan, const PlanInputs& in) {
     m.bytes = o.bytes;
     out.moves.push_back(m);
   }
-  if (!left_out || !simulate(out, in).empty()) return plan;
+  if (!left_out || !simulate(out, in).empty()) return std::nullopt;
   return out;
 }
 

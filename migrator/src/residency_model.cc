@@ -12,15 +12,9 @@
 namespace tensortier::migrator {
 namespace {
 
-// The boundaries [first, end) of an object's life that a plan places it at; first >= end: none.
-std::pair<std::uint32_t, std::uint32_t> window(const PlanInputs& in, const PlanObject& o) {
-  if (o.persistent) return {0, in.layers};
-  return {o.born, std::min(o.freed, in.layers)};
-}
-
 // Its uses within that window (a use outside it finds no object, as in simulate()).
 std::vector<std::uint32_t> uses_in_window(const PlanInputs& in, const PlanObject& o) {
-  const auto [first, end] = window(in, o);
+  const auto [first, end] = residency_window(in, o);
   std::vector<std::uint32_t> uses;
   for (std::uint32_t t : o.uses)
     if (t >= first && t < end) uses.push_back(t);
@@ -36,9 +30,9 @@ bool writes_at(const PlanObject& o, std::uint32_t t) {
 double bound_of(const PlanInputs& in, double slow_bytes, double in_bytes, double out_bytes) {
   double compute = 0;
   for (std::uint64_t ns : in.layer_ns) compute += static_cast<double>(ns);
-  const double traffic = (1.0 / in.move_in_gbps + 1.0 / in.move_out_gbps) / 2.0;
   const double with_charge = compute + slow_bytes * in.slow_access_ns_per_byte;
-  const double slow_busy = slow_bytes * traffic + in_bytes / in.move_in_gbps + out_bytes / in.move_out_gbps;
+  const double slow_busy =
+      slow_bytes * in.slow_traffic_ns_per_byte() + in_bytes / in.move_in_gbps + out_bytes / in.move_out_gbps;
   return std::max(with_charge, slow_busy) - compute +
          (in_bytes + out_bytes) * in.mover_cpu_ns_per_byte * in.mover_steals_compute;
 }
@@ -64,6 +58,11 @@ struct CbcDeleter {
 
 }  // namespace
 
+std::pair<std::uint32_t, std::uint32_t> residency_window(const PlanInputs& in, const PlanObject& o) {
+  if (o.persistent) return {0, in.layers};
+  return {o.born, std::min(o.freed, in.layers)};
+}
+
 double residency_cost_ns(const PlanInputs& in, const Residency& fast) {
   return residency_cost(in, fast).extra_ns;
 }
@@ -73,7 +72,7 @@ ResidencyCost residency_cost(const PlanInputs& in, const Residency& fast) {
   double slow_bytes = 0, in_bytes = 0, out_bytes = 0;
   for (std::size_t i = 0; i < in.objects.size() && i < fast.size(); ++i) {
     const PlanObject& o = in.objects[i];
-    const auto [first, end] = window(in, o);
+    const auto [first, end] = residency_window(in, o);
     if (first >= end) continue;
     const auto& r = fast[i];
     const auto b_bytes = static_cast<double>(o.bytes);
@@ -115,9 +114,8 @@ ResidencySolution solve_residency(const PlanInputs& in, double time_limit_s) {
   }
   // Units: MiB and ms, so that coefficients are near 1.
   constexpr double kMiB = 1024.0 * 1024.0;
-  const double traffic_ns = (1.0 / in.move_in_gbps + 1.0 / in.move_out_gbps) / 2.0;
   const double charge_ms = in.slow_access_ns_per_byte * kMiB / 1e6;  // per MiB
-  const double traffic_ms = traffic_ns * kMiB / 1e6;
+  const double traffic_ms = in.slow_traffic_ns_per_byte() * kMiB / 1e6;
   const double in_ms = kMiB / in.move_in_gbps / 1e6;
   const double out_ms = kMiB / in.move_out_gbps / 1e6;
   const double cpu_ms = in.mover_cpu_ns_per_byte * in.mover_steals_compute * kMiB / 1e6;
@@ -158,7 +156,7 @@ ResidencySolution solve_residency(const PlanInputs& in, double time_limit_s) {
   Expr moved_in, moved_out;  // MiB copied in / out
   for (std::size_t i = 0; i < n; ++i) {
     const PlanObject& o = in.objects[i];
-    const auto [first, end] = window(in, o);
+    const auto [first, end] = residency_window(in, o);
     Vars& v = vars[i];
     v.uses = first < end ? uses_in_window(in, o) : std::vector<std::uint32_t>{};
     const std::size_t m = v.uses.size();
@@ -234,7 +232,7 @@ ResidencySolution solve_residency(const PlanInputs& in, double time_limit_s) {
     const Vars& v = vars[i];
     if (v.uses.empty()) return;
     const PlanObject& o = in.objects[i];
-    const auto [first, end] = window(in, o);
+    const auto [first, end] = residency_window(in, o);
     std::size_t k = 0;  // the first use at or after t
     for (std::uint32_t t = first; t < end; ++t) {
       while (k < v.uses.size() && v.uses[k] < t) ++k;

@@ -529,18 +529,20 @@ void Runtime::start_migration(const profiler::StepProfile& profile) {
   // budget (RuntimeOptions::trial_steps).
   if (trial_steps_ > 0 && trial_ == Trial::kNone && !plan->moves.empty()) {
     trial_phases_.clear();
-    trial_phases_.push_back({"with its moves", std::nullopt, 0});
-    migrator::Plan timely = migrator::without_late_moves(plan.value(), inputs.value());
-    if (timely.moves.size() != plan->moves.size() || timely.bytes_in != plan->bytes_in) {
-      timely.variant = (timely.variant.empty() ? "" : timely.variant + "; ") +
-                       "its late moves left out (their objects stay slow), chosen by the trial";
-      trial_phases_.push_back({"with its late moves left out", std::move(timely), 0});
+    trial_phases_.push_back({"with its moves", "its plan runs as made", std::nullopt, 0});
+    if (auto timely = migrator::without_late_moves(plan.value(), inputs.value()); timely) {
+      timely->variant = (timely->variant.empty() ? "" : timely->variant + "; ") +
+                        "its late moves left out (their objects stay slow), chosen by the trial";
+      trial_phases_.push_back(
+          {"with its late moves left out", "its plan runs without its late moves", std::move(timely), 0});
     }
     if (auto unmoved = migrator::make_plan("first-touch", inputs.value()); unmoved) {
       (void)migrator::simulate(unmoved.value(), inputs.value());
       unmoved->policy = policy_;
       unmoved->variant = "no moves: first-touch placement, chosen by the trial";
-      trial_phases_.push_back({"with none (first-touch placement)", std::move(unmoved).value(), 0});
+      trial_phases_.push_back({"with none (first-touch placement)",
+                               "moving does not pay here, the run goes on without moves",
+                               std::move(unmoved).value(), 0});
     }
     trial_ = Trial::kRunning;
     trial_phase_ = 0;
@@ -665,11 +667,8 @@ void Runtime::trial_step(std::uint64_t duration_ns) {
   for (const TrialPhase& phase : trial_phases_)
     times += fmt::format("{}{:.1f} ms a step {}", times.empty() ? "" : ", ",
                          static_cast<double>(phase.median_ns) / 1e6, phase.what);
-  const bool unmoved = trial_phases_[best].what.starts_with("with none");
   trial_result_ = fmt::format("trial of {} over {} steps each: {}: {}", policy_, trial_steps_, times,
-                              best == 0 ? "its plan runs as made"
-                              : unmoved ? "moving does not pay here, the run goes on without moves"
-                                        : "its plan runs without its late moves");
+                              trial_phases_[best].verdict);
   spdlog::info("policy {}", trial_result_);
   if (best != trial_phase_) switch_plan(best);
 }

@@ -343,6 +343,7 @@ class Runtime {
   std::vector<std::uint64_t> trial_ns_;  // this phase's step times
   struct TrialPhase {
     std::string what;                    // "with its moves", ... (trial_result())
+    std::string verdict;                 // what trial_result() says where this phase is the fastest
     std::optional<migrator::Plan> plan;  // empty while its plan runs in the executor
     std::uint64_t median_ns = 0;
   };

@@ -54,6 +54,7 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -102,6 +103,10 @@ struct PlanInputs {
   double mover_steals_compute = 0;
   // The oracle's exact solver (residency_model.h) stops after this long with the best it found.
   double oracle_time_limit_s = 10;
+
+  // What one byte of a layer's slow-tier traffic holds the slow tier for (a read or a write, at
+  // the mean of the two rates): simulate() and the exact model both count it so.
+  double slow_traffic_ns_per_byte() const { return (1.0 / move_in_gbps + 1.0 / move_out_gbps) / 2.0; }
 };
 
 // Inputs from a step profile: objects of a page or more with their lifetimes and the layers that
@@ -180,8 +185,8 @@ std::string simulate(Plan& plan, const PlanInputs& inputs);
 // are (the slow tier) until their next planned move, and the moves out that would then find an
 // object already slow go too, so the mover and the slow tier are free for the moves that arrive in
 // time. Moves that prepare the next step (needed_by >= layers) stay. Its predictions are filled.
-// Returns `plan` itself where none is late (or leaving them out would not give a valid plan).
-// The runtime's trial weighs the two by measured step time (RuntimeOptions::trial_steps).
-Plan without_late_moves(const Plan& plan, const PlanInputs& inputs);
+// None where no move is late (or leaving them out would not give a valid plan). The runtime's
+// trial weighs the two by measured step time (RuntimeOptions::trial_steps).
+std::optional<Plan> without_late_moves(const Plan& plan, const PlanInputs& inputs);
 
 }  // namespace tensortier::migrator

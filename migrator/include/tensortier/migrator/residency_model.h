@@ -26,7 +26,9 @@
 // Thread safety: pure functions (each call builds and frees its own solver model).
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tensortier/migrator/plan.h"
@@ -36,6 +38,10 @@ namespace tensortier::migrator {
 // Per object of PlanInputs::objects, per boundary b in [0, layers): whether it is on the fast tier
 // at b (after b's moves, as layer b finds it). Only the boundaries of its life matter.
 using Residency = std::vector<std::vector<char>>;
+
+// The boundaries [first, end) of an object's life that a residency places it at: every boundary
+// of the step for a persistent object, [born, min(freed, layers)) for another; first >= end: none.
+std::pair<std::uint32_t, std::uint32_t> residency_window(const PlanInputs& in, const PlanObject& o);
 
 // The model's cost of one residency (what the program minimises), in ns added to a step: moves
 // are its changes, cleanliness is tracked as simulate() tracks it. Residencies that pass the
