@@ -301,6 +301,64 @@ TEST(Plan, LateMovesAreMarkedAndThePlanWithoutThemIsValid) {
   EXPECT_FALSE(without_late_moves(timely, in));
 }
 
+// The trial's verdicts move by move: each late move in judged by the time of the layers it can
+// change (from the one after it is handed out to the last it helps), with the late moves and
+// without them; the plan that leaves out only those judged not worth it is valid. The plan by
+// hand above with object 3's move in handed out after layer 3 (behind object 2's move out: late
+// too).
+TEST(Plan, LateMovesAreJudgedOneByOneByTheLayersTheyServe) {
+  PlanInputs in = rotating_inputs();
+  in.layer_ns.assign(in.layers, 5'000'000);
+  in.move_in_gbps = in.move_out_gbps = 1;
+  Plan plan;
+  plan.policy = "by hand";
+  plan.start = {{1, 0}, {2, 0}, {3, 1}, {4, 1}};
+  auto move = [&](ObjectKey key, TierIndex to, std::uint32_t after, std::uint32_t needed_by,
+                  std::uint32_t useful_until) {
+    plan.moves.push_back({key, to, after, needed_by, useful_until, 4 * kMiB});
+  };
+  move(1, 1, 1, 2, kStepStart);
+  move(2, 1, 3, 4, kStepStart);
+  move(3, 0, 3, 4, 5);
+  move(3, 1, 5, 6, kStepStart);
+  move(4, 0, 5, 6, 7);
+  move(4, 1, 7, 8, kStepStart);
+  move(1, 0, 7, 8, 8);
+  move(2, 0, 7, 8, 8);
+  ASSERT_EQ(simulate(plan, in), "");
+  ASSERT_TRUE(plan.moves[2].predicted_late && plan.moves[4].predicted_late);
+
+  const std::vector<double> with_ns = {5e6, 5e6, 5e6, 5e6, 6e6, 5e6, 9e6, 5e6};
+  const std::vector<double> without_ns = {5e6, 5e6, 5e6, 5e6, 8e6, 6e6, 7e6, 6e6};
+  const std::vector<LateMoveVerdict> verdicts = judge_late_moves(plan, in.layers, with_ns, without_ns);
+  ASSERT_EQ(verdicts.size(), 2U) << "one verdict for each late move in, none for the others";
+  EXPECT_EQ(verdicts[0].move, 2U);
+  EXPECT_EQ(verdicts[0].first_layer, 4U);
+  EXPECT_EQ(verdicts[0].last_layer, 5U);
+  EXPECT_DOUBLE_EQ(verdicts[0].with_ns, 11e6);
+  EXPECT_DOUBLE_EQ(verdicts[0].without_ns, 14e6);
+  EXPECT_TRUE(verdicts[0].keep()) << "its layers were faster with it";
+  EXPECT_EQ(verdicts[1].move, 4U);
+  EXPECT_EQ(verdicts[1].first_layer, 6U);
+  EXPECT_EQ(verdicts[1].last_layer, 7U);
+  EXPECT_FALSE(verdicts[1].keep()) << "its layers were faster without it (14 ms against 13 ms)";
+  EXPECT_TRUE(judge_late_moves(plan, in.layers, std::span(with_ns).first(7), without_ns).empty())
+      << "times for fewer layers than the step has judge nothing";
+
+  const std::vector<std::size_t> leave = {verdicts[1].move};
+  const std::optional<Plan> mixed = without_moves_in(plan, in, leave);
+  ASSERT_TRUE(mixed);
+  Plan check = *mixed;
+  EXPECT_EQ(simulate(check, in), "");
+  EXPECT_EQ(mixed->moves.size(), plan.moves.size() - 2) << "object 4's move in, and its move out";
+  EXPECT_EQ(std::ranges::count_if(mixed->moves, [](const PlannedMove& m) { return m.key == 3; }), 2)
+      << "object 3's moves stay";
+  EXPECT_EQ(std::ranges::count_if(mixed->moves, [](const PlannedMove& m) { return m.key == 4; }), 0);
+  // Leaving out a move out, or nothing, gives no plan.
+  EXPECT_FALSE(without_moves_in(plan, in, std::vector<std::size_t>{0}));
+  EXPECT_FALSE(without_moves_in(plan, in, std::vector<std::size_t>{}));
+}
+
 TEST(Plan, UnknownPolicyAndBadInputsAreRefused) {
   auto plan = make_plan("lru", chain_inputs(8 * kMiB));
   ASSERT_FALSE(plan);

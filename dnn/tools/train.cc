@@ -225,8 +225,9 @@ int main(int argc, char** argv) {
                  "The fast tier's budget under the policy: a size (512MiB) or a share of the profiled peak "
                  "(20%) (default: TENSORTIER_FAST_BUDGET, else the tier's own)");
   app.add_option("--trial-steps", o.trial_steps,
-                 "Steps the policy's plan runs on trial, then as many without its late moves and as many "
-                 "with no moves; the fastest goes on (0: no trial)")
+                 "Steps the policy's plan runs on trial, then as many without its late moves, as many with "
+                 "only the late moves judged worth their wait one by one, and as many with no moves; "
+                 "the fastest goes on (0: no trial)")
       ->check(CLI::Range(0, 100))
       ->capture_default_str();
   app.add_option("--trace", o.trace,

@@ -151,6 +151,13 @@ Result<std::pair<std::string, std::string>> resolve_migration(const RuntimeOptio
 
 namespace {
 
+// The upper median of `v` (0 for none); reorders it.
+std::uint64_t median_of(std::vector<std::uint64_t>& v) {
+  if (v.empty()) return 0;
+  std::ranges::nth_element(v, v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2));
+  return v[v.size() / 2];
+}
+
 // The library logs through spdlog's default logger, which spdlog makes unnamed, on stdout: the
 // host program's output. Where it is still that one, it is pointed at stderr (same level); a
 // program that installed its own default logger (it has a name) decides where the lines go.
@@ -529,12 +536,16 @@ void Runtime::start_migration(const profiler::StepProfile& profile) {
   // budget (RuntimeOptions::trial_steps).
   if (trial_steps_ > 0 && trial_ == Trial::kNone && !plan->moves.empty()) {
     trial_phases_.clear();
-    trial_phases_.push_back({"with its moves", "its plan runs as made", std::nullopt, 0});
+    trial_phases_.push_back({"with its moves", "its plan runs as made", std::nullopt, 0, {}, false});
     if (auto timely = migrator::without_late_moves(plan.value(), inputs.value()); timely) {
       timely->variant = (timely->variant.empty() ? "" : timely->variant + "; ") +
                         "its late moves left out (their objects stay slow), chosen by the trial";
-      trial_phases_.push_back(
-          {"with its late moves left out", "its plan runs without its late moves", std::move(timely), 0});
+      trial_phases_.push_back({"with its late moves left out",
+                               "its plan runs without its late moves",
+                               std::move(timely),
+                               0,
+                               {},
+                               true});
     }
     if (auto unmoved = migrator::make_plan("first-touch", inputs.value()); unmoved) {
       (void)migrator::simulate(unmoved.value(), inputs.value());
@@ -542,12 +553,17 @@ void Runtime::start_migration(const profiler::StepProfile& profile) {
       unmoved->variant = "no moves: first-touch placement, chosen by the trial";
       trial_phases_.push_back({"with none (first-touch placement)",
                                "moving does not pay here, the run goes on without moves",
-                               std::move(unmoved).value(), 0});
+                               std::move(unmoved).value(),
+                               0,
+                               {},
+                               false});
     }
     trial_ = Trial::kRunning;
     trial_phase_ = 0;
     trial_skip_ = 1;
     trial_ns_.clear();
+    trial_layer_ns_.clear();
+    trial_inputs_ = inputs.value();
   }
   const std::uint64_t failed = make_executor(std::move(plan).value());
   // The fast tier's peak under the policy starts once the persistent objects are where the plan
@@ -650,16 +666,28 @@ void Runtime::trial_step(std::uint64_t duration_ns) {
     return;
   }
   trial_ns_.push_back(duration_ns);
+  trial_layer_ns_.push_back(step_layer_ns_);
   if (trial_ns_.size() < trial_steps_) return;
-  std::ranges::nth_element(trial_ns_, trial_ns_.begin() + static_cast<std::ptrdiff_t>(trial_ns_.size() / 2));
-  trial_phases_[trial_phase_].median_ns = trial_ns_[trial_ns_.size() / 2];
+  TrialPhase& ended = trial_phases_[trial_phase_];
+  ended.median_ns = median_of(trial_ns_);
+  ended.layer_median_ns.assign(step_layer_ns_.size(), 0);
+  std::vector<std::uint64_t> layer_ns;
+  for (std::size_t l = 0; l < step_layer_ns_.size(); ++l) {
+    layer_ns.clear();
+    for (const std::vector<std::uint64_t>& step : trial_layer_ns_)
+      if (l < step.size()) layer_ns.push_back(step[l]);
+    ended.layer_median_ns[l] = static_cast<double>(median_of(layer_ns));
+  }
   trial_ns_.clear();
+  trial_layer_ns_.clear();
   trial_skip_ = 1;
+  if (ended.late_left_out) add_judged_phase();  // inserts a phase: `ended` is not used after
   if (trial_phase_ + 1 < trial_phases_.size()) {
     switch_plan(trial_phase_ + 1);
     return;
   }
   trial_ = Trial::kDone;
+  trial_inputs_.reset();
   std::size_t best = 0;  // the first of equals: the plan as made before its variants
   for (std::size_t k = 1; k < trial_phases_.size(); ++k)
     if (trial_phases_[k].median_ns < trial_phases_[best].median_ns) best = k;
@@ -671,6 +699,44 @@ void Runtime::trial_step(std::uint64_t duration_ns) {
                               trial_phases_[best].verdict);
   spdlog::info("policy {}", trial_result_);
   if (best != trial_phase_) switch_plan(best);
+}
+
+bool Runtime::add_judged_phase() {
+  const TrialPhase& made = trial_phases_.front();
+  const TrialPhase& without = trial_phases_[trial_phase_];
+  if (!trial_inputs_ || !made.plan) return false;
+  const std::vector<migrator::LateMoveVerdict> verdicts =
+      migrator::judge_late_moves(*made.plan, plan_layers_, made.layer_median_ns, without.layer_median_ns);
+  std::vector<std::size_t> left_out;
+  for (const migrator::LateMoveVerdict& v : verdicts) {
+    if (!v.keep()) left_out.push_back(v.move);
+    spdlog::debug(
+        "policy {}: the late move in of object {} (layers {}-{}): {:.2f} ms with the late moves, "
+        "{:.2f} ms without: {}",
+        policy_, made.plan->moves[v.move].key, v.first_layer, v.last_layer, v.with_ns / 1e6,
+        v.without_ns / 1e6, v.keep() ? "kept" : "left out");
+  }
+  const std::size_t kept = verdicts.size() - left_out.size();
+  spdlog::info(
+      "policy {}: its {} late moves judged one by one by the layers each can change: {} worth "
+      "their wait, {} not{}",
+      policy_, verdicts.size(), kept, left_out.size(),
+      kept == 0 || left_out.empty() ? " (no phase of their own: the two phases so far are those plans)" : "");
+  if (kept == 0 || left_out.empty()) return false;
+  std::optional<migrator::Plan> judged = migrator::without_moves_in(*made.plan, *trial_inputs_, left_out);
+  if (!judged) return false;
+  judged->variant = (judged->variant.empty() ? "" : judged->variant + "; ") +
+                    fmt::format("{} of its {} late moves kept (judged one by one), chosen by the trial", kept,
+                                verdicts.size());
+  trial_phases_.insert(
+      trial_phases_.begin() + static_cast<std::ptrdiff_t>(trial_phase_) + 1,
+      TrialPhase{fmt::format("with {} of its {} late moves (judged one by one)", kept, verdicts.size()),
+                 fmt::format("its plan runs with the {} late moves its layers were faster with", kept),
+                 std::move(judged),
+                 0,
+                 {},
+                 false});
+  return true;
 }
 
 Status Runtime::not_forked(std::string_view call) const {
@@ -704,6 +770,8 @@ Status Runtime::step_begin() {
   in_step_.store(true, std::memory_order_release);
   notify([&](StepObserver& o) { o.on_step_begin(steps_completed_.load()); });
   step_start_ns_ = now_ns();
+  step_layer_ns_.clear();
+  last_layer_end_ns_ = step_start_ns_;
   return Status::ok();
 }
 
@@ -884,7 +952,10 @@ Status Runtime::layer_end() {
   }
   const std::uint64_t charged_ns = charge_ns > 0 ? now_ns() - charge_start_ns : 0;
   LayerRecord& record = current_step_.back();
-  record.duration_ns = now_ns() - layer_start_ns_;
+  const std::uint64_t end_ns = now_ns();
+  record.duration_ns = end_ns - layer_start_ns_;
+  step_layer_ns_.push_back(end_ns - last_layer_end_ns_);
+  last_layer_end_ns_ = end_ns;
   record.emulated_charge_ns = charged_ns;
   step_charge_ns_ += charged_ns;
   step_slow_bytes_ += slow_read + slow_written;

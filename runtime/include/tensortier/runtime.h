@@ -117,9 +117,11 @@ struct RuntimeOptions {
   double mover_steals_compute = 1.0;
   // A trial of a plan that moves: after it starts, this many steps of the planned kind run under
   // it; then as many under the same plan with the moves it predicts late left out (their objects
-  // stay slow: migrator::without_late_moves), where it has any; then as many with no moves
-  // (first-touch placement within the same budget); each phase after one unmeasured step. The
-  // fastest by median step time runs from then on (mover CPU and waits are in the step time).
+  // stay slow: migrator::without_late_moves), where it has any; then, where those two phases'
+  // layer times judge some late moves worth their wait and others not (migrator::judge_late_moves:
+  // each move by the layers it can change), as many with only the ones worth it; then as many with
+  // no moves (first-touch placement within the same budget); each phase after one unmeasured step.
+  // The fastest by median step time runs from then on (mover CPU and waits are in the step time).
   // Once per run. 0: no trial, the plan runs as made.
   std::uint32_t trial_steps = 3;
   // A plan's short-lived region (sentinel's) is one arena of the fast tier in which those objects
@@ -300,6 +302,10 @@ class Runtime {
   std::vector<LayerRecord> current_step_;
   std::vector<LayerRecord> last_step_;
   std::uint64_t step_start_ns_ = 0;
+  // Each layer of the step in progress: the time from the end of the one before (the step's
+  // start for the first) to its end, so the waits before a layer begins count in it.
+  std::vector<std::uint64_t> step_layer_ns_;
+  std::uint64_t last_layer_end_ns_ = 0;
   std::uint64_t signature_ = 0;                  // of the step in progress, built at each layer_begin
   std::uint64_t last_signature_ = 0;             // of the last completed step
   std::uint64_t run_length_ = 0;                 // completed steps in a row with last_signature_
@@ -346,7 +352,14 @@ class Runtime {
     std::string verdict;                 // what trial_result() says where this phase is the fastest
     std::optional<migrator::Plan> plan;  // empty while its plan runs in the executor
     std::uint64_t median_ns = 0;
+    std::vector<double> layer_median_ns;  // each layer's median time (step_layer_ns_) over the phase
+    bool late_left_out = false;           // the plan as made without its late moves
   };
+  std::vector<std::vector<std::uint64_t>> trial_layer_ns_;  // this phase's steps' step_layer_ns_
+  std::optional<migrator::PlanInputs> trial_inputs_;        // what the plan on trial was made from
+  // After the phase without the late moves: the phase with only those its measured layer times
+  // judge worth their wait, where that is some and not all; true when it was added.
+  bool add_judged_phase();
   std::vector<TrialPhase> trial_phases_;  // the plan as made first
   std::size_t trial_phase_ = 0;           // the phase whose plan runs
   std::uint32_t plan_layers_ = 0;
