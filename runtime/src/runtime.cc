@@ -536,27 +536,22 @@ void Runtime::start_migration(const profiler::StepProfile& profile) {
   // budget (RuntimeOptions::trial_steps).
   if (trial_steps_ > 0 && trial_ == Trial::kNone && !plan->moves.empty()) {
     trial_phases_.clear();
-    trial_phases_.push_back({"with its moves", "its plan runs as made", std::nullopt, 0, {}, false});
+    trial_phases_.push_back({.what = "with its moves", .verdict = "its plan runs as made"});
     if (auto timely = migrator::without_late_moves(plan.value(), inputs.value()); timely) {
       timely->variant = (timely->variant.empty() ? "" : timely->variant + "; ") +
                         "its late moves left out (their objects stay slow), chosen by the trial";
-      trial_phases_.push_back({"with its late moves left out",
-                               "its plan runs without its late moves",
-                               std::move(timely),
-                               0,
-                               {},
-                               true});
+      trial_phases_.push_back({.what = "with its late moves left out",
+                               .verdict = "its plan runs without its late moves",
+                               .plan = std::move(timely),
+                               .late_left_out = true});
     }
     if (auto unmoved = migrator::make_plan("first-touch", inputs.value()); unmoved) {
       (void)migrator::simulate(unmoved.value(), inputs.value());
       unmoved->policy = policy_;
       unmoved->variant = "no moves: first-touch placement, chosen by the trial";
-      trial_phases_.push_back({"with none (first-touch placement)",
-                               "moving does not pay here, the run goes on without moves",
-                               std::move(unmoved).value(),
-                               0,
-                               {},
-                               false});
+      trial_phases_.push_back({.what = "with none (first-touch placement)",
+                               .verdict = "moving does not pay here, the run goes on without moves",
+                               .plan = std::move(unmoved).value()});
     }
     trial_ = Trial::kRunning;
     trial_phase_ = 0;
@@ -730,12 +725,10 @@ bool Runtime::add_judged_phase() {
                                 verdicts.size());
   trial_phases_.insert(
       trial_phases_.begin() + static_cast<std::ptrdiff_t>(trial_phase_) + 1,
-      TrialPhase{fmt::format("with {} of its {} late moves (judged one by one)", kept, verdicts.size()),
-                 fmt::format("its plan runs with the {} late moves its layers were faster with", kept),
-                 std::move(judged),
-                 0,
-                 {},
-                 false});
+      TrialPhase{
+          .what = fmt::format("with {} of its {} late moves (judged one by one)", kept, verdicts.size()),
+          .verdict = fmt::format("its plan runs with the {} late moves its layers were faster with", kept),
+          .plan = std::move(judged)});
   return true;
 }
 

@@ -348,12 +348,12 @@ class Runtime {
   std::uint32_t trial_skip_ = 0;         // unmeasured steps left in this phase
   std::vector<std::uint64_t> trial_ns_;  // this phase's step times
   struct TrialPhase {
-    std::string what;                    // "with its moves", ... (trial_result())
-    std::string verdict;                 // what trial_result() says where this phase is the fastest
-    std::optional<migrator::Plan> plan;  // empty while its plan runs in the executor
+    std::string what;     // "with its moves", ... (trial_result())
+    std::string verdict;  // what trial_result() says where this phase is the fastest
+    std::optional<migrator::Plan> plan = std::nullopt;  // empty while its plan runs in the executor
     std::uint64_t median_ns = 0;
-    std::vector<double> layer_median_ns;  // each layer's median time (step_layer_ns_) over the phase
-    bool late_left_out = false;           // the plan as made without its late moves
+    std::vector<double> layer_median_ns = {};  // each layer's median time (step_layer_ns_) over the phase
+    bool late_left_out = false;                // the plan as made without its late moves
   };
   std::vector<std::vector<std::uint64_t>> trial_layer_ns_;  // this phase's steps' step_layer_ns_
   std::optional<migrator::PlanInputs> trial_inputs_;        // what the plan on trial was made from
