@@ -259,20 +259,34 @@ TEST(ExactModel, TheOracleReportsTheBoundAndStaysValidWithoutTheSolver) {
   }
 }
 
+// rotating_inputs with 5 ms layers and 4 MiB moves of 4.2 ms, and a plan by hand over them that
+// starts objects 1 and 2 fast, 3 and 4 slow; move() adds one of its moves.
+struct HandPlan {
+  PlanInputs in = rotating_inputs();
+  Plan plan;
+  HandPlan() {
+    in.layer_ns.assign(in.layers, 5'000'000);
+    in.move_in_gbps = in.move_out_gbps = 1;
+    plan.policy = "by hand";
+    plan.start = {{1, 0}, {2, 0}, {3, 1}, {4, 1}};
+  }
+  void move(ObjectKey key, TierIndex to, std::uint32_t after, std::uint32_t needed_by,
+            std::uint32_t useful_until = kStepStart) {
+    plan.moves.push_back({key, to, after, needed_by, useful_until, 4 * kMiB});
+  }
+};
+
 // Moves the simulator predicts late (the layer would wait, or find the object still slow) are
 // marked; the plan without them is valid and leaves out only those, and the moves out that would
 // find their objects already slow. A plan by hand over rotating_inputs (object k used by layers
 // 2k-2 and 2k-1, 5 ms each; 4 MiB moves of 4.2 ms): object 3 moved in after layer 1 for layer 4
 // (in time behind a move out), object 4 after layer 5 for layer 6 behind a move out (late).
 TEST(Plan, LateMovesAreMarkedAndThePlanWithoutThemIsValid) {
-  PlanInputs in = rotating_inputs();
-  in.layer_ns.assign(in.layers, 5'000'000);
-  in.move_in_gbps = in.move_out_gbps = 1;
-  Plan plan;
-  plan.policy = "by hand";
-  plan.start = {{1, 0}, {2, 0}, {3, 1}, {4, 1}};
+  HandPlan hand;
+  const PlanInputs& in = hand.in;
+  Plan& plan = hand.plan;
   auto move = [&](ObjectKey key, TierIndex to, std::uint32_t after, std::uint32_t needed_by) {
-    plan.moves.push_back({key, to, after, needed_by, kStepStart, 4 * kMiB});
+    hand.move(key, to, after, needed_by);
   };
   move(1, 1, 1, 2);
   move(3, 0, 1, 4);
@@ -307,16 +321,11 @@ TEST(Plan, LateMovesAreMarkedAndThePlanWithoutThemIsValid) {
 // hand above with object 3's move in handed out after layer 3 (behind object 2's move out: late
 // too).
 TEST(Plan, LateMovesAreJudgedOneByOneByTheLayersTheyServe) {
-  PlanInputs in = rotating_inputs();
-  in.layer_ns.assign(in.layers, 5'000'000);
-  in.move_in_gbps = in.move_out_gbps = 1;
-  Plan plan;
-  plan.policy = "by hand";
-  plan.start = {{1, 0}, {2, 0}, {3, 1}, {4, 1}};
+  HandPlan hand;
+  const PlanInputs& in = hand.in;
+  Plan& plan = hand.plan;
   auto move = [&](ObjectKey key, TierIndex to, std::uint32_t after, std::uint32_t needed_by,
-                  std::uint32_t useful_until) {
-    plan.moves.push_back({key, to, after, needed_by, useful_until, 4 * kMiB});
-  };
+                  std::uint32_t useful_until) { hand.move(key, to, after, needed_by, useful_until); };
   move(1, 1, 1, 2, kStepStart);
   move(2, 1, 3, 4, kStepStart);
   move(3, 0, 3, 4, 5);
