@@ -696,10 +696,10 @@ void Runtime::trial_step(std::uint64_t duration_ns) {
   if (best != trial_phase_) switch_plan(best);
 }
 
-bool Runtime::add_judged_phase() {
+void Runtime::add_judged_phase() {
   const TrialPhase& made = trial_phases_.front();
   const TrialPhase& without = trial_phases_[trial_phase_];
-  if (!trial_inputs_ || !made.plan) return false;
+  if (!trial_inputs_ || !made.plan) return;
   const std::vector<migrator::LateMoveVerdict> verdicts =
       migrator::judge_late_moves(*made.plan, plan_layers_, made.layer_median_ns, without.layer_median_ns);
   std::vector<std::size_t> left_out;
@@ -712,14 +712,15 @@ bool Runtime::add_judged_phase() {
         v.without_ns / 1e6, v.keep() ? "kept" : "left out");
   }
   const std::size_t kept = verdicts.size() - left_out.size();
+  const bool split = kept > 0 && !left_out.empty();  // else the two phases so far are those plans
   spdlog::info(
       "policy {}: its {} late moves judged one by one by the layers each can change: {} worth "
       "their wait, {} not{}",
       policy_, verdicts.size(), kept, left_out.size(),
-      kept == 0 || left_out.empty() ? " (no phase of their own: the two phases so far are those plans)" : "");
-  if (kept == 0 || left_out.empty()) return false;
+      split ? "" : " (no phase of their own: the two phases so far are those plans)");
+  if (!split) return;
   std::optional<migrator::Plan> judged = migrator::without_moves_in(*made.plan, *trial_inputs_, left_out);
-  if (!judged) return false;
+  if (!judged) return;
   judged->variant = (judged->variant.empty() ? "" : judged->variant + "; ") +
                     fmt::format("{} of its {} late moves kept (judged one by one), chosen by the trial", kept,
                                 verdicts.size());
@@ -729,7 +730,6 @@ bool Runtime::add_judged_phase() {
           .what = fmt::format("with {} of its {} late moves (judged one by one)", kept, verdicts.size()),
           .verdict = fmt::format("its plan runs with the {} late moves its layers were faster with", kept),
           .plan = std::move(judged)});
-  return true;
 }
 
 Status Runtime::not_forked(std::string_view call) const {

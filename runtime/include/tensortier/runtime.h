@@ -357,9 +357,9 @@ class Runtime {
   };
   std::vector<std::vector<std::uint64_t>> trial_layer_ns_;  // this phase's steps' step_layer_ns_
   std::optional<migrator::PlanInputs> trial_inputs_;        // what the plan on trial was made from
-  // After the phase without the late moves: the phase with only those its measured layer times
-  // judge worth their wait, where that is some and not all; true when it was added.
-  bool add_judged_phase();
+  // After the phase without the late moves: adds, as the next phase, the plan with only the late
+  // moves its measured layer times judge worth their wait, where that is some and not all.
+  void add_judged_phase();
   std::vector<TrialPhase> trial_phases_;  // the plan as made first
   std::size_t trial_phase_ = 0;           // the phase whose plan runs
   std::uint32_t plan_layers_ = 0;
