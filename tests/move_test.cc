@@ -755,5 +755,152 @@ TEST(MoverThread, RacesTheTrainingThreadWithoutLosingAByte) {
   EXPECT_EQ(live, kObjects * bytes);
 }
 
+// Segments: a large object's 2 MiB segments placed apart (page-granular tiering).
+TEST(Segments, MoveOneByOneKeepingTheBytesTheBudgetsAndTheCounts) {
+  // Both in-place methods: copy + mremap (dram/emulated) and move_pages (numa/numa).
+  for (const char* spec :
+       {"fast=dram:64MiB,slow=emulated:cxl:64MiB", "fast=numa:0:64MiB,slow=numa:0:64MiB"}) {
+    SCOPED_TRACE(spec);
+    auto alloc = allocator_for(spec);
+    ASSERT_NE(alloc, nullptr);
+    const std::size_t bytes = (5 << 20) + 100;  // segments of 2 MiB, 2 MiB and 1 MiB + 4 KiB
+    auto obj = alloc->allocate("x", bytes, kDefaultGroup, 1);
+    ASSERT_TRUE(obj) << obj.status().to_string();
+    fill(obj->address, bytes, 3);
+    MoveOptions second;
+    second.segment = 1;
+    auto moved = alloc->move(obj->id, 0, second);
+    ASSERT_TRUE(moved) << moved.status().to_string();
+    EXPECT_TRUE(moved->moved);
+    EXPECT_EQ(moved->bytes, kSegmentBytes);
+    EXPECT_EQ(moved->address, obj->address);
+    EXPECT_TRUE(holds(obj->address, bytes, 3));
+    auto info = alloc->info_by_id(obj->id);
+    ASSERT_TRUE(info);
+    EXPECT_EQ(info->tier, 1u);  // its first segment's
+    EXPECT_EQ(info->bytes_by_tier, (std::vector<std::uint64_t>{kSegmentBytes, bytes - kSegmentBytes}));
+    auto usage = alloc->usage();
+    EXPECT_EQ(usage[0].live_bytes, kSegmentBytes);
+    EXPECT_EQ(usage[1].live_bytes, bytes - kSegmentBytes);
+    EXPECT_EQ(usage[0].mapped_bytes, kSegmentBytes);
+    EXPECT_EQ(usage[0].live_objects, 0u);
+    EXPECT_EQ(usage[0].moves_in, 1u);
+    EXPECT_EQ(usage[1].bytes_moved_out, kSegmentBytes);
+    // A layer's pin sees where all of it is.
+    std::vector<PinnedObject> pinned(1);
+    const ObjectId ids[] = {obj->id};
+    ASSERT_TRUE(alloc->pin(ids, pinned, std::chrono::seconds(1)));
+    EXPECT_EQ(pinned[0].bytes_by_tier, info->bytes_by_tier);
+    alloc->unpin(ids);
+    // The first and the short last: all of it fast, segment by segment.
+    for (std::uint32_t k : {0U, 2U}) {
+      MoveOptions one;
+      one.segment = k;
+      ASSERT_TRUE(alloc->move(obj->id, 0, one));
+    }
+    info = alloc->info_by_id(obj->id);
+    EXPECT_EQ(info->tier, 0u);
+    EXPECT_EQ(info->bytes_by_tier, (std::vector<std::uint64_t>{bytes, 0}));
+    usage = alloc->usage();
+    EXPECT_EQ(usage[0].live_objects, 1u);
+    EXPECT_EQ(usage[0].mapped_bytes, round_up(bytes, kPageBytes));
+    EXPECT_TRUE(holds(obj->address, bytes, 3));
+    // Moved there again: nothing to do.
+    MoveOptions first;
+    first.segment = 0;
+    auto again = alloc->move(obj->id, 0, first);
+    ASSERT_TRUE(again);
+    EXPECT_FALSE(again->moved);
+    // A whole move of a split object: its segments one by one.
+    auto back = alloc->move(obj->id, 1);
+    ASSERT_TRUE(back) << back.status().to_string();
+    EXPECT_TRUE(back->moved);
+    EXPECT_EQ(back->bytes, round_up(bytes, kPageBytes));
+    EXPECT_TRUE(holds(obj->address, bytes, 3));
+    usage = alloc->usage();
+    EXPECT_EQ(usage[0].live_bytes, 0u);
+    EXPECT_EQ(usage[1].live_bytes, bytes);
+    // Freed: each segment's pages go back to their tier; nothing leaks.
+    ASSERT_TRUE(alloc->free(obj->address).is_ok());
+    usage = alloc->usage();
+    EXPECT_EQ(usage[0].live_bytes + usage[1].live_bytes, 0u);
+    EXPECT_EQ(usage[0].live_objects + usage[1].live_objects, 0u);
+    expect_all_released(*alloc);
+  }
+}
+
+TEST(Segments, RefusalsAndFailuresLeaveTheObjectAsItWas) {
+  TempDir dir;
+  auto alloc =
+      allocator_for(fmt::format("fast=dram:4MiB,slow=emulated:cxl:64MiB,p=pmem:{}:64MiB", dir.path()));
+  ASSERT_NE(alloc, nullptr);
+  auto big = alloc->allocate("big", 6 << 20, kDefaultGroup, 1);
+  auto small = alloc->allocate("small", 100, kDefaultGroup, 1);
+  ASSERT_TRUE(big && small);
+  fill(big->address, 6 << 20, 5);
+  auto attempt = [&](ObjectId id, TierIndex to, std::uint32_t segment) {
+    MoveOptions options;
+    options.segment = segment;
+    return alloc->move(id, to, options);
+  };
+  auto no_segment = attempt(big->id, 0, 3);
+  ASSERT_FALSE(no_segment);
+  EXPECT_EQ(no_segment.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(no_segment.status().message().find("3 segments"), std::string::npos)
+      << no_segment.status().message();
+  auto of_small = attempt(small->id, 0, 0);
+  ASSERT_FALSE(of_small);
+  EXPECT_EQ(of_small.status().code(), StatusCode::kInvalidArgument);
+  auto to_pmem = attempt(big->id, 2, 0);  // a memkind heap: only to a new address
+  ASSERT_FALSE(to_pmem);
+  EXPECT_EQ(to_pmem.status().code(), StatusCode::kFailedPrecondition);
+  // Two segments fit the 4 MiB fast tier, a third does not.
+  ASSERT_TRUE(attempt(big->id, 0, 0));
+  ASSERT_TRUE(attempt(big->id, 0, 1));
+  auto no_room = attempt(big->id, 0, 2);
+  ASSERT_FALSE(no_room);
+  EXPECT_EQ(no_room.status().code(), StatusCode::kOutOfMemory);
+  EXPECT_NE(no_room.status().message().find("it stays on 'slow'"), std::string::npos)
+      << no_room.status().message();
+  // A whole move that cannot finish says how far it got.
+  auto whole = alloc->move(big->id, 0);
+  ASSERT_FALSE(whole);
+  EXPECT_NE(whole.status().message().find("2 of its 3 segments"), std::string::npos)
+      << whole.status().message();
+  // An injected failure: the segment stays.
+  alloc->set_move_failure_hook([](ObjectId, TierIndex) { return true; });
+  const auto before = alloc->usage();
+  auto injected = attempt(big->id, 1, 1);
+  ASSERT_FALSE(injected);
+  EXPECT_NE(injected.status().message().find("injected failure; it stays on 'fast'"), std::string::npos)
+      << injected.status().message();
+  const auto after = alloc->usage();
+  for (std::size_t t = 0; t < after.size(); ++t) {
+    EXPECT_EQ(after[t].live_bytes, before[t].live_bytes) << t;
+    EXPECT_EQ(after[t].in_flight_bytes, 0u) << t;
+  }
+  EXPECT_EQ(alloc->info_by_id(big->id)->bytes_by_tier, (std::vector<std::uint64_t>{4 << 20, 2 << 20, 0}));
+  EXPECT_TRUE(holds(big->address, 6 << 20, 5));
+  // Freed while a segment moves: released when the move ends, on every tier.
+  void* address = big->address;
+  ObjectAllocator* raw = alloc.get();
+  alloc->set_move_failure_hook([&](ObjectId, TierIndex) {
+    EXPECT_TRUE(raw->free(address).is_ok());
+    return false;
+  });
+  auto freed = attempt(big->id, 1, 0);
+  ASSERT_FALSE(freed);
+  EXPECT_NE(freed.status().message().find("freed while moving"), std::string::npos)
+      << freed.status().message();
+  alloc->set_move_failure_hook({});
+  ASSERT_TRUE(alloc->free(small->address).is_ok());
+  const auto usage = alloc->usage();
+  for (const TierUsage& u : usage) {
+    EXPECT_EQ(u.live_bytes, 0u) << u.name;
+    EXPECT_EQ(u.live_objects, 0u) << u.name;
+  }
+  expect_all_released(*alloc);
+}
+
 }  // namespace
 }  // namespace tensortier

@@ -60,7 +60,10 @@ ObjectAllocator::ObjectAllocator(std::vector<std::unique_ptr<Tier>> tiers)
 ObjectAllocator::~ObjectAllocator() {
   for (auto& [id, live] : live_) {
     if (live.chunk != nullptr || live.range.arena != 0) continue;
-    release_range(live.range.tier, live.range.owner, live.range.base, live.range.bytes);
+    const Range& r = live.range;
+    for (std::size_t k = 0; k < r.segments.size(); ++k)
+      release_range(r.segments[k].tier, r.segments[k].owner, r.base + k * kSegmentBytes, r.segment_bytes(k));
+    if (r.segments.empty()) release_range(r.tier, r.owner, r.base, r.bytes);
     if (live.range.shadow != nullptr)
       release_range(live.range.shadow_tier, live.range.shadow_owner, live.range.shadow, live.range.bytes);
   }
@@ -82,6 +85,11 @@ void ObjectAllocator::retire(ObjectId id, Range& range) {
   if (range.arena != 0) {  // its bytes are the arena's: only the place is free again
     Arena& arena = arenas_.at(range.arena);
     arena.live.erase(static_cast<std::uint64_t>(range.base - arena.range.base));
+  } else if (!range.segments.empty()) {  // split: each segment's pages to their tier
+    for (std::size_t k = 0; k < range.segments.size(); ++k) {
+      give_back_range(range.segments[k].tier, range.base + k * kSegmentBytes, range.segment_bytes(k),
+                      range.segments[k].owner);
+    }
   } else {
     give_back_range(range.tier, range.base, range.bytes, range.owner);
   }
@@ -497,6 +505,7 @@ ObjectInfo ObjectAllocator::view(const Live& live) const {
   ObjectInfo info = live.info;
   info.tier = live.unit().tier;
   info.owner = live.unit().owner;
+  info.bytes_by_tier = bytes_by_tier(live);
   return info;
 }
 
@@ -571,7 +580,11 @@ Status ObjectAllocator::free(const void* address) {
   Live& live = it->second;
   const TierIndex t = live.unit().tier;
   TierUsage& usage = tier_state_[t].usage;
-  usage.live_bytes -= live.info.bytes;
+  if (const std::vector<std::uint64_t> split = bytes_by_tier(live); !split.empty()) {
+    for (TierIndex k = 0; k < split.size(); ++k) tier_state_[k].usage.live_bytes -= split[k];
+  } else {
+    usage.live_bytes -= live.info.bytes;
+  }
   live_bytes_ -= live.info.bytes;
   --usage.live_objects;
   if (live.chunk != nullptr) {
@@ -656,6 +669,57 @@ Status ObjectAllocator::reserve_for_move(TierIndex t, std::size_t bytes) {
   return s;
 }
 
+// Phase 2 of a move, no lock held: migrate the pages, or copy into a new range on the destination
+// (a cached one where given; none where `clean`). An emulated side reserves the move's time on its
+// bandwidth timeline and waits for it. Then the failure hook; an injected failure of a page
+// migration puts the pages back. Fills result's times.
+Status ObjectAllocator::transfer(ObjectId id, TierIndex to, std::byte* base, std::size_t bytes,
+                                 const std::optional<CachedRange>& cached, bool clean, void*& destination,
+                                 MoveResult& result, bool& injected) {
+  const std::uint64_t start_ns = steady_now_ns();
+  Status status = Status::ok();
+  if (result.method == MoveMethod::kMovePages) {
+    status = os::rebind_to_node(base, bytes, *tiers_[to]->numa_node());
+    if (!status.is_ok()) put_pages_back(base, bytes, *tiers_[result.from]->numa_node(), status);
+  } else if (cached) {
+    destination = cached->address;
+    if (!clean) std::memcpy(destination, base, bytes);
+  } else {
+    Result<void*> mapped = tiers_[to]->map_reserved(bytes);
+    if (mapped) {
+      destination = mapped.value();
+      std::memcpy(destination, base, bytes);
+    } else {
+      status = mapped.status();
+    }
+  }
+  result.copy_ns = steady_now_ns() - start_ns;
+  std::uint64_t charged_until = 0;
+  for (const auto& [t, direction] :
+       {std::pair{to, MoveDirection::kIntoSlow}, std::pair{result.from, MoveDirection::kOutOfSlow}}) {
+    if (const CostModel* model = tiers_[t]->cost_model(); model != nullptr && status.is_ok() && !clean) {
+      charged_until =
+          std::max(charged_until, tiers_[t]->timeline()->reserve(start_ns, model->move_ns(bytes, direction)));
+    }
+  }
+  if (charged_until != 0) {
+    // Asleep, no spin: a move's emulated time is waited out by whoever moves (the mover thread
+    // most of all), and a spin would take a core from the layers at every move.
+    sleep_until_ns(charged_until);
+    result.charge_ns = steady_now_ns() - start_ns - result.copy_ns;
+  }
+  MoveFailureHook hook;
+  {
+    std::lock_guard lock(mutex_);
+    hook = move_failure_hook_;
+  }
+  injected = status.is_ok() && hook && hook(id, to);
+  if (injected && result.method == MoveMethod::kMovePages) {  // the pages go back where they were
+    put_pages_back(base, bytes, *tiers_[result.from]->numa_node(), internal_error("injected failure"));
+  }
+  return status;
+}
+
 Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOptions& options) {
   if (to >= tiers_.size()) {
     return invalid_argument(
@@ -692,6 +756,8 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
       }
       timed_out = moved_or_unpinned_.wait_until(lock, deadline) == std::cv_status::timeout;
     }
+    if (options.segment != kWholeObject || (live->chunk == nullptr && !live->range.segments.empty()))
+      return move_segments(lock, id, to, options);
     Range& r = live->unit();
     chunk = live->chunk;
     result.from = r.tier;
@@ -743,53 +809,10 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
   }
   result.bytes = bytes;
 
-  // Phase 2, no lock: migrate the pages, or copy into a new range on the destination. An
-  // emulated side reserves the move's time on its bandwidth timeline and waits for it.
-  const std::uint64_t start_ns = steady_now_ns();
-  Status status = Status::ok();
+  // Phase 2, no lock.
   void* destination = nullptr;
-  if (result.method == MoveMethod::kMovePages) {
-    status = os::rebind_to_node(base, bytes, *tiers_[to]->numa_node());
-    if (!status.is_ok()) put_pages_back(base, bytes, *tiers_[result.from]->numa_node(), status);
-  } else if (cached_destination) {
-    destination = cached_destination->address;
-    if (!clean) std::memcpy(destination, base, bytes);
-  } else {
-    Result<void*> mapped = tiers_[to]->map_reserved(bytes);
-    if (mapped) {
-      destination = mapped.value();
-      std::memcpy(destination, base, bytes);
-    } else {
-      status = mapped.status();
-    }
-  }
-  result.copy_ns = steady_now_ns() - start_ns;
-  std::uint64_t charged_until = 0;
-  for (const auto& [t, direction] :
-       {std::pair{to, MoveDirection::kIntoSlow}, std::pair{result.from, MoveDirection::kOutOfSlow}}) {
-    if (const CostModel* model = tiers_[t]->cost_model(); model != nullptr && status.is_ok() && !clean) {
-      charged_until =
-          std::max(charged_until, tiers_[t]->timeline()->reserve(start_ns, model->move_ns(bytes, direction)));
-    }
-  }
-  if (charged_until != 0) {
-    // Asleep, no spin: a move's emulated time is waited out by whoever moves (the mover thread
-    // most of all), and a spin would take a core from the layers at every move.
-    sleep_until_ns(charged_until);
-    result.charge_ns = steady_now_ns() - start_ns - result.copy_ns;
-  }
   bool injected = false;
-  {
-    MoveFailureHook hook;
-    {
-      std::lock_guard lock(mutex_);
-      hook = move_failure_hook_;
-    }
-    injected = status.is_ok() && hook && hook(id, to);
-  }
-  if (injected && result.method == MoveMethod::kMovePages) {  // the pages go back where they were
-    put_pages_back(base, bytes, *tiers_[result.from]->numa_node(), internal_error("injected failure"));
-  }
+  Status status = transfer(id, to, base, bytes, cached_destination, clean, destination, result, injected);
 
   // Phase 3, under the lock: commit, or roll back and leave the object where it was.
   std::lock_guard lock(mutex_);
@@ -864,6 +887,190 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
   }
   commit_move(id, live, chunk, result.method, destination, new_slot, result);
   return result;
+}
+
+Result<MoveResult> ObjectAllocator::move_segments(std::unique_lock<std::mutex>& lock, ObjectId id,
+                                                  TierIndex to, const MoveOptions& options) {
+  if (options.segment != kWholeObject) return move_segment(lock, id, to, options.segment);
+  // A split object moved whole: segment by segment, each a move of its own. Between them the
+  // lock is let go, so a layer may pin the object or a free take it: the rest then stays.
+  MoveResult total;
+  total.id = id;
+  total.to = to;
+  const Live& first = live_.at(id);
+  total.from = first.range.tier;
+  total.address = first.info.address;
+  const std::string name = first.info.name;
+  const std::size_t segments = first.range.segments.size();
+  for (std::size_t k = 0; k < segments; ++k) {
+    auto it = live_.find(id);
+    const bool gone = it == live_.end() || it->second.range.free_pending;
+    if (gone || it->second.range.pins != 0 || it->second.range.moving) {
+      return unavailable(fmt::format(
+          "move of '{}' segment by segment: {} of its {} segments were moved when {}; "
+          "the rest stays where it was",
+          name, k, segments, gone ? "it was freed" : "a layer took it (pinned, or another move)"));
+    }
+    Result<MoveResult> moved = move_segment(lock, id, to, static_cast<std::uint32_t>(k));
+    if (!moved) {
+      return Status(moved.status().code(), fmt::format("{} ({} of its {} segments were moved before)",
+                                                       moved.status().message(), k, segments));
+    }
+    total.method = moved->moved ? moved->method : total.method;
+    total.bytes += moved->bytes;
+    total.copy_ns += moved->copy_ns;
+    total.charge_ns += moved->charge_ns;
+    total.moved = total.moved || moved->moved;
+  }
+  return total;
+}
+
+Result<MoveResult> ObjectAllocator::move_segment(std::unique_lock<std::mutex>& lock, ObjectId id,
+                                                 TierIndex to, std::uint32_t k) {
+  // Phase 1, under the lock (held on entry): check, split, reserve the destination, mark moving.
+  MoveResult result;
+  result.id = id;
+  result.to = to;
+  std::byte* base = nullptr;
+  std::size_t bytes = 0;
+  std::optional<CachedRange> cached_destination;
+  {
+    Live& live = live_.at(id);
+    Range& r = live.range;
+    const std::size_t count = (r.bytes + kSegmentBytes - 1) / kSegmentBytes;
+    if (live.chunk != nullptr || k >= count) {
+      return invalid_argument(
+          fmt::format("move of segment {} of '{}': {}", k, live.info.name,
+                      live.chunk != nullptr
+                          ? "a small object has no segments; move it whole"
+                          : fmt::format("it has {} segments of {}", count, format_bytes(kSegmentBytes))));
+    }
+    if (r.arena != 0) {
+      return failed_precondition(fmt::format(
+          "move of segment {} of '{}': it lives at a planned offset in an arena; it does not move", k,
+          live.info.name));
+    }
+    result.from = r.segments.empty() ? r.tier : r.segments[k].tier;
+    result.address = live.info.address;
+    if (result.from == to) return result;  // already there
+    result.method = move_method(result.from, to);
+    if (result.method == MoveMethod::kNewAddress) {
+      return failed_precondition(
+          fmt::format("move of segment {} of '{}': a segment moves only in place, and {} to {} needs a new "
+                      "address; move the object whole, or use dram, numa or emulated tiers",
+                      k, live.info.name, tiers_[result.from]->name(), tiers_[to]->name()));
+    }
+    if (r.segments.empty()) {  // it splits: a segment keeps no shadow, so the object keeps none
+      drop_shadow_locked(r);
+      r.segments.assign(count, Range::Segment{r.tier, r.owner});
+    }
+    bytes = r.segment_bytes(k);
+    base = r.base + std::size_t{k} * kSegmentBytes;
+    if (result.method == MoveMethod::kRemap) cached_destination = take_cached_locked(to, bytes);
+    if (Status s = cached_destination ? Status::ok() : reserve_for_move(to, bytes); !s.is_ok()) {
+      ++tier_state_[to].usage.failed_moves;
+      return out_of_memory(fmt::format("move of segment {} of '{}' ({}) to tier '{}': {}; it stays on '{}'",
+                                       k, live.info.name, format_bytes(bytes), tiers_[to]->name(),
+                                       s.message(), tiers_[result.from]->name()));
+    }
+    r.moving = true;
+    r.abort_move = false;
+    r.abortable = result.method != MoveMethod::kMovePages;
+    tier_state_[to].usage.in_flight_bytes += bytes;
+  }
+  result.bytes = bytes;
+  lock.unlock();
+  void* destination = nullptr;
+  bool injected = false;
+  Status status = transfer(id, to, base, bytes, cached_destination, false, destination, result, injected);
+  lock.lock();
+
+  // Phase 3, under the lock: commit, or roll back and leave the segment where it was.
+  Live& live = live_.at(id);  // kept while moving, even if freed meanwhile
+  Range& r = live.range;
+  tier_state_[to].usage.in_flight_bytes -= bytes;
+  r.moving = false;
+  moved_or_unpinned_.notify_all();
+  const bool aborted = r.abort_move && r.abortable;
+  r.abort_move = false;
+  void* old_pages = nullptr;
+  if (status.is_ok() && !injected && !aborted && result.method == MoveMethod::kRemap) {
+    Result<void*> replaced = os::replace_mapping(destination, base, bytes, range_alignment(bytes));
+    status = replaced.status();
+    if (replaced) {
+      old_pages = replaced.value();
+      destination = nullptr;
+    }
+  }
+  if (!status.is_ok() || injected || aborted) {
+    if (destination != nullptr && cached_destination) {
+      give_back_range(to, destination, bytes, cached_destination->owner);
+    } else if (destination != nullptr) {
+      tiers_[to]->deallocate(destination, bytes);
+    }
+    if (result.method == MoveMethod::kMovePages) tiers_[to]->unreserve(bytes);
+    ++tier_state_[to].usage.failed_moves;
+    const std::string why = injected  ? std::string("injected failure")
+                            : aborted ? std::string("a layer needed it before the copy ended")
+                                      : status.message();
+    if (r.free_pending) {  // the free that came during the move completes now
+      retire(id, r);
+      return unavailable(fmt::format("move of segment {} of object {}: it was freed while moving", k, id));
+    }
+    const std::string name = live.info.name;
+    const TierIndex stays = r.segments[k].tier;
+    return Status(
+        status.is_ok() ? (injected ? StatusCode::kInternal : StatusCode::kUnavailable) : status.code(),
+        fmt::format("move of segment {} of '{}' to tier '{}': {}; it stays on '{}'", k, name,
+                    tiers_[to]->name(), why, tiers_[stays]->name()));
+  }
+  Range::Segment& segment = r.segments[k];
+  if (result.method == MoveMethod::kRemap) {
+    if (old_pages == nullptr) {  // the kernel dropped them (no MREMAP_DONTUNMAP)
+      tiers_[result.from]->unreserve(bytes);
+    } else {
+      give_back_range(result.from, old_pages, bytes, segment.owner);
+    }
+    segment.owner = cached_destination ? cached_destination->owner : to;
+  } else {  // kMovePages: same mapping, pages on the new node
+    tiers_[result.from]->unreserve(bytes);
+  }
+  segment.tier = to;
+  if (!r.free_pending) {
+    const std::uint64_t asked = asked_bytes_in_segment(live, k);
+    tier_state_[result.from].usage.live_bytes -= asked;
+    tier_state_[to].usage.live_bytes += asked;
+    if (k == 0) {
+      --tier_state_[result.from].usage.live_objects;
+      ++tier_state_[to].usage.live_objects;
+    }
+  }
+  if (k == 0) {
+    r.tier = segment.tier;
+    r.owner = segment.owner;
+    table_.set_tier(r.slot, to);
+  }
+  ++tier_state_[result.from].usage.moves_out;
+  ++tier_state_[to].usage.moves_in;
+  tier_state_[result.from].usage.bytes_moved_out += bytes;
+  tier_state_[to].usage.bytes_moved_in += bytes;
+  result.moved = true;
+  if (r.free_pending) retire(id, r);
+  return result;
+}
+
+std::uint64_t ObjectAllocator::asked_bytes_in_segment(const Live& live, std::size_t k) {
+  const std::uint64_t begin = std::uint64_t{k} * kSegmentBytes;
+  return live.info.bytes > begin ? std::min<std::uint64_t>(kSegmentBytes, live.info.bytes - begin) : 0;
+}
+
+std::vector<std::uint64_t> ObjectAllocator::bytes_by_tier(const Live& live) const {
+  std::vector<std::uint64_t> bytes;
+  if (live.chunk != nullptr || live.range.segments.empty()) return bytes;
+  bytes.assign(tiers_.size(), 0);
+  for (std::size_t k = 0; k < live.range.segments.size(); ++k)
+    bytes[live.range.segments[k].tier] += asked_bytes_in_segment(live, k);
+  return bytes;
 }
 
 // Records a finished move: budgets, owner and placement, the object table, stats. mutex_ held.
@@ -986,7 +1193,7 @@ Result<PinResult> ObjectAllocator::pin(std::span<const ObjectId> ids, std::span<
     }
     Live& l = it->second;
     ++l.unit().pins;
-    out[i] = PinnedObject{l.info.address, l.unit().tier, l.info.bytes, l.info.key};
+    out[i] = PinnedObject{l.info.address, l.unit().tier, l.info.bytes, l.info.key, bytes_by_tier(l)};
   }
   return result;
 }

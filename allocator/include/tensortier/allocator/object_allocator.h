@@ -34,6 +34,14 @@
 //                                   cached on the source tier, so moves back and forth fault nothing
 //     a memkind heap on either side kNewAddress: copied to a new address on the destination (the
 //                                   old range goes back to its tier); small objects cannot move so
+//   A large object can also move in segments (MoveOptions::segment): each kSegmentBytes of its
+//   pages (a transparent huge page; the last segment may be shorter) is then placed on its own,
+//   as a page-granular tiering system (Linux NUMA balancing, TPP) places 2 MiB pages: the object
+//   is *split* from its first such move until it is freed. A segment moves only in place (kRemap,
+//   kMovePages), one mremap or page migration of its own, and never keeps a shadow; a split
+//   object's pages go back to their tiers segment by segment when it is freed. A whole move of a
+//   split object moves its segments one by one. ObjectInfo::tier and PinnedObject::tier of a
+//   split object are where its first segment is; their bytes_by_tier say where all of it is.
 //     A move reserves the destination's budget first (kOutOfMemory when it has no room), copies
 //   with no lock held, and commits under the lock. A move that fails (no memory, an OS error, an
 //   injected failure, a layer that would not wait for it) leaves the object where it was, intact,
@@ -54,6 +62,7 @@
 // and relocations() are in addition lock-free, and lookup() async-signal-safe.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -109,7 +118,15 @@ struct ObjectInfo {
   GroupId group = kDefaultGroup;
   void* address = nullptr;
   bool small = false;  // packed into its group's shared pages
+  // A split object (moved in segments): its bytes (as asked) on each tier, by TierIndex; empty
+  // for any other object (all of it is on `tier`).
+  std::vector<std::uint64_t> bytes_by_tier;
 };
+
+// A large object's pages move in segments of this size where a move asks for one segment
+// (MoveOptions::segment): a transparent huge page, the unit of page-granular tiering.
+inline constexpr std::size_t kSegmentBytes = std::size_t{2} << 20;
+inline constexpr std::uint32_t kWholeObject = ~std::uint32_t{0};
 
 // How an object moves between two tiers (see the placement rules above).
 enum class MoveMethod { kNone, kMovePages, kRemap, kNewAddress };
@@ -130,6 +147,9 @@ struct MoveResult {
 
 struct MoveOptions {
   std::chrono::nanoseconds pin_wait{std::chrono::seconds(10)};  // longest wait for pins to go
+  // Only this segment of a large object's pages: bytes [segment x kSegmentBytes, + kSegmentBytes)
+  // (the last segment ends with the object's pages). kWholeObject: all of it.
+  std::uint32_t segment = kWholeObject;
 };
 
 // A pinned object as pin() found it.
@@ -138,6 +158,7 @@ struct PinnedObject {
   TierIndex tier = 0;       // placement
   std::size_t bytes = 0;    // as asked
   ObjectKey key = 0;
+  std::vector<std::uint64_t> bytes_by_tier;  // a split object's bytes on each tier (see ObjectInfo)
 };
 
 // What pin() waited for.
@@ -209,7 +230,11 @@ class ObjectAllocator {
   // Errors: no such object (kNotFound), `to` out of range (kInvalidArgument), a small object
   // between tiers that cannot move in place (kFailedPrecondition), already moving or pinned past
   // options.pin_wait (kUnavailable), no room on `to` (kOutOfMemory), an OS error (kInternal). On
-  // any error the object is where it was, bytes intact.
+  // any error the object is where it was, bytes intact. With options.segment, only that segment
+  // moves (kInvalidArgument where the object is small or has no such segment;
+  // kFailedPrecondition where the tiers move only to a new address, or for an arena's object);
+  // MoveResult::bytes is then the segment's. A whole move of a split object moves its segments
+  // one by one: where one fails, the error says how many moved before it, and the rest stays.
   Result<MoveResult> move(ObjectId id, TierIndex to, const MoveOptions& options = {});
   // Pins the live objects `ids` (repeats allowed) and writes what each one is now to out[i]
   // (ids.size() long). Waits up to `wait` for moves of them in flight, then makes those still
@@ -301,6 +326,16 @@ class ObjectAllocator {
     TierIndex shadow_tier = 0;   // placement of the shadow's pages (reserved there)
     TierIndex shadow_owner = 0;  // whose mapping they are
     ArenaId arena = 0;           // the arena it lives in (a part of the arena's range), else 0
+    // Split (moved in segments): where each kSegmentBytes of it is and whose mapping that is;
+    // `tier` and `owner` are then its first segment's. Empty: all of it on `tier`, of `owner`.
+    struct Segment {
+      TierIndex tier = 0;
+      TierIndex owner = 0;
+    };
+    std::vector<Segment> segments;
+    std::size_t segment_bytes(std::size_t k) const {
+      return std::min(kSegmentBytes, bytes - k * kSegmentBytes);
+    }
   };
   struct Chunk {  // shared pages of one group
     Range range;
@@ -355,6 +390,19 @@ class ObjectAllocator {
   Result<Range> place_small(Live& live, TierIndex t);
   Status no_room_error(std::string_view name, std::size_t bytes, TierIndex preferred) const;
   ObjectInfo view(const Live& live) const;
+  // A split object's bytes (as asked) on each tier; empty for any other.
+  std::vector<std::uint64_t> bytes_by_tier(const Live& live) const;
+  // The bytes (as asked) of a large object that lie in its segment k.
+  static std::uint64_t asked_bytes_in_segment(const Live& live, std::size_t k);
+  // move() of one segment (options.segment), or of a split object's segments one by one;
+  // `lock` holds mutex_ and the object is live, unpinned and not moving.
+  Result<MoveResult> move_segment(std::unique_lock<std::mutex>& lock, ObjectId id, TierIndex to,
+                                  std::uint32_t segment);
+  Status transfer(ObjectId id, TierIndex to, std::byte* base, std::size_t bytes,
+                  const std::optional<CachedRange>& cached, bool clean, void*& destination,
+                  MoveResult& result, bool& injected);
+  Result<MoveResult> move_segments(std::unique_lock<std::mutex>& lock, ObjectId id, TierIndex to,
+                                   const MoveOptions& options);
   void commit_move(ObjectId id, Live* live, Chunk* chunk, MoveMethod method, void* destination,
                    std::optional<ObjectTable::Slot> new_slot, MoveResult& result);
 
