@@ -18,6 +18,7 @@ std::uint64_t thread_cpu_ns() {
 void accumulate(ExecutorStats& total, const ExecutorStats& part) {
   total.steps += part.steps;
   total.moves += part.moves;
+  total.segment_moves += part.segment_moves;
   total.bytes_in += part.bytes_in;
   total.bytes_out += part.bytes_out;
   total.failed_moves += part.failed_moves;
@@ -85,10 +86,20 @@ std::uint64_t Executor::place_persistent(const std::vector<ObjectInfo>& objects)
   for (int pass = 0; pass < 2; ++pass) {  // outs of the fast tier first, so the ins find room
     for (const ObjectInfo& o : objects) {
       auto want = plan_.start.find(o.key);
-      if (want == plan_.start.end() || want->second == o.tier) continue;
-      if ((want->second == plan_.fast) != (pass == 1)) continue;
-      auto moved = move_(o.id, want->second);
-      if (!moved) ++failed;
+      if (want != plan_.start.end()) {
+        if (want->second == o.tier && o.bytes_by_tier.empty()) continue;
+        if ((want->second == plan_.fast) != (pass == 1)) continue;
+        if (!move_(o.id, want->second, kWholeObject)) ++failed;
+        continue;
+      }
+      if (plan_.segment_bytes == 0 || o.small) continue;
+      // A page-granular plan names the segments (a move of one already there moves nothing).
+      const std::uint64_t segments = (o.reserved_bytes + kSegmentBytes - 1) / kSegmentBytes;
+      for (std::uint32_t k = 0; k < segments; ++k) {
+        auto part = plan_.start.find(part_key(o.key, k));
+        if (part == plan_.start.end() || (part->second == plan_.fast) != (pass == 1)) continue;
+        if (!move_(o.id, part->second, k)) ++failed;
+      }
     }
   }
   return failed;
@@ -116,7 +127,7 @@ void Executor::enqueue(std::uint32_t after_layer) {
   std::uint64_t missing = 0;
   for (auto it = lo; it != hi; ++it) {
     const PlannedMove& m = *it->second;
-    std::optional<ObjectId> id = id_of(m.key);
+    std::optional<ObjectId> id = id_of(whole_key(m.key));
     if (!id) {
       ++missing;
       continue;
@@ -124,6 +135,7 @@ void Executor::enqueue(std::uint32_t after_layer) {
     Job job;
     job.id = *id;
     job.to = m.to;
+    job.segment = segment_of(m.key);
     job.step = m.needed_by >= layers_ ? step + 1 : step;
     job.needed_by = m.needed_by >= layers_ ? m.needed_by - layers_ : m.needed_by;
     job.useful_until = m.useful_until == kStepStart ? kStepStart
@@ -157,7 +169,7 @@ void Executor::run() {
       continue;
     }
     const bool late = begun > job.needed_by;
-    Result<MoveResult> moved = move_(job.id, job.to);
+    Result<MoveResult> moved = move_(job.id, job.to, job.segment);
     std::lock_guard lock(stats_mutex_);
     if (!moved && moved.status().code() == StatusCode::kNotFound) {
       ++stats_.missing;  // freed since the move was handed out: nothing to move
@@ -166,6 +178,7 @@ void Executor::run() {
       stats_.last_failure = moved.status().message();
     } else if (moved->moved) {
       ++stats_.moves;
+      if (job.segment != kWholeObject) ++stats_.segment_moves;
       if (late) ++stats_.late_moves;
       (moved->to == plan_.fast ? stats_.bytes_in : stats_.bytes_out) += moved->bytes;
     }
@@ -219,6 +232,7 @@ void Executor::on_free(ObjectId id, const SpanView&) {
 std::optional<TierIndex> Executor::placement(ObjectKey key, std::size_t) {
   if (state() != ExecutorState::kRunning || off_plan()) return std::nullopt;
   auto it = plan_.birth.find(key);
+  if (it == plan_.birth.end() && plan_.segment_bytes != 0) it = plan_.birth.find(part_key(key, 0));
   if (it == plan_.birth.end()) return std::nullopt;
   return it->second;
 }

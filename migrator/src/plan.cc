@@ -567,13 +567,24 @@ Plan reactive_with(const PlanInputs& in, double decay, double threshold) {
         if (fast[i]) fast_bytes -= in.objects[i].bytes;
         alive[i] = fast[i] = 0;
       }
-      for (std::size_t i : births[b]) {
-        alive[i] = 1;
-        score[i] = 0;
-        score_at[i] = now;
-        last_access[i] = now;
-        fast[i] = fast_bytes + in.objects[i].bytes <= room ? 1 : 0;
-        if (fast[i]) fast_bytes += in.objects[i].bytes;
+      // Born fast while there is room; an object's segments (in_segments lists them one after
+      // the other) all on one tier, as the runtime places an object whole.
+      for (std::size_t n_born = births[b].size(), at = 0; at < n_born;) {
+        std::size_t end = at + 1;
+        std::uint64_t object_bytes = in.objects[births[b][at]].bytes;
+        const ObjectKey whole = whole_key(in.objects[births[b][at]].key);
+        while (end < n_born && whole_key(in.objects[births[b][end]].key) == whole)
+          object_bytes += in.objects[births[b][end++]].bytes;
+        const bool fits = fast_bytes + object_bytes <= room;
+        for (; at < end; ++at) {
+          const std::size_t i = births[b][at];
+          alive[i] = 1;
+          score[i] = 0;
+          score_at[i] = now;
+          last_access[i] = now;
+          fast[i] = fits ? 1 : 0;
+        }
+        if (fits) fast_bytes += object_bytes;
       }
       if (record) {
         for (std::size_t i = 0; i < n; ++i) residency[i][b] = fast[i];
@@ -584,24 +595,32 @@ Plan reactive_with(const PlanInputs& in, double decay, double threshold) {
         score_at[i] = now;
         last_access[i] = now;
       }
+      // The least recently used fast objects, oldest first, listed once per layer where some
+      // promotion needs room (those the layer used are not among them; one demoted leaves it).
+      std::vector<std::pair<std::int64_t, std::size_t>> lru;
+      std::size_t lru_next = 0;
+      bool lru_listed = false;
       for (std::size_t i : users[b]) {
         const PlanObject& o = in.objects[i];
         if (!alive[i] || fast[i] || score[i] < threshold || o.bytes > room) continue;
         if (fast_bytes + o.bytes > room) {
-          std::vector<std::pair<std::int64_t, std::size_t>> lru;
-          for (std::size_t j = 0; j < n; ++j) {
-            if (alive[j] && fast[j] && last_access[j] < now) lru.emplace_back(last_access[j], j);
+          if (!lru_listed) {
+            for (std::size_t j = 0; j < n; ++j) {
+              if (alive[j] && fast[j] && last_access[j] < now) lru.emplace_back(last_access[j], j);
+            }
+            std::sort(lru.begin(), lru.end());
+            lru_listed = true;
           }
-          std::sort(lru.begin(), lru.end());
           std::uint64_t freed = 0;
-          std::size_t count = 0;
+          std::size_t count = lru_next;
           while (fast_bytes - freed + o.bytes > room && count < lru.size())
             freed += in.objects[lru[count++].second].bytes;
           if (fast_bytes - freed + o.bytes > room) continue;
-          for (std::size_t v = 0; v < count; ++v) {
+          for (std::size_t v = lru_next; v < count; ++v) {
             fast[lru[v].second] = 0;
             fast_bytes -= in.objects[lru[v].second].bytes;
           }
+          lru_next = count;
         }
         fast[i] = 1;
         fast_bytes += o.bytes;
@@ -633,6 +652,14 @@ Plan reactive(const PlanInputs& in) {
   return cheapest_of(in, kPairs, std::size(kThresholds), [&](std::size_t i) {
     return reactive_with(in, kDecays[i / std::size(kThresholds)], kThresholds[i % std::size(kThresholds)]);
   });
+}
+
+// Reactive at 2 MiB page granularity: the same policy over each object's segments.
+Plan reactive_2m(const PlanInputs& in) {
+  Plan plan = reactive(in_segments(in));
+  plan.policy = "reactive-2m";
+  plan.segment_bytes = kSegmentBytes;
+  return plan;
 }
 
 // AutoSwap (Zhang et al., arXiv 1903.06631) over the two tiers: with every object fast, find the
@@ -885,8 +912,9 @@ Plan oracle(const PlanInputs& in) {
 }  // namespace
 
 const std::vector<std::string>& policy_names() {
-  static const std::vector<std::string> names{"fast-only", "slow-only", "first-touch", "interleave",
-                                              "reactive",  "autoswap",  "sentinel",    "oracle"};
+  static const std::vector<std::string> names{"fast-only",  "slow-only", "first-touch",
+                                              "interleave", "reactive",  "reactive-2m",
+                                              "autoswap",   "sentinel",  "oracle"};
   return names;
 }
 
@@ -971,6 +999,8 @@ Result<Plan> make_plan(std::string_view policy, const PlanInputs& in) {
     plan = interleave(in);
   } else if (policy == "reactive") {
     plan = reactive(in);
+  } else if (policy == "reactive-2m") {
+    plan = reactive_2m(in);
   } else if (policy == "autoswap") {
     plan = autoswap(in);
   } else if (policy == "oracle") {
@@ -989,7 +1019,29 @@ Result<Plan> make_plan(std::string_view policy, const PlanInputs& in) {
   return plan;
 }
 
-std::string simulate(Plan& plan, const PlanInputs& in) {
+PlanInputs in_segments(const PlanInputs& inputs) {
+  PlanInputs out = inputs;
+  out.objects.clear();
+  out.clean_moves_out_free = false;  // a segment keeps no shadow
+  for (const PlanObject& o : inputs.objects) {
+    const std::uint64_t segments = (o.bytes + kSegmentBytes - 1) / kSegmentBytes;
+    if (segments <= 1 || segments > kMostSegments || (o.key & kPartMask) != 0) {
+      out.objects.push_back(o);
+      continue;
+    }
+    for (std::uint32_t k = 0; k < segments; ++k) {
+      PlanObject part = o;
+      part.key = part_key(o.key, k);
+      part.bytes = std::min<std::uint64_t>(kSegmentBytes, o.bytes - std::uint64_t{k} * kSegmentBytes);
+      out.objects.push_back(std::move(part));
+    }
+  }
+  return out;
+}
+
+std::string simulate(Plan& plan, const PlanInputs& whole_inputs) {
+  const PlanInputs segmented = plan.segment_bytes != 0 ? in_segments(whole_inputs) : PlanInputs{};
+  const PlanInputs& in = plan.segment_bytes != 0 ? segmented : whole_inputs;
   std::unordered_map<ObjectKey, const PlanObject*> by_key;
   for (const PlanObject& o : in.objects) by_key.emplace(o.key, &o);
   std::unordered_map<ObjectKey, TierIndex> tier;  // objects that exist now
@@ -1192,8 +1244,10 @@ std::optional<Plan> without_late_moves(const Plan& plan, const PlanInputs& in) {
   return without_moves_in(plan, in, late);
 }
 
-std::optional<Plan> without_moves_in(const Plan& plan, const PlanInputs& in,
+std::optional<Plan> without_moves_in(const Plan& plan, const PlanInputs& whole_inputs,
                                      std::span<const std::size_t> left_out) {
+  const PlanInputs segmented = plan.segment_bytes != 0 ? in_segments(whole_inputs) : PlanInputs{};
+  const PlanInputs& in = plan.segment_bytes != 0 ? segmented : whole_inputs;
   std::vector<bool> leave(plan.moves.size(), false);
   bool any = false;
   for (const std::size_t i : left_out) {
@@ -1229,7 +1283,7 @@ std::optional<Plan> without_moves_in(const Plan& plan, const PlanInputs& in,
     m.bytes = o.bytes;
     out.moves.push_back(m);
   }
-  if (!simulate(out, in).empty()) return std::nullopt;
+  if (!simulate(out, whole_inputs).empty()) return std::nullopt;
   return out;
 }
 

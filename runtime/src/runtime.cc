@@ -344,7 +344,7 @@ Result<MoveResult> Runtime::move(const void* address, TierIndex to) {
   return move(id.value(), to);
 }
 
-Result<MoveResult> Runtime::move(ObjectId id, TierIndex to) {
+Result<MoveResult> Runtime::move(ObjectId id, TierIndex to, std::uint32_t segment) {
   {
     std::lock_guard lock(move_gate_mutex_);
     if (moves_blocked_) {
@@ -353,7 +353,9 @@ Result<MoveResult> Runtime::move(ObjectId id, TierIndex to) {
     }
     ++moves_in_flight_;
   }
-  Result<MoveResult> moved = allocator_.move(id, to);
+  MoveOptions options;
+  options.segment = segment;
+  Result<MoveResult> moved = allocator_.move(id, to, options);
   {
     std::lock_guard lock(move_gate_mutex_);
     --moves_in_flight_;
@@ -587,7 +589,8 @@ void Runtime::start_migration(const profiler::StepProfile& profile) {
 
 std::uint64_t Runtime::make_executor(migrator::Plan plan) {
   executor_ = std::make_unique<migrator::Executor>(
-      std::move(plan), plan_layers_, [this](ObjectId id, TierIndex to) { return move(id, to); },
+      std::move(plan), plan_layers_,
+      [this](ObjectId id, TierIndex to, std::uint32_t segment) { return move(id, to, segment); },
       [this] { return layers_begun_.load(std::memory_order_acquire); });
   const std::uint64_t failed = executor_->place_persistent(allocator_.objects());
   open_arena(executor_->plan());
@@ -859,8 +862,14 @@ Status Runtime::layer_begin(std::string_view name, std::span<const ObjectId> rea
     mix(o.bytes);
     const bool is_read = i < reads.size();
     (is_read ? read_keys_ : write_keys_).push_back(o.key);
-    if (allocator_.tier(o.tier).cost_model() != nullptr)
-      (is_read ? slow_read_bytes_ : slow_written_bytes_)[o.tier] += o.bytes;
+    std::vector<std::uint64_t>& slow_bytes = is_read ? slow_read_bytes_ : slow_written_bytes_;
+    if (o.bytes_by_tier.empty()) {
+      if (allocator_.tier(o.tier).cost_model() != nullptr) slow_bytes[o.tier] += o.bytes;
+    } else {  // split into segments: each tier's share
+      for (TierIndex t = 0; t < o.bytes_by_tier.size(); ++t) {
+        if (allocator_.tier(t).cost_model() != nullptr) slow_bytes[t] += o.bytes_by_tier[t];
+      }
+    }
   }
   // A step whose layers stop matching the planned step's is of another kind (evaluation, a
   // partial batch): the plan's keys would name other objects in it, so it runs unplanned.

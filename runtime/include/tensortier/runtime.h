@@ -192,7 +192,8 @@ class Runtime {
   Result<void*> address_of(ObjectId id) const;
   // Moves an object (a small one: its chunk) to tier `to`; see ObjectAllocator::move. Also
   // kUnavailable while a step is being profiled. On any error the object is where it was, intact.
-  Result<MoveResult> move(ObjectId id, TierIndex to);
+  // segment: only that 2 MiB segment of a large object (ObjectAllocator::move, MoveOptions).
+  Result<MoveResult> move(ObjectId id, TierIndex to, std::uint32_t segment = kWholeObject);
   Result<MoveResult> move(const void* address, TierIndex to);
   // How an object on `from` moves to `to` (in place, or to a new address).
   MoveMethod move_method(TierIndex from, TierIndex to) const { return allocator_.move_method(from, to); }

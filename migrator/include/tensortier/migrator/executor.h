@@ -2,7 +2,9 @@
 // ends, allocations and frees) and its placement advisor (an object is born where the plan wants
 // it), and owns one mover thread that takes the plan's moves from a queue (TBB's
 // concurrent_bounded_queue) and carries them out through the move function it was given (the
-// runtime's move, which pins, charges emulated tiers and counts).
+// runtime's move, which pins, charges emulated tiers and counts). A page-granular plan's moves
+// (Plan::segment_bytes) name segments by part keys: the mover moves that 2 MiB segment of the
+// object (MoveOptions::segment), and an object is born where the plan has its first segment.
 //
 // A move is handed to the mover when the layer it follows ends. The mover drops a move in once
 // every layer it would have helped has begun, and moves of a step that is over (a move that
@@ -40,6 +42,7 @@ enum class ExecutorState { kStopped, kRunning, kPaused };
 struct ExecutorStats {
   std::uint64_t steps = 0;           // steps begun while running
   std::uint64_t moves = 0;           // moves done (the object changed tier)
+  std::uint64_t segment_moves = 0;   // of those, moves of one 2 MiB segment (page-granular plans)
   std::uint64_t bytes_in = 0;        // moved into the fast tier
   std::uint64_t bytes_out = 0;       // moved out of it
   std::uint64_t failed_moves = 0;    // the move function refused or failed (the object stayed)
@@ -61,7 +64,8 @@ void accumulate(ExecutorStats& total, const ExecutorStats& part);
 
 class Executor final : public StepObserver, public PlacementAdvisor {
  public:
-  using MoveFn = std::function<Result<MoveResult>(ObjectId, TierIndex)>;
+  // Moves an object, or one segment of it (kWholeObject: all of it), to a tier.
+  using MoveFn = std::function<Result<MoveResult>(ObjectId, TierIndex, std::uint32_t segment)>;
   using LayersBegunFn = std::function<std::uint32_t()>;  // layers begun in the current step
 
   Executor(Plan plan, std::uint32_t layers, MoveFn move, LayersBegunFn layers_begun);
@@ -82,8 +86,9 @@ class Executor final : public StepObserver, public PlacementAdvisor {
   ExecutorStats stats() const;
   const Plan& plan() const { return plan_; }
 
-  // Moves each persistent object (given by id and key) to where the plan starts it, now, on the
-  // calling thread: outs first, then ins. Returns how many failed (they stay where they are).
+  // Moves each persistent object (given by id and key; a page-granular plan: each of its
+  // segments) to where the plan starts it, now, on the calling thread: outs first, then ins.
+  // Returns how many moves failed (what they would have moved stays where it is).
   std::uint64_t place_persistent(const std::vector<ObjectInfo>& objects);
 
   // StepObserver
@@ -101,6 +106,7 @@ class Executor final : public StepObserver, public PlacementAdvisor {
     bool stop = false;
     ObjectId id = 0;
     TierIndex to = 0;
+    std::uint32_t segment = kWholeObject;     // a page-granular plan's segment of the object
     std::uint64_t step = 0;                   // the step whose layer needs it
     std::uint32_t needed_by = 0;              // that layer
     std::uint32_t useful_until = kStepStart;  // dropped once this layer has begun

@@ -20,6 +20,11 @@
 //                         by demoting the least recently used; born fast while there is room. Played
 //                         online over a few repeats of the step; the last one (its steady state) is
 //                         the plan. Decay and threshold: the pair the simulator predicts cheapest;
+//   reactive-2m           reactive at 2 MiB page granularity (Linux tiering moves pages, not
+//                         objects): the same policy played over each object's 2 MiB segments
+//                         (in_segments), so part of an object can be fast; an object is born
+//                         whole on one tier (fast if all of it fits), its segments promoted and
+//                         demoted apart. Tuned the same way;
 //   autoswap              AutoSwap (arXiv 1903.06631): objects of 1 MiB or more idle across the
 //                         step's peak, ranked by absence time, absence time x size or their vote
 //                         (the one predicted cheapest), swapped out after their use before the peak
@@ -41,10 +46,12 @@
 //                         as the budget allows), its own heuristics (at each boundary the objects
 //                         used within a lookahead are moved in, nearest use first, making room by
 //                         moving out those used furthest away, or clean ones first: Belady's rule
-//                         with prefetch, over every lookahead) and every other policy's plan
-//                         (Plan::variant names the one it chose). The exact model leaves out time
-//                         (late moves, waits), so its optimum is a lower bound on every plan's
-//                         prediction (Plan::bound_extra_ns), not a plan that reaches it.
+//                         with prefetch, over every lookahead) and every other whole-object
+//                         policy's plan (Plan::variant names the one it chose; reactive-2m's
+//                         page-granular plan is not among them). The exact model leaves out time
+//                         (late moves, waits), so its optimum is a lower bound on every
+//                         whole-object plan's prediction (Plan::bound_extra_ns), not a plan that
+//                         reaches it; over in_segments() inputs it bounds page-granular plans.
 // Small objects (under a page, sharing group chunks) are not planned: they stay where the runtime
 // puts them (the fast tier first) and the plan keeps room for them (small_reserve_bytes).
 //
@@ -67,6 +74,25 @@
 namespace tensortier::migrator {
 
 inline constexpr std::uint32_t kStepStart = std::numeric_limits<std::uint32_t>::max();
+
+// Page-granular plans (Plan::segment_bytes, the policy reactive-2m) name each kSegmentBytes
+// segment of an object larger than one apart, by a part key: the object's key with the segment's
+// index + 1 in bits 48..62. Keys with anything there already (no allocation ordinal or object id
+// comes near 2^48) and objects of more than kMostSegments segments are not split.
+inline constexpr unsigned kPartShift = 48;
+inline constexpr ObjectKey kPartMask = ObjectKey{0x7fff} << kPartShift;
+inline constexpr std::uint32_t kMostSegments = 0x7ffe;
+constexpr ObjectKey part_key(ObjectKey whole, std::uint32_t segment) {
+  return whole | ((ObjectKey{segment} + 1) << kPartShift);
+}
+constexpr ObjectKey whole_key(ObjectKey key) {
+  return key & ~kPartMask;
+}
+// The segment a part key names; kWholeObject for a key that names a whole object.
+constexpr std::uint32_t segment_of(ObjectKey key) {
+  const auto part = static_cast<std::uint32_t>((key & kPartMask) >> kPartShift);
+  return part == 0 ? kWholeObject : part - 1;
+}
 
 // One planned object as the policies see it.
 struct PlanObject {
@@ -139,6 +165,10 @@ struct Plan {
   std::map<ObjectKey, TierIndex> birth;  // where each object born in the step is allocated
   std::vector<PlannedMove> moves;        // by after_layer; at one, outs before ins (the mover's order)
   std::string variant;                   // the oracle: whose plan it chose
+  // Page-granular: objects larger than kSegmentBytes are planned segment by segment, under part
+  // keys (in start, birth and moves; every segment of an object is born on one tier), and the
+  // executor moves their segments apart (MoveOptions::segment). 0: whole objects.
+  std::uint64_t segment_bytes = 0;
   std::uint32_t interval_layers =
       0;                           // sentinel's migration interval, the oracle's lookahead or lead (0: none)
   std::uint64_t region_bytes = 0;  // sentinel's short-lived region (offset planner)
@@ -172,6 +202,11 @@ struct Plan {
 const std::vector<std::string>& policy_names();
 // The names, comma-separated, for error messages.
 std::string known_policies();
+
+// The inputs with each object larger than kSegmentBytes made one object per segment (part keys,
+// the segment's bytes, the object's lifetime and uses): what a page-granular plan is made and
+// played over. Moving out a segment is never clean (a segment keeps no shadow).
+PlanInputs in_segments(const PlanInputs& inputs);
 
 // The plan `policy` makes. Errors: kInvalidArgument naming an unknown policy and the known ones.
 Result<Plan> make_plan(std::string_view policy, const PlanInputs& inputs);
