@@ -779,6 +779,7 @@ TEST(Segments, MoveOneByOneKeepingTheBytesTheBudgetsAndTheCounts) {
     ASSERT_TRUE(info);
     EXPECT_EQ(info->tier, 1u);  // its first segment's
     EXPECT_EQ(info->bytes_by_tier, (std::vector<std::uint64_t>{kSegmentBytes, bytes - kSegmentBytes}));
+    EXPECT_EQ(info->segment_tiers, (std::vector<TierIndex>{1, 0, 1}));
     auto usage = alloc->usage();
     EXPECT_EQ(usage[0].live_bytes, kSegmentBytes);
     EXPECT_EQ(usage[1].live_bytes, bytes - kSegmentBytes);
@@ -827,6 +828,34 @@ TEST(Segments, MoveOneByOneKeepingTheBytesTheBudgetsAndTheCounts) {
     EXPECT_EQ(usage[0].live_objects + usage[1].live_objects, 0u);
     expect_all_released(*alloc);
   }
+}
+
+// A split object's pages go back to their tiers as segments; the next object of its size is
+// made of them (mremap, no page faulted in), though the budget has room for a new range.
+TEST(Segments, ASplitObjectsPagesServeTheNextObjectOfItsSize) {
+  auto alloc = allocator_for("fast=dram:64MiB,slow=emulated:cxl:256MiB");
+  ASSERT_NE(alloc, nullptr);
+  const std::size_t bytes = 6 << 20;
+  auto obj = alloc->allocate("x", bytes, kDefaultGroup, 1);
+  ASSERT_TRUE(obj);
+  MoveOptions second;
+  second.segment = 1;
+  ASSERT_TRUE(alloc->move(obj->id, 0, second));  // its old pages: a piece cached on 'slow' ...
+  ASSERT_TRUE(alloc->move(obj->id, 1, second));  // ... taken back; its fast pages a piece on 'fast'
+  ASSERT_TRUE(alloc->free(obj->address).is_ok());
+  const auto before = alloc->usage();
+  EXPECT_EQ(before[1].cached_bytes, bytes);  // its three segments
+  EXPECT_EQ(before[0].cached_bytes, kSegmentBytes);
+  auto next = alloc->allocate("y", bytes, kDefaultGroup, 1);
+  ASSERT_TRUE(next);
+  const auto after = alloc->usage();
+  EXPECT_EQ(after[1].new_ranges, before[1].new_ranges) << "a new range faulted in beside cached segments";
+  EXPECT_EQ(after[1].assembled_ranges, before[1].assembled_ranges + 1);
+  EXPECT_EQ(after[1].cached_bytes, 0u);
+  fill(next->address, bytes, 4);
+  EXPECT_TRUE(holds(next->address, bytes, 4));
+  ASSERT_TRUE(alloc->free(next->address).is_ok());
+  expect_all_released(*alloc);
 }
 
 TEST(Segments, RefusalsAndFailuresLeaveTheObjectAsItWas) {

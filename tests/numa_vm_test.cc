@@ -256,7 +256,8 @@ TEST(NumaVm, LayersSeeCorrectBytesWhileMovesAreRequested) {
 }
 
 // At each layer_begin (the layer's objects pinned): every page of each object it declares is on
-// the node of the tier the runtime places it on (or not faulted in yet).
+// the node of the tier the runtime places it on (a split object: its segment's; or not faulted
+// in yet).
 class PageWatch final : public StepObserver {
  public:
   explicit PageWatch(Runtime& rt) : rt_(rt) {}
@@ -271,11 +272,14 @@ class PageWatch final : public StepObserver {
         for (std::size_t p = 0; p < nodes->size(); ++p) {
           const int node = (*nodes)[p];
           if (node == -ENOENT) continue;  // not faulted in yet: it will be, under the range's policy
-          if (node != rt_.tier(info->tier).numa_node().value_or(-1)) {
+          const std::size_t segment = p * kPageBytes / kSegmentBytes;
+          const TierIndex tier = info->segment_tiers.empty() ? info->tier : info->segment_tiers.at(segment);
+          segments += info->segment_tiers.empty() ? 0 : 1;
+          if (node != rt_.tier(tier).numa_node().value_or(-1)) {
             ++misplaced;
             if (first_problem.empty())
               first_problem = "page " + std::to_string(p) + " of '" + info->name + "' is on node " +
-                              std::to_string(node) + ", its tier is " + std::to_string(info->tier);
+                              std::to_string(node) + ", its tier is " + std::to_string(tier);
             break;
           }
         }
@@ -283,26 +287,27 @@ class PageWatch final : public StepObserver {
     }
   }
   std::uint64_t checked = 0, misplaced = 0;
+  std::uint64_t segments = 0;  // pages checked of split objects
   std::string first_problem;
 
  private:
   Runtime& rt_;
 };
 
-// Sentinel across the two nodes: objects born and moved where the plan says; at every layer
-// boundary each layer's objects sit, page for page, on the node their placement names; the
-// layers see the bytes the previous ones wrote.
-TEST(NumaVm, SentinelAcrossTheNodesKeepsEveryPageWhereItsPlacementSays) {
-  REQUIRE_NUMA_VM();
+// A policy across the two nodes: objects born and moved where the plan says; at every layer
+// boundary each layer's objects sit, page for page, on the node their placement names (under
+// reactive-2m, segment by segment); the layers see the bytes the previous ones wrote.
+void policy_across_the_nodes(const std::string& policy, std::size_t bytes, int uses) {
+  SCOPED_TRACE(policy);
   RuntimeOptions options("fast=numa:0:64MiB,slow=numa:1:256MiB");
-  options.policy = "sentinel";
+  options.policy = policy;
   options.fast_budget = "40%";
   options.trial_steps = 0;  // sentinel's own plan every step
   auto created = Runtime::create(options);
   ASSERT_TRUE(created) << created.status().to_string();
   Runtime& rt = *created.value();
   constexpr int kObjects = 6;
-  constexpr std::size_t kBytes = 1 << 20;
+  const std::size_t kBytes = bytes;
   std::vector<ObjectInfo> weights;
   for (int i = 0; i < kObjects; ++i) {
     auto o = rt.allocate("w", kBytes);
@@ -316,8 +321,8 @@ TEST(NumaVm, SentinelAcrossTheNodesKeepsEveryPageWhereItsPlacementSays) {
   ASSERT_TRUE(rt.add_observer(&watch).is_ok());
   for (int step = 0; step < 8; ++step) {
     ASSERT_TRUE(rt.step_begin().is_ok());
-    for (int layer = 0; layer < 3 * kObjects; ++layer) {  // weight i in layers 3i..3i+2
-      const auto i = static_cast<std::size_t>(layer / 3);
+    for (int layer = 0; layer < uses * kObjects; ++layer) {  // weight i in `uses` layers in a row
+      const auto i = static_cast<std::size_t>(layer / uses);
       auto act = rt.allocate("a", kBytes / 2);
       ASSERT_TRUE(act);
       const ObjectId ids[2] = {weights[i].id, act->id};
@@ -341,6 +346,20 @@ TEST(NumaVm, SentinelAcrossTheNodesKeepsEveryPageWhereItsPlacementSays) {
   EXPECT_EQ(watch.misplaced, 0u) << watch.first_problem << " (moves " << stats.moves << ", failed "
                                  << stats.failed_moves << ", late " << stats.late_moves << ", move wait "
                                  << stats.move_wait_ns / 1000000 << " ms)";
+  if (policy == "reactive-2m") {
+    EXPECT_GT(stats.migration.segment_moves, 0u) << "no segment moved between the nodes";
+    EXPECT_GT(watch.segments, 0u) << "no split object's pages were checked";
+  }
+}
+
+TEST(NumaVm, SentinelAcrossTheNodesKeepsEveryPageWhereItsPlacementSays) {
+  REQUIRE_NUMA_VM();
+  policy_across_the_nodes("sentinel", std::size_t{1} << 20, 3);
+}
+
+TEST(NumaVm, Reactive2mAcrossTheNodesKeepsEverySegmentWhereItsPlacementSays) {
+  REQUIRE_NUMA_VM();
+  policy_across_the_nodes("reactive-2m", std::size_t{5} << 20, 8);
 }
 
 TEST(NumaVm, DaxKmemTierAllocatesOnTheKmemNode) {

@@ -88,7 +88,7 @@ void ObjectAllocator::retire(ObjectId id, Range& range) {
   } else if (!range.segments.empty()) {  // split: each segment's pages to their tier
     for (std::size_t k = 0; k < range.segments.size(); ++k) {
       give_back_range(range.segments[k].tier, range.base + k * kSegmentBytes, range.segment_bytes(k),
-                      range.segments[k].owner);
+                      range.segments[k].owner, /*piece=*/true);
     }
   } else {
     give_back_range(range.tier, range.base, range.bytes, range.owner);
@@ -195,8 +195,7 @@ std::optional<ObjectAllocator::CachedRange> ObjectAllocator::take_cached_locked(
   TierState& state = tier_state_[t];
   if (auto it = state.cache.find(bytes); it != state.cache.end()) {
     const CachedRange cached = it->second;
-    state.cache.erase(it);
-    state.usage.cached_bytes -= bytes;
+    uncache_locked(t, it);
     ++state.usage.reused_ranges;
     return cached;
   }
@@ -210,12 +209,17 @@ std::optional<ObjectAllocator::CachedRange> ObjectAllocator::take_cached_locked(
   // along). Then smaller ranges joined (assemble_cached_locked). Where the budget has room, a new
   // range is taken instead (measured: serving from the cache then as well left more ranges to
   // fault in, not fewer: split and joined ranges no longer match the sizes a step asks for).
-  if (tiers_[t]->free_bytes() >= bytes) return std::nullopt;
+  // Segments' pages (a page-granular policy's split objects) are the exception: a step does not
+  // ask for their size again, so where the cache holds enough of them they are joined
+  // (assemble_cached_locked) even with room in the budget; left alone they would pile up while
+  // every allocation they could serve faults in new pages.
+  const bool pieces_serve = state.piece_bytes >= bytes && bytes > kSegmentBytes;
+  if (tiers_[t]->free_bytes() >= bytes && !pieces_serve) return std::nullopt;
   const bool numa_bound = tiers_[t]->numa_node().has_value();
   constexpr int kLargerTried = 8;
   int tried = 0;
-  for (auto it = state.cache.upper_bound(bytes); it != state.cache.end() && tried < kLargerTried;
-       ++it, ++tried) {
+  for (auto it = state.cache.upper_bound(bytes);
+       it != state.cache.end() && tried < kLargerTried && !pieces_serve; ++it, ++tried) {
     const std::size_t size = it->first;
     const CachedRange cached = it->second;
     auto* tail = static_cast<std::byte*>(cached.address) + bytes;
@@ -223,9 +227,8 @@ std::optional<ObjectAllocator::CachedRange> ObjectAllocator::take_cached_locked(
         as_uint(tail) % range_alignment(size - bytes) != 0 ||
         (numa_bound && size >= kHugePageBytes && bytes % kHugePageBytes != 0))
       continue;
-    state.cache.erase(it);
-    state.cache.emplace(size - bytes, CachedRange{tail, cached.owner});
-    state.usage.cached_bytes -= bytes;
+    uncache_locked(t, it);
+    give_back_range(t, tail, size - bytes, cached.owner, cached.piece);
     ++state.usage.reused_ranges;
     return cached;
   }
@@ -290,6 +293,7 @@ std::optional<ObjectAllocator::CachedRange> ObjectAllocator::assemble_cached_loc
     // Its old address is gone (the profiler stops tracking it there) ...
     if (release_observer_)
       release_observer_(SpanView{0, as_uint(cached.address), piece.take_bytes, t, false});
+    if (cached.piece) state.piece_bytes -= size;
     state.cache.erase(piece.at);
     placed += piece.take_bytes;
     if (piece.take_bytes == size) continue;
@@ -298,7 +302,8 @@ std::optional<ObjectAllocator::CachedRange> ObjectAllocator::assemble_cached_loc
     auto* rest = static_cast<std::byte*>(cached.address) + piece.take_bytes;
     const std::size_t rest_bytes = size - piece.take_bytes;
     if (as_uint(rest) % range_alignment(rest_bytes) == 0) {
-      state.cache.emplace(rest_bytes, CachedRange{rest, cached.owner});
+      state.cache.emplace(rest_bytes, CachedRange{rest, cached.owner, cached.piece});
+      if (cached.piece) state.piece_bytes += rest_bytes;
     } else {
       if (release_observer_) release_observer_(SpanView{0, as_uint(rest), rest_bytes, t, false});
       release_range(t, cached.owner, rest, rest_bytes);
@@ -333,14 +338,23 @@ Result<ObjectAllocator::Range> ObjectAllocator::take_range(TierIndex t, std::siz
   return range;
 }
 
-void ObjectAllocator::give_back_range(TierIndex t, void* address, std::size_t bytes, TierIndex owner) {
+void ObjectAllocator::uncache_locked(TierIndex t, std::multimap<std::size_t, CachedRange>::iterator it) {
+  TierState& state = tier_state_[t];
+  state.usage.cached_bytes -= it->first;
+  if (it->second.piece) state.piece_bytes -= it->first;
+  state.cache.erase(it);
+}
+
+void ObjectAllocator::give_back_range(TierIndex t, void* address, std::size_t bytes, TierIndex owner,
+                                      bool piece) {
   if (tiers_[t]->used_bytes() > tiers_[t]->budget_bytes()) {  // over a lowered budget: no caching
     if (release_observer_) release_observer_(SpanView{0, as_uint(address), bytes, t, false});
     release_range(t, owner, address, bytes);
     return;
   }
-  tier_state_[t].cache.emplace(bytes, CachedRange{address, owner});
+  tier_state_[t].cache.emplace(bytes, CachedRange{address, owner, piece});
   tier_state_[t].usage.cached_bytes += bytes;
+  if (piece) tier_state_[t].piece_bytes += bytes;
 }
 
 void ObjectAllocator::drop_shadow_locked(Range& r) {
@@ -388,8 +402,7 @@ void ObjectAllocator::release_cache_locked(TierIndex t, std::uint64_t need_bytes
       const auto [bytes, range] = *it;
       if (release_observer_) release_observer_(SpanView{0, as_uint(range.address), bytes, t, false});
       release_range(t, range.owner, range.address, bytes);
-      state.usage.cached_bytes -= bytes;
-      state.cache.erase(it);
+      uncache_locked(t, it);
     }
   };
   release_cached();
@@ -506,6 +519,9 @@ ObjectInfo ObjectAllocator::view(const Live& live) const {
   info.tier = live.unit().tier;
   info.owner = live.unit().owner;
   info.bytes_by_tier = bytes_by_tier(live);
+  if (live.chunk == nullptr) {
+    for (const Range::Segment& s : live.range.segments) info.segment_tiers.push_back(s.tier);
+  }
   return info;
 }
 
@@ -1029,7 +1045,7 @@ Result<MoveResult> ObjectAllocator::move_segment(std::unique_lock<std::mutex>& l
     if (old_pages == nullptr) {  // the kernel dropped them (no MREMAP_DONTUNMAP)
       tiers_[result.from]->unreserve(bytes);
     } else {
-      give_back_range(result.from, old_pages, bytes, segment.owner);
+      give_back_range(result.from, old_pages, bytes, segment.owner, /*piece=*/true);
     }
     segment.owner = cached_destination ? cached_destination->owner : to;
   } else {  // kMovePages: same mapping, pages on the new node

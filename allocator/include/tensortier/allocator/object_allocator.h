@@ -20,7 +20,9 @@
 //   fit, a larger cached range is split (the object takes its head), else smaller cached ranges
 //   of anonymous memory give their pages to a new mapping (mremap: no fault, no copy), else
 //   cached ranges are released (smallest first) until it fits; a tier holding more than its budget (after
-//   set_budget lowered it) caches nothing.
+//   set_budget lowered it) caches nothing. Segments' pages (see below) are joined into new ranges
+//   even where the budget has room: no step asks for a segment's size again, and left alone they
+//   would pile up while new ranges fault in.
 //
 // - An object (a small one: its whole chunk) can move to another tier (move()). Each range has
 //   an *owner*, the tier whose mapping it is and to which it is freed, and a *placement*, the
@@ -118,9 +120,11 @@ struct ObjectInfo {
   GroupId group = kDefaultGroup;
   void* address = nullptr;
   bool small = false;  // packed into its group's shared pages
-  // A split object (moved in segments): its bytes (as asked) on each tier, by TierIndex; empty
-  // for any other object (all of it is on `tier`).
+  // A split object (moved in segments): its bytes (as asked) on each tier, by TierIndex, and the
+  // tier of each of its kSegmentBytes segments; both empty for any other object (all of it is on
+  // `tier`).
   std::vector<std::uint64_t> bytes_by_tier;
+  std::vector<TierIndex> segment_tiers;
 };
 
 // A large object's pages move in segments of this size where a move asks for one segment
@@ -358,9 +362,11 @@ class ObjectAllocator {
   struct CachedRange {
     void* address = nullptr;
     TierIndex owner = 0;
+    bool piece = false;  // a segment's pages (a split object's, or left by a segment move)
   };
   struct TierState {
     std::multimap<std::size_t, CachedRange> cache;  // reserved bytes -> range, freed for reuse
+    std::uint64_t piece_bytes = 0;                  // of the cache, segments' pages (CachedRange::piece)
     TierUsage usage;
   };
 
@@ -378,7 +384,11 @@ class ObjectAllocator {
   ObjectInfo admit_locked(Live live, TierIndex t, ObjectKey key);
   // Drops a freed large object: its span, its range (to its tier's cache) and its entry.
   void retire(ObjectId id, Range& range);
-  void give_back_range(TierIndex t, void* address, std::size_t bytes, TierIndex owner);
+  // A range to tier t's cache (released instead where the tier is over its budget); `piece`: a
+  // segment's pages.
+  void give_back_range(TierIndex t, void* address, std::size_t bytes, TierIndex owner, bool piece = false);
+  // Takes the cache entry `it` of tier t out of the cache's counts and the cache.
+  void uncache_locked(TierIndex t, std::multimap<std::size_t, CachedRange>::iterator it);
   void release_range(TierIndex placement, TierIndex owner, void* address, std::size_t bytes);
   // Lets cached ranges (then shadows, then empty group chunks) of tier t go until it has
   // `need_bytes` of its budget free; kReleaseAll: all of them.
