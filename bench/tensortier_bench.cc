@@ -355,7 +355,7 @@ Result<MatrixConfig> matrix_from(const Cli& cli) {
   c.policies = bench::split_list(
       !cli.policies.empty() ? cli.policies
       : quick               ? "fast-only,slow-only,first-touch,reactive,autoswap,sentinel,oracle"
-                            : "fast-only,slow-only,first-touch,interleave,reactive,reactive-2m,autoswap,sentinel,oracle");
+              : "fast-only,slow-only,first-touch,interleave,reactive,reactive-2m,autoswap,sentinel,oracle");
   c.batch = cli.batch;
   c.image_size = cli.image_size;
   c.width = cli.width;

@@ -217,10 +217,10 @@ int main(int argc, char** argv) {
   app.add_option(
       "--profile-json", o.profile_json,
       "Write the first step profile there as JSON (docs/PROFILE.md; tools/tensortier-profile reads it)");
-  app.add_option(
-      "--policy", o.policy,
-      "Migration policy from the step after the profiled one: fast-only, slow-only, first-touch, "
-      "interleave, reactive, reactive-2m, autoswap, sentinel or oracle (default: TENSORTIER_POLICY, else none)");
+  app.add_option("--policy", o.policy,
+                 "Migration policy from the step after the profiled one: fast-only, slow-only, first-touch, "
+                 "interleave, reactive, reactive-2m, autoswap, sentinel or oracle (default: "
+                 "TENSORTIER_POLICY, else none)");
   app.add_option("--fast-budget", o.fast_budget,
                  "The fast tier's budget under the policy: a size (512MiB) or a share of the profiled peak "
                  "(20%) (default: TENSORTIER_FAST_BUDGET, else the tier's own)");
