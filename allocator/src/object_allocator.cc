@@ -736,6 +736,26 @@ Status ObjectAllocator::transfer(ObjectId id, TierIndex to, std::byte* base, std
   return status;
 }
 
+Status ObjectAllocator::remap_into_place(void*& destination, std::byte* base, std::size_t bytes,
+                                         void*& old_pages) {
+  Result<void*> replaced = os::replace_mapping(destination, base, bytes, range_alignment(bytes));
+  if (!replaced) return replaced.status();
+  old_pages = replaced.value();
+  destination = nullptr;  // its mapping now lives at base
+  return Status::ok();
+}
+
+void ObjectAllocator::undo_transfer_locked(TierIndex to, void* destination, std::size_t bytes,
+                                           const std::optional<CachedRange>& cached, MoveMethod method) {
+  if (destination != nullptr && cached) {
+    give_back_range(to, destination, bytes, cached->owner);
+  } else if (destination != nullptr) {
+    tiers_[to]->deallocate(destination, bytes);
+  }
+  if (method == MoveMethod::kMovePages) tiers_[to]->unreserve(bytes);
+  ++tier_state_[to].usage.failed_moves;
+}
+
 Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOptions& options) {
   if (to >= tiers_.size()) {
     return invalid_argument(
@@ -842,14 +862,8 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
   const bool aborted = r.abort_move && r.abortable;
   r.abort_move = false;
   void* old_pages = nullptr;  // kRemap: where the source's pages went (kept, cached on `from`)
-  if (status.is_ok() && !injected && !aborted && result.method == MoveMethod::kRemap) {
-    Result<void*> replaced = os::replace_mapping(destination, base, bytes, range_alignment(bytes));
-    status = replaced.status();
-    if (replaced) {
-      old_pages = replaced.value();
-      destination = nullptr;  // its mapping now lives at base
-    }
-  }
+  if (status.is_ok() && !injected && !aborted && result.method == MoveMethod::kRemap)
+    status = remap_into_place(destination, base, bytes, old_pages);
   // kNewAddress: the new address's span goes into the table before the old one leaves it (they
   // do not overlap); a table that cannot take it fails the move like any other error.
   std::optional<ObjectTable::Slot> new_slot;
@@ -860,13 +874,7 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
     if (slot) new_slot = slot.value();
   }
   if (!status.is_ok() || injected || aborted) {
-    if (destination != nullptr && cached_destination) {
-      give_back_range(to, destination, bytes, cached_destination->owner);
-    } else if (destination != nullptr) {
-      tiers_[to]->deallocate(destination, bytes);
-    }
-    if (result.method == MoveMethod::kMovePages) tiers_[to]->unreserve(bytes);
-    ++tier_state_[to].usage.failed_moves;
+    undo_transfer_locked(to, destination, bytes, cached_destination, result.method);
     if (freed) {  // the free that came during the move completes now
       retire(id, r);
       return unavailable(fmt::format("move of object {}: it was freed while moving", id));
@@ -953,7 +961,7 @@ Result<MoveResult> ObjectAllocator::move_segment(std::unique_lock<std::mutex>& l
   {
     Live& live = live_.at(id);
     Range& r = live.range;
-    const std::size_t count = (r.bytes + kSegmentBytes - 1) / kSegmentBytes;
+    const std::uint64_t count = segment_count(r.bytes);
     if (live.chunk != nullptr || k >= count) {
       return invalid_argument(
           fmt::format("move of segment {} of '{}': {}", k, live.info.name,
@@ -1010,22 +1018,10 @@ Result<MoveResult> ObjectAllocator::move_segment(std::unique_lock<std::mutex>& l
   const bool aborted = r.abort_move && r.abortable;
   r.abort_move = false;
   void* old_pages = nullptr;
-  if (status.is_ok() && !injected && !aborted && result.method == MoveMethod::kRemap) {
-    Result<void*> replaced = os::replace_mapping(destination, base, bytes, range_alignment(bytes));
-    status = replaced.status();
-    if (replaced) {
-      old_pages = replaced.value();
-      destination = nullptr;
-    }
-  }
+  if (status.is_ok() && !injected && !aborted && result.method == MoveMethod::kRemap)
+    status = remap_into_place(destination, base, bytes, old_pages);
   if (!status.is_ok() || injected || aborted) {
-    if (destination != nullptr && cached_destination) {
-      give_back_range(to, destination, bytes, cached_destination->owner);
-    } else if (destination != nullptr) {
-      tiers_[to]->deallocate(destination, bytes);
-    }
-    if (result.method == MoveMethod::kMovePages) tiers_[to]->unreserve(bytes);
-    ++tier_state_[to].usage.failed_moves;
+    undo_transfer_locked(to, destination, bytes, cached_destination, result.method);
     const std::string why = injected  ? std::string("injected failure")
                             : aborted ? std::string("a layer needed it before the copy ended")
                                       : status.message();

@@ -94,7 +94,7 @@ std::uint64_t Executor::place_persistent(const std::vector<ObjectInfo>& objects)
       }
       if (plan_.segment_bytes == 0 || o.small) continue;
       // A page-granular plan names the segments (a move of one already there moves nothing).
-      const std::uint64_t segments = (o.reserved_bytes + kSegmentBytes - 1) / kSegmentBytes;
+      const std::uint64_t segments = segment_count(o.reserved_bytes);
       for (std::uint32_t k = 0; k < segments; ++k) {
         auto part = plan_.start.find(part_key(o.key, k));
         if (part == plan_.start.end() || (part->second == plan_.fast) != (pass == 1)) continue;

@@ -1024,7 +1024,7 @@ PlanInputs in_segments(const PlanInputs& inputs) {
   out.objects.clear();
   out.clean_moves_out_free = false;  // a segment keeps no shadow
   for (const PlanObject& o : inputs.objects) {
-    const std::uint64_t segments = (o.bytes + kSegmentBytes - 1) / kSegmentBytes;
+    const std::uint64_t segments = segment_count(o.bytes);
     if (segments <= 1 || segments > kMostSegments || (o.key & kPartMask) != 0) {
       out.objects.push_back(o);
       continue;
@@ -1039,9 +1039,29 @@ PlanInputs in_segments(const PlanInputs& inputs) {
   return out;
 }
 
-std::string simulate(Plan& plan, const PlanInputs& whole_inputs) {
-  const PlanInputs segmented = plan.segment_bytes != 0 ? in_segments(whole_inputs) : PlanInputs{};
-  const PlanInputs& in = plan.segment_bytes != 0 ? segmented : whole_inputs;
+namespace {
+
+// simulate() over the inputs the plan is written for (a page-granular plan: in_segments').
+std::string simulate_over(Plan& plan, const PlanInputs& in);
+
+// The inputs `plan` is played over: `inputs`, or for a page-granular plan their segments, made
+// in `segments`.
+const PlanInputs& played_over(const Plan& plan, const PlanInputs& inputs, PlanInputs& segments) {
+  if (plan.segment_bytes == 0) return inputs;
+  segments = in_segments(inputs);
+  return segments;
+}
+
+}  // namespace
+
+std::string simulate(Plan& plan, const PlanInputs& inputs) {
+  PlanInputs segments;
+  return simulate_over(plan, played_over(plan, inputs, segments));
+}
+
+namespace {
+
+std::string simulate_over(Plan& plan, const PlanInputs& in) {
   std::unordered_map<ObjectKey, const PlanObject*> by_key;
   for (const PlanObject& o : in.objects) by_key.emplace(o.key, &o);
   std::unordered_map<ObjectKey, TierIndex> tier;  // objects that exist now
@@ -1235,6 +1255,8 @@ std::string simulate(Plan& plan, const PlanInputs& whole_inputs) {
   return problem;
 }
 
+}  // namespace
+
 std::optional<Plan> without_late_moves(const Plan& plan, const PlanInputs& in) {
   std::vector<std::size_t> late;
   for (std::size_t i = 0; i < plan.moves.size(); ++i) {
@@ -1244,10 +1266,10 @@ std::optional<Plan> without_late_moves(const Plan& plan, const PlanInputs& in) {
   return without_moves_in(plan, in, late);
 }
 
-std::optional<Plan> without_moves_in(const Plan& plan, const PlanInputs& whole_inputs,
+std::optional<Plan> without_moves_in(const Plan& plan, const PlanInputs& inputs,
                                      std::span<const std::size_t> left_out) {
-  const PlanInputs segmented = plan.segment_bytes != 0 ? in_segments(whole_inputs) : PlanInputs{};
-  const PlanInputs& in = plan.segment_bytes != 0 ? segmented : whole_inputs;
+  PlanInputs segments;
+  const PlanInputs& in = played_over(plan, inputs, segments);
   std::vector<bool> leave(plan.moves.size(), false);
   bool any = false;
   for (const std::size_t i : left_out) {
@@ -1283,7 +1305,7 @@ std::optional<Plan> without_moves_in(const Plan& plan, const PlanInputs& whole_i
     m.bytes = o.bytes;
     out.moves.push_back(m);
   }
-  if (!simulate(out, whole_inputs).empty()) return std::nullopt;
+  if (!simulate_over(out, in).empty()) return std::nullopt;
   return out;
 }
 

@@ -131,6 +131,10 @@ struct ObjectInfo {
 // (MoveOptions::segment): a transparent huge page, the unit of page-granular tiering.
 inline constexpr std::size_t kSegmentBytes = std::size_t{2} << 20;
 inline constexpr std::uint32_t kWholeObject = ~std::uint32_t{0};
+// How many segments `bytes` of pages make (the last may be shorter).
+constexpr std::uint64_t segment_count(std::uint64_t bytes) {
+  return (bytes + kSegmentBytes - 1) / kSegmentBytes;
+}
 
 // How an object moves between two tiers (see the placement rules above).
 enum class MoveMethod { kNone, kMovePages, kRemap, kNewAddress };
@@ -408,6 +412,14 @@ class ObjectAllocator {
   // `lock` holds mutex_ and the object is live, unpinned and not moving.
   Result<MoveResult> move_segment(std::unique_lock<std::mutex>& lock, ObjectId id, TierIndex to,
                                   std::uint32_t segment);
+  // Phase 3 of a copying move (kRemap), under the lock: the copy at `destination` replaces the
+  // pages at `base`; on success `destination` is cleared and `old_pages` is where the replaced
+  // pages went (nullptr where the kernel dropped them).
+  static Status remap_into_place(void*& destination, std::byte* base, std::size_t bytes, void*& old_pages);
+  // A failed move's destination goes back (the cached range to the cache, a new one to its tier;
+  // move_pages' reservation released), counted as a failed move on `to`. mutex_ held.
+  void undo_transfer_locked(TierIndex to, void* destination, std::size_t bytes,
+                            const std::optional<CachedRange>& cached, MoveMethod method);
   Status transfer(ObjectId id, TierIndex to, std::byte* base, std::size_t bytes,
                   const std::optional<CachedRange>& cached, bool clean, void*& destination,
                   MoveResult& result, bool& injected);
