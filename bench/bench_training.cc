@@ -96,8 +96,8 @@ int main(int argc, char** argv) {
   app.add_option(
       "--policy", policies,
       "Run each tier spec under this migration policy; repeat for more (fast-only is the reference); "
-      "NAME+copies runs it with every move out copying (no shadow copies), NAME+no-arena with its "
-      "short-lived objects allocated one by one");
+      "NAME+copies runs it with every move out copying (no shadow copies), NAME+copy-dead with moves of "
+      "dead bytes copying too, NAME+no-arena with its short-lived objects allocated one by one");
   app.add_option("--fast-budget", fast_budget,
                  "The policies' fast budget: a size or a share of the footprint (20%)");
   app.add_option("--tiers", tiers,
@@ -132,15 +132,19 @@ int main(int argc, char** argv) {
   for (const auto& [spec, policy] : modes) {
     RuntimeOptions options(spec);
     options.profile.enabled = !policy.empty();  // a policy plans from the profile of step 1
-    // NAME+copies: the policy with every move out copying (no shadow copies kept); NAME+no-arena:
-    // its short-lived objects allocated one by one, not at their planned offsets in one arena.
+    // NAME+copies: the policy with every move out copying (no shadow copies kept); NAME+copy-dead:
+    // moves of dead bytes copy as any other (RuntimeOptions::dead_moves off); NAME+no-arena: its
+    // short-lived objects allocated one by one, not at their planned offsets in one arena.
     std::string name = policy;
     const bool no_arena = name.ends_with("+no-arena");
     if (no_arena) name.resize(name.size() - 9);
+    const bool copy_dead = name.ends_with("+copy-dead");
+    if (copy_dead) name.resize(name.size() - 10);
     const bool copies = name.ends_with("+copies");
     if (copies) name.resize(name.size() - 7);
     options.policy = name;
     options.clean_moves = !copies;
+    options.dead_moves = !copy_dead;
     options.short_lived_arena = !no_arena;
     options.fast_budget = fast_budget;
     options.trial_steps = 0;  // the policy's plan as made, every measured step (no trial swap)
@@ -221,12 +225,14 @@ int main(int argc, char** argv) {
       }
       fmt::print("  {}:{} {} planned in the arena placed elsewhere\n", r.tiers, ranges, stats.arena_misses);
       fmt::print(
-          "  {}: per step {} in, {} out ({:.1f} moves out clean), {:.1f} dropped late, {:.1f} failed; mover "
+          "  {}: per step {} in, {} out ({:.1f} moves out clean, {:.1f} moves of dead bytes), {:.1f} dropped "
+          "late, {:.1f} failed; mover "
           "CPU "
           "{:.1f} ms a step{}\n",
           r.tiers, format_bytes(stats.migration.bytes_in / steps_run),
           format_bytes(stats.migration.bytes_out / steps_run),
           static_cast<double>(clean) / static_cast<double>(steps_run),
+          static_cast<double>(stats.migration.discarded_moves) / static_cast<double>(steps_run),
           static_cast<double>(stats.migration.late_dropped) / static_cast<double>(steps_run),
           static_cast<double>(stats.migration.failed_moves) / static_cast<double>(steps_run),
           static_cast<double>(stats.migration.mover_cpu_ns) / 1e6 / static_cast<double>(steps_run),

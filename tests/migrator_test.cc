@@ -28,8 +28,9 @@ PlanInputs chain_inputs(std::uint64_t budget) {
   in.fast_budget_bytes = budget;
   in.move_in_gbps = in.move_out_gbps = 10;
   in.slow_access_ns_per_byte = 0.5;
-  in.objects.push_back({1, 4 * kMiB, 0, 10, true, false, {0, 9}, {9}});  // weights: first and last layer
-  in.objects.push_back({2, 4 * kMiB, 0, 10, true, false, {4, 5}, {5}});  // weights: the middle
+  in.objects.push_back(
+      {1, 4 * kMiB, 0, 10, true, false, {0, 9}, {9}, {}, false});  // weights: first and last layer
+  in.objects.push_back({2, 4 * kMiB, 0, 10, true, false, {4, 5}, {5}, {}, false});  // weights: the middle
   for (std::uint32_t l = 0; l < 10; ++l) {  // activation l: born before layer l, used by l and l+1
     in.objects.push_back({step_key(l),
                           2 * kMiB,
@@ -38,7 +39,9 @@ PlanInputs chain_inputs(std::uint64_t budget) {
                           false,
                           true,
                           l + 1 < 10 ? std::vector<std::uint32_t>{l, l + 1} : std::vector<std::uint32_t>{l},
-                          {l}});
+                          {l},
+                          {},
+                          false});
   }
   in.peak_bytes = 12 * kMiB;
   return in;
@@ -77,7 +80,7 @@ PlanInputs rotating_inputs() {
   in.move_in_gbps = in.move_out_gbps = 10;
   in.slow_access_ns_per_byte = 0.5;
   for (std::uint32_t i = 0; i < 4; ++i)
-    in.objects.push_back({i + 1, 4 * kMiB, 0, 8, true, false, {2 * i, 2 * i + 1}, {2 * i + 1}});
+    in.objects.push_back({i + 1, 4 * kMiB, 0, 8, true, false, {2 * i, 2 * i + 1}, {2 * i + 1}, {}, false});
   in.peak_bytes = 16 * kMiB;
   return in;
 }
@@ -159,9 +162,115 @@ TEST(Plan, MovesThatCostMoreThanTheySaveAreNotPlanned) {
   }
 }
 
-// Small random steps: persistent objects and objects born in the step, random uses and writes,
+// Dead bytes: a move of an object whose next use overwrites it (or, freed in the step, that no
+// layer uses again) is marked `discard` and costs no slow-tier time and no mover CPU; one whose
+// bytes a later layer reads copies. Never for an object accessed undeclared, nor off.
+TEST(Plan, MovesOfDeadBytesAreMarkedAndCostNothing) {
+  PlanInputs in;
+  in.layers = 4;
+  in.layer_ns.assign(4, 1'000'000);
+  in.fast_budget_bytes = 256 * kMiB;
+  in.move_in_gbps = 1.6;
+  in.move_out_gbps = 0.6;
+  in.slow_access_ns_per_byte = 1;
+  in.mover_cpu_ns_per_byte = 0.1;
+  in.mover_steals_compute = 1;
+  in.peak_bytes = 96 * kMiB;
+  // A weight's gradient: written (whole) by layer 2, read by layer 3, dead from then to the next
+  // step's layer 2.
+  in.objects.push_back({1, 64 * kMiB, 0, 4, true, false, {2, 3}, {2}, {2}, false});
+  // An activation: written by layer 0, read by layer 3; freed before the step ends.
+  in.objects.push_back({step_key(0), 32 * kMiB, 0, 3, false, false, {0, 2}, {0}, {0}, false});
+  Plan plan;
+  plan.policy = "hand-made";
+  plan.fast_budget_bytes = in.fast_budget_bytes;
+  plan.start[1] = in.slow;
+  plan.birth[step_key(0)] = in.fast;
+  plan.moves = {
+      {step_key(0), in.slow, 0, 2, kStepStart, 32 * kMiB},  // out after its write: live, a copy
+      {1, in.fast, 0, 2, 2, 64 * kMiB},                     // in before its overwrite: dead
+      {step_key(0), in.fast, 1, 2, 2, 32 * kMiB},           // back for its read: live, a copy
+      {1, in.slow, 3, 6, kStepStart, 64 * kMiB},            // out after its last read: dead
+  };
+  auto run = [&](const PlanInputs& inputs) {
+    Plan p = plan;
+    EXPECT_EQ(simulate(p, inputs), "");
+    return p;
+  };
+  const Plan copies = run(in);
+  for (const PlannedMove& m : copies.moves) EXPECT_FALSE(m.discard) << "off: every move copies";
+  EXPECT_EQ(copies.discard_bytes, 0u);
+  in.dead_moves_free = true;
+  const Plan dead = run(in);
+  EXPECT_EQ(dead.discard_bytes, 128 * kMiB);
+  ASSERT_EQ(dead.moves.size(), 4u);
+  EXPECT_FALSE(dead.moves[0].discard);
+  EXPECT_TRUE(dead.moves[1].discard);
+  EXPECT_FALSE(dead.moves[2].discard);
+  EXPECT_TRUE(dead.moves[3].discard);
+  EXPECT_EQ(dead.bytes_in, copies.bytes_in);
+  EXPECT_EQ(dead.bytes_out, copies.bytes_out);
+  EXPECT_DOUBLE_EQ(dead.mover_cpu_ns, 64.0 * kMiB * 0.1) << "only the activation's two copies";
+  EXPECT_LT(dead.predicted_extra_ns, copies.predicted_extra_ns);
+  EXPECT_TRUE(bytes_dead_at(in, in.objects[1], 3)) << "no use left before it is freed";
+  EXPECT_FALSE(bytes_dead_at(in, in.objects[1], 1));
+  PlanInputs alive_after = in;
+  alive_after.objects[1].freed = 4;  // alive after the step: a later step may read it
+  EXPECT_FALSE(bytes_dead_at(alive_after, alive_after.objects[1], 3));
+  in.objects[0].accessed_undeclared = true;  // host code touches the gradient: never dead
+  const Plan undeclared = run(in);
+  EXPECT_FALSE(undeclared.moves[1].discard);
+  EXPECT_FALSE(undeclared.moves[3].discard);
+  EXPECT_EQ(undeclared.discard_bytes, 0u);
+}
+
+// The profile's evidence for an overwrite: declared written and not read, every page written and
+// none read first. Host code or an undeclaring layer touching an object marks it undeclared.
+TEST(Plan, OverwritesComeFromDeclarationsAndThePagesTheProfileSaw) {
+  profiler::StepProfile p;
+  constexpr std::uint64_t kPage = 4096;
+  for (ObjectId id : {1, 2, 3}) {
+    profiler::ObjectProfile o;
+    o.id = id;
+    o.key = id;
+    o.bytes = o.reserved_bytes = 4 * kPage;
+    p.objects.push_back(o);
+  }
+  auto access = [&](ObjectId id, std::uint64_t read, std::uint64_t written) {
+    profiler::SpanAccessProfile a;
+    a.id = id;
+    a.page_bytes = kPage;
+    a.pages_read = read;
+    a.pages_written = written;
+    return a;
+  };
+  p.layers.resize(5);
+  for (std::uint32_t l = 0; l < 5; ++l) p.layers[l].index = l;
+  p.layers[0].declared_writes = {1, 2};
+  p.layers[0].accesses = {access(1, 0, 4), access(2, 0, 3)};  // 2: one page not written
+  p.layers[1].declared_reads = {1};
+  p.layers[1].declared_writes = {1};
+  p.layers[1].accesses = {access(1, 0, 4)};  // declared read too: not an overwrite
+  p.layers[2].declared_writes = {1};
+  p.layers[2].accesses = {access(1, 1, 4)};  // a page read before written
+  p.layers[3].declared_writes = {1, 3};
+  p.layers[3].accesses = {access(1, 0, 4), access(3, 0, 4), access(2, 1, 0)};  // 2 not declared
+  p.layers[4].accesses_before = {access(3, 1, 0)};                             // host code reads 3
+  auto in = inputs_from_profile(p, 0, 1, kMiB);
+  ASSERT_TRUE(in);
+  ASSERT_EQ(in->objects.size(), 3u);
+  EXPECT_EQ(in->objects[0].overwrites, (std::vector<std::uint32_t>{0, 3}));
+  EXPECT_FALSE(in->objects[0].accessed_undeclared);
+  EXPECT_TRUE(in->objects[1].overwrites.empty());
+  EXPECT_TRUE(in->objects[1].accessed_undeclared);
+  EXPECT_EQ(in->objects[2].overwrites, (std::vector<std::uint32_t>{3}));
+  EXPECT_TRUE(in->objects[2].accessed_undeclared);
+}
+
+// Small random steps: persistent objects and objects born in the step, random uses and writes
+// (with dead_free, some of them overwrites, and now and then an object accessed undeclared),
 // rates where either the charge or the slow tier's busy time can decide the step.
-PlanInputs random_inputs(std::mt19937& rng, bool clean_out_free) {
+PlanInputs random_inputs(std::mt19937& rng, bool clean_out_free, bool dead_free = false) {
   auto pick = [&](std::uint32_t lo, std::uint32_t hi) {  // in [lo, hi]
     return std::uniform_int_distribution<std::uint32_t>(lo, hi)(rng);
   };
@@ -174,6 +283,7 @@ PlanInputs random_inputs(std::mt19937& rng, bool clean_out_free) {
   in.mover_cpu_ns_per_byte = pick(0, 3) * 0.1;
   in.mover_steals_compute = 1;
   in.clean_moves_out_free = clean_out_free;
+  in.dead_moves_free = dead_free;
   std::uint32_t cells = 0;
   for (ObjectKey key = 1; cells < 12; ++key) {
     PlanObject o;
@@ -186,8 +296,12 @@ PlanInputs random_inputs(std::mt19937& rng, bool clean_out_free) {
       if (pick(0, 2) == 0 && l != o.born)
         continue;  // used by about two layers in three; a new object by its first
       o.uses.push_back(l);
-      if (pick(0, 1) == 0 || (!o.persistent && l == o.born)) o.writes.push_back(l);
+      if (pick(0, 1) == 0 || (!o.persistent && l == o.born)) {
+        o.writes.push_back(l);
+        if (dead_free && pick(0, 1) == 0) o.overwrites.push_back(l);
+      }
     }
+    o.accessed_undeclared = dead_free && pick(0, 5) == 0;
     cells += o.freed - o.born;
     in.objects.push_back(o);
   }
@@ -206,8 +320,8 @@ PlanInputs random_inputs(std::mt19937& rng, bool clean_out_free) {
 // residency costs that, and no policy's plan is predicted below it (the bound holds for simulate()).
 TEST(ExactModel, TheSolversOptimumIsTheLeastCostOfEveryResidencyAndBoundsEveryPlan) {
   std::mt19937 rng(7);
-  for (int instance = 0; instance < 80; ++instance) {
-    const PlanInputs in = random_inputs(rng, instance % 2 == 1);
+  for (int instance = 0; instance < 120; ++instance) {
+    const PlanInputs in = random_inputs(rng, instance % 2 == 1, instance % 4 >= 2);
     std::vector<std::pair<std::size_t, std::uint32_t>> cells;  // (object, boundary) of each life
     for (std::size_t i = 0; i < in.objects.size(); ++i) {
       const PlanObject& o = in.objects[i];
@@ -419,8 +533,8 @@ TEST(Plan, Reactive2mKeepsPartOfAnObjectFastAndMovesSegments) {
   in.slow_access_ns_per_byte = 0.5;
   in.fast_budget_bytes = 6 * kMiB;
   const std::uint64_t big = 9 * kMiB + 4096;  // segments of 2, 2, 2, 2 and 1 MiB + 4 KiB
-  in.objects.push_back({1, big, 0, 4, true, false, {0, 1, 2, 3}, {3}});
-  in.objects.push_back({step_key(0), 3 * kMiB, 1, 3, false, false, {1, 2}, {1}});
+  in.objects.push_back({1, big, 0, 4, true, false, {0, 1, 2, 3}, {3}, {}, false});
+  in.objects.push_back({step_key(0), 3 * kMiB, 1, 3, false, false, {1, 2}, {1}, {}, false});
   in.peak_bytes = big + 3 * kMiB;
   const PlanInputs segments = in_segments(in);
   ASSERT_EQ(segments.objects.size(), 7u);
@@ -452,8 +566,8 @@ TEST(Plan, Reactive2mKeepsPartOfAnObjectFastAndMovesSegments) {
   turns.move_in_gbps = turns.move_out_gbps = 10;
   turns.slow_access_ns_per_byte = 0.5;
   turns.fast_budget_bytes = 8 * kMiB;
-  turns.objects.push_back({1, 6 * kMiB, 0, 8, true, false, {0, 1, 2, 3}, {3}});
-  turns.objects.push_back({2, 6 * kMiB, 0, 8, true, false, {4, 5, 6, 7}, {7}});
+  turns.objects.push_back({1, 6 * kMiB, 0, 8, true, false, {0, 1, 2, 3}, {3}, {}, false});
+  turns.objects.push_back({2, 6 * kMiB, 0, 8, true, false, {4, 5, 6, 7}, {7}, {}, false});
   turns.peak_bytes = 12 * kMiB;
   auto moving = make_plan("reactive-2m", turns);
   ASSERT_TRUE(moving);
@@ -481,11 +595,11 @@ TEST(Plan, AutoswapSwapsIdleLargeObjectsAcrossThePeakInTime) {
   in.layer_ns.assign(10, 1'000'000);
   in.move_in_gbps = in.move_out_gbps = 4;  // 4 MiB in ~1 ms: one layer back
   in.slow_access_ns_per_byte = 0.5;
-  in.objects.push_back({1, 4 * kMiB, 0, 10, true, false, {0, 9}, {9}});  // idle across the middle
-  in.objects.push_back({2, 4 * kMiB, 0, 10, true, false, {4, 5}, {5}});  // used at the peak
-  in.objects.push_back({3, kMiB / 2, 0, 10, true, false, {0, 9}, {9}});  // idle, but too small
+  in.objects.push_back({1, 4 * kMiB, 0, 10, true, false, {0, 9}, {9}, {}, false});  // idle across the middle
+  in.objects.push_back({2, 4 * kMiB, 0, 10, true, false, {4, 5}, {5}, {}, false});  // used at the peak
+  in.objects.push_back({3, kMiB / 2, 0, 10, true, false, {0, 9}, {9}, {}, false});  // idle, but too small
   in.objects.push_back(
-      {step_key(0), 6 * kMiB, 3, 7, false, false, {3, 4, 5, 6}, {3}});  // the peak's activation
+      {step_key(0), 6 * kMiB, 3, 7, false, false, {3, 4, 5, 6}, {3}, {}, false});  // the peak's activation
   in.peak_bytes = 4 * kMiB + 4 * kMiB + kMiB / 2 + 6 * kMiB;
   in.fast_budget_bytes = in.peak_bytes - 2 * kMiB;
   auto plan = make_plan("autoswap", in);

@@ -3,6 +3,7 @@
 // and a mover thread racing the training thread (also under ThreadSanitizer: label "threaded").
 #include <sys/mman.h>
 
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -457,6 +458,68 @@ TEST(Shadows, AMoveBackOutBeforeAnyWriteCopiesNothing) {
   ASSERT_TRUE(alloc->move(obj->id, 0));
   ASSERT_TRUE(alloc->free(obj->address).is_ok());
   EXPECT_EQ(alloc->usage()[1].shadow_bytes, 0u);
+  expect_all_released(*alloc);
+}
+
+// Dead bytes: a move asked not to copy (MoveOptions::discard_unless_pinned_after) copies nothing
+// and is not charged while nothing has pinned the object since the caller read pin_sequence();
+// a pin since (a layer used it) makes it an ordinary copy that keeps the bytes. A segment the same.
+TEST(DeadBytes, AMoveCopiesNothingUnlessTheObjectWasPinnedSince) {
+  auto alloc = allocator_for("fast=dram:64MiB,slow=emulated:optane-server:64MiB");
+  ASSERT_NE(alloc, nullptr);
+  alloc->set_keep_shadows(true);
+  constexpr std::size_t kBytes = 8 << 20;
+  auto obj = alloc->allocate("grad", kBytes, kDefaultGroup, 1);
+  auto other = alloc->allocate("other", 1 << 20, kDefaultGroup, 0);
+  ASSERT_TRUE(obj && other);
+  fill(obj->address, kBytes, 5);
+  auto pin_unpin = [&](ObjectId id) {
+    const std::array<ObjectId, 1> ids{id};
+    std::array<PinnedObject, 1> pinned{};
+    ASSERT_TRUE(alloc->pin(ids, pinned, std::chrono::seconds(1)));
+    alloc->unpin(ids);
+  };
+  pin_unpin(obj->id);  // a layer used it before the bytes went dead
+  const std::uint64_t seen = alloc->pin_sequence();
+  ASSERT_NE(seen, 0u);
+  pin_unpin(other->id);  // another object's pin does not count
+  MoveOptions dead;
+  dead.discard_unless_pinned_after = seen;
+  auto in = alloc->move(obj->id, 0, dead);
+  ASSERT_TRUE(in) << in.status().to_string();
+  EXPECT_TRUE(in->discarded);
+  EXPECT_EQ(in->charge_ns, 0u) << "no copy out of the slow tier, so no charge";
+  EXPECT_EQ(alloc->usage()[0].discarded_moves, 1u);
+  EXPECT_EQ(alloc->usage()[1].shadow_bytes, 0u) << "the slow pages are not its bytes' copy: no shadow";
+  EXPECT_EQ(alloc->info_by_id(obj->id)->tier, 0u);
+  // The layer that overwrites it pins it; a move of the old hand-out now copies its new bytes.
+  pin_unpin(obj->id);
+  fill(obj->address, kBytes, 7);
+  auto out = alloc->move(obj->id, 1, dead);
+  ASSERT_TRUE(out);
+  EXPECT_FALSE(out->discarded) << "pinned since the hand-out: the bytes may be live";
+  EXPECT_GT(out->charge_ns, 0u);
+  EXPECT_TRUE(holds(obj->address, kBytes, 7));
+  EXPECT_EQ(alloc->usage()[1].discarded_moves, 0u);
+  // Off (0) copies; so does a move of one segment with a pin since, and one without copies nothing.
+  auto back = alloc->move(obj->id, 0);
+  ASSERT_TRUE(back);
+  EXPECT_FALSE(back->discarded);
+  EXPECT_TRUE(holds(obj->address, kBytes, 7));
+  MoveOptions segment = dead;
+  segment.segment = 1;
+  auto seg = alloc->move(obj->id, 1, segment);
+  ASSERT_TRUE(seg);
+  EXPECT_FALSE(seg->discarded);
+  EXPECT_TRUE(holds(obj->address, kBytes, 7));
+  segment.discard_unless_pinned_after = alloc->pin_sequence();
+  segment.segment = 2;
+  seg = alloc->move(obj->id, 1, segment);
+  ASSERT_TRUE(seg);
+  EXPECT_TRUE(seg->discarded);
+  EXPECT_EQ(alloc->usage()[1].discarded_moves, 1u);
+  ASSERT_TRUE(alloc->free(obj->address).is_ok());
+  ASSERT_TRUE(alloc->free(other->address).is_ok());
   expect_all_released(*alloc);
 }
 

@@ -686,7 +686,8 @@ Status ObjectAllocator::reserve_for_move(TierIndex t, std::size_t bytes) {
 }
 
 // Phase 2 of a move, no lock held: migrate the pages, or copy into a new range on the destination
-// (a cached one where given; none where `clean`). An emulated side reserves the move's time on its
+// (a cached one where given; no copy and no emulated charge where `clean`: the object's shadow
+// there, or bytes the caller found dead). An emulated side reserves the move's time on its
 // bandwidth timeline and waits for it. Then the failure hook; an injected failure of a page
 // migration puts the pages back. Fills result's times.
 Status ObjectAllocator::transfer(ObjectId id, TierIndex to, std::byte* base, std::size_t bytes,
@@ -701,10 +702,10 @@ Status ObjectAllocator::transfer(ObjectId id, TierIndex to, std::byte* base, std
     destination = cached->address;
     if (!clean) std::memcpy(destination, base, bytes);
   } else {
-    Result<void*> mapped = tiers_[to]->map_reserved(bytes);
+    Result<void*> mapped = tiers_[to]->map_reserved(bytes);  // populated: the pages are faulted in
     if (mapped) {
       destination = mapped.value();
-      std::memcpy(destination, base, bytes);
+      if (!clean) std::memcpy(destination, base, bytes);
     } else {
       status = mapped.status();
     }
@@ -756,6 +757,12 @@ void ObjectAllocator::undo_transfer_locked(TierIndex to, void* destination, std:
   ++tier_state_[to].usage.failed_moves;
 }
 
+bool ObjectAllocator::discards(const Range& r, bool whole_pages, MoveMethod method,
+                               const MoveOptions& options) {
+  return options.discard_unless_pinned_after != 0 && whole_pages && method == MoveMethod::kRemap &&
+         r.last_pin <= options.discard_unless_pinned_after;
+}
+
 Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOptions& options) {
   if (to >= tiers_.size()) {
     return invalid_argument(
@@ -800,6 +807,7 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
     result.address = live->info.address;
     if (r.tier == to) return result;  // already there
     result.method = move_method(r.tier, to);
+    result.discarded = discards(r, chunk == nullptr, result.method, options);
     if (r.arena != 0) {
       return failed_precondition(
           fmt::format("move of '{}': it lives at a planned offset in an arena (its bytes are the arena's); "
@@ -821,6 +829,7 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
         tier_state_[to].usage.shadow_bytes -= r.bytes;
         r.shadow = nullptr;
         clean = true;
+        result.discarded = false;  // a clean move: the bytes are kept all the same
       } else {
         drop_shadow_locked(r);
       }
@@ -848,7 +857,8 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
   // Phase 2, no lock.
   void* destination = nullptr;
   bool injected = false;
-  Status status = transfer(id, to, base, bytes, cached_destination, clean, destination, result, injected);
+  Status status = transfer(id, to, base, bytes, cached_destination, clean || result.discarded, destination,
+                           result, injected);
 
   // Phase 3, under the lock: commit, or roll back and leave the object where it was.
   std::lock_guard lock(mutex_);
@@ -898,7 +908,7 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
     if (old_pages == nullptr) {  // the kernel dropped them (no MREMAP_DONTUNMAP)
       tiers_[result.from]->unreserve(bytes);
     } else if (keep_shadows_.load(std::memory_order_relaxed) && chunk == nullptr && to < result.from &&
-               !r.free_pending) {
+               !r.free_pending && !result.discarded) {  // discarded: the new pages are not its bytes
       r.shadow = static_cast<std::byte*>(old_pages);
       r.shadow_tier = result.from;
       r.shadow_owner = r.owner;
@@ -908,6 +918,7 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
     }
     r.owner = cached_destination ? cached_destination->owner : to;
     if (clean) ++tier_state_[to].usage.clean_moves;
+    if (result.discarded) ++tier_state_[to].usage.discarded_moves;
   }
   commit_move(id, live, chunk, result.method, destination, new_slot, result);
   return result;
@@ -915,7 +926,7 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
 
 Result<MoveResult> ObjectAllocator::move_segments(std::unique_lock<std::mutex>& lock, ObjectId id,
                                                   TierIndex to, const MoveOptions& options) {
-  if (options.segment != kWholeObject) return move_segment(lock, id, to, options.segment);
+  if (options.segment != kWholeObject) return move_segment(lock, id, to, options.segment, options);
   // A split object moved whole: segment by segment, each a move of its own. Between them the
   // lock is let go, so a layer may pin the object or a free take it: the rest then stays.
   MoveResult total;
@@ -935,7 +946,7 @@ Result<MoveResult> ObjectAllocator::move_segments(std::unique_lock<std::mutex>& 
           "the rest stays where it was",
           name, k, segments, gone ? "it was freed" : "a layer took it (pinned, or another move)"));
     }
-    Result<MoveResult> moved = move_segment(lock, id, to, static_cast<std::uint32_t>(k));
+    Result<MoveResult> moved = move_segment(lock, id, to, static_cast<std::uint32_t>(k), options);
     if (!moved) {
       return Status(moved.status().code(), fmt::format("{} ({} of its {} segments were moved before)",
                                                        moved.status().message(), k, segments));
@@ -945,12 +956,13 @@ Result<MoveResult> ObjectAllocator::move_segments(std::unique_lock<std::mutex>& 
     total.copy_ns += moved->copy_ns;
     total.charge_ns += moved->charge_ns;
     total.moved = total.moved || moved->moved;
+    total.discarded = total.discarded || moved->discarded;
   }
   return total;
 }
 
 Result<MoveResult> ObjectAllocator::move_segment(std::unique_lock<std::mutex>& lock, ObjectId id,
-                                                 TierIndex to, std::uint32_t k) {
+                                                 TierIndex to, std::uint32_t k, const MoveOptions& options) {
   // Phase 1, under the lock (held on entry): check, split, reserve the destination, mark moving.
   MoveResult result;
   result.id = id;
@@ -990,6 +1002,7 @@ Result<MoveResult> ObjectAllocator::move_segment(std::unique_lock<std::mutex>& l
     }
     bytes = r.segment_bytes(k);
     base = r.base + std::size_t{k} * kSegmentBytes;
+    result.discarded = discards(r, true, result.method, options);
     if (result.method == MoveMethod::kRemap) cached_destination = take_cached_locked(to, bytes);
     if (Status s = cached_destination ? Status::ok() : reserve_for_move(to, bytes); !s.is_ok()) {
       ++tier_state_[to].usage.failed_moves;
@@ -1006,7 +1019,8 @@ Result<MoveResult> ObjectAllocator::move_segment(std::unique_lock<std::mutex>& l
   lock.unlock();
   void* destination = nullptr;
   bool injected = false;
-  Status status = transfer(id, to, base, bytes, cached_destination, false, destination, result, injected);
+  Status status =
+      transfer(id, to, base, bytes, cached_destination, result.discarded, destination, result, injected);
   lock.lock();
 
   // Phase 3, under the lock: commit, or roll back and leave the segment where it was.
@@ -1062,6 +1076,7 @@ Result<MoveResult> ObjectAllocator::move_segment(std::unique_lock<std::mutex>& l
     r.owner = segment.owner;
     table_.set_tier(r.slot, to);
   }
+  if (result.discarded) ++tier_state_[to].usage.discarded_moves;
   ++tier_state_[result.from].usage.moves_out;
   ++tier_state_[to].usage.moves_in;
   tier_state_[result.from].usage.bytes_moved_out += bytes;
@@ -1205,6 +1220,7 @@ Result<PinResult> ObjectAllocator::pin(std::span<const ObjectId> ids, std::span<
     }
     Live& l = it->second;
     ++l.unit().pins;
+    l.unit().last_pin = pin_sequence_.fetch_add(1, std::memory_order_acq_rel) + 1;
     out[i] = PinnedObject{l.info.address, l.unit().tier, l.info.bytes, l.info.key, bytes_by_tier(l)};
   }
   return result;

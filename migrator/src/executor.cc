@@ -19,6 +19,7 @@ void accumulate(ExecutorStats& total, const ExecutorStats& part) {
   total.steps += part.steps;
   total.moves += part.moves;
   total.segment_moves += part.segment_moves;
+  total.discarded_moves += part.discarded_moves;
   total.bytes_in += part.bytes_in;
   total.bytes_out += part.bytes_out;
   total.failed_moves += part.failed_moves;
@@ -42,11 +43,13 @@ struct Executor::Queue {
   tbb::concurrent_bounded_queue<Job> jobs;
 };
 
-Executor::Executor(Plan plan, std::uint32_t layers, MoveFn move, LayersBegunFn layers_begun)
+Executor::Executor(Plan plan, std::uint32_t layers, MoveFn move, LayersBegunFn layers_begun,
+                   PinSequenceFn pin_sequence)
     : plan_(std::move(plan)),
       layers_(layers),
       move_(std::move(move)),
       layers_begun_(std::move(layers_begun)),
+      pin_sequence_(std::move(pin_sequence)),
       queue_(std::make_unique<Queue>()) {
   for (const PlannedMove& m : plan_.moves) by_layer_.emplace(m.after_layer, &m);
 }
@@ -89,7 +92,7 @@ std::uint64_t Executor::place_persistent(const std::vector<ObjectInfo>& objects)
       if (want != plan_.start.end()) {
         if (want->second == o.tier && o.bytes_by_tier.empty()) continue;
         if ((want->second == plan_.fast) != (pass == 1)) continue;
-        if (!move_(o.id, want->second, kWholeObject)) ++failed;
+        if (!move_(o.id, want->second, MoveOptions{})) ++failed;
         continue;
       }
       if (plan_.segment_bytes == 0 || o.small) continue;
@@ -98,7 +101,9 @@ std::uint64_t Executor::place_persistent(const std::vector<ObjectInfo>& objects)
       for (std::uint32_t k = 0; k < segments; ++k) {
         auto part = plan_.start.find(part_key(o.key, k));
         if (part == plan_.start.end() || (part->second == plan_.fast) != (pass == 1)) continue;
-        if (!move_(o.id, part->second, k)) ++failed;
+        MoveOptions options;
+        options.segment = k;
+        if (!move_(o.id, part->second, options)) ++failed;
       }
     }
   }
@@ -125,6 +130,8 @@ void Executor::enqueue(std::uint32_t after_layer) {
   if (off_plan()) return;
   auto [lo, hi] = by_layer_.equal_range(after_layer);
   std::uint64_t missing = 0;
+  // Read before any of these moves can start: a pin after it means a layer may have used the object.
+  const std::uint64_t pins_so_far = pin_sequence_ ? pin_sequence_() : 0;
   for (auto it = lo; it != hi; ++it) {
     const PlannedMove& m = *it->second;
     std::optional<ObjectId> id = id_of(whole_key(m.key));
@@ -141,6 +148,7 @@ void Executor::enqueue(std::uint32_t after_layer) {
     job.useful_until = m.useful_until == kStepStart ? kStepStart
                        : m.useful_until >= layers_  ? m.useful_until - layers_
                                                     : m.useful_until;
+    if (m.discard) job.discard_unless_pinned_after = pins_so_far;
     queue_->jobs.push(job);
   }
   if (missing != 0) {
@@ -169,7 +177,10 @@ void Executor::run() {
       continue;
     }
     const bool late = begun > job.needed_by;
-    Result<MoveResult> moved = move_(job.id, job.to, job.segment);
+    MoveOptions options;
+    options.segment = job.segment;
+    options.discard_unless_pinned_after = job.discard_unless_pinned_after;
+    Result<MoveResult> moved = move_(job.id, job.to, options);
     std::lock_guard lock(stats_mutex_);
     if (!moved && moved.status().code() == StatusCode::kNotFound) {
       ++stats_.missing;  // freed since the move was handed out: nothing to move
@@ -179,6 +190,7 @@ void Executor::run() {
     } else if (moved->moved) {
       ++stats_.moves;
       if (job.segment != kWholeObject) ++stats_.segment_moves;
+      if (moved->discarded) ++stats_.discarded_moves;
       if (late) ++stats_.late_moves;
       (moved->to == plan_.fast ? stats_.bytes_in : stats_.bytes_out) += moved->bytes;
     }

@@ -978,6 +978,33 @@ Result<PlanInputs> inputs_from_profile(const profiler::StepProfile& profile, Tie
         if (ids == &layer.declared_writes && (writes.empty() || writes.back() != l)) writes.push_back(l);
       }
     }
+    // Overwrites: declared written, not declared read, and every page written with none read
+    // first (as the profile saw them). Spans touched by a layer that did not declare them are
+    // accessed undeclared.
+    for (const profiler::SpanAccessProfile& a : layer.accesses) {
+      if (a.is_group) continue;
+      auto it = index.find(a.id);
+      if (it == index.end()) continue;
+      PlanObject& o = in.objects[it->second];
+      const bool read = std::ranges::find(layer.declared_reads, a.id) != layer.declared_reads.end();
+      const bool written = std::ranges::find(layer.declared_writes, a.id) != layer.declared_writes.end();
+      if (!read && !written) {
+        o.accessed_undeclared = true;
+        continue;
+      }
+      const std::uint64_t units = a.page_bytes == 0 ? 0 : (o.bytes + a.page_bytes - 1) / a.page_bytes;
+      if (written && !read && a.pages_read == 0 && units != 0 && a.pages_written >= units &&
+          (o.overwrites.empty() || o.overwrites.back() != l))
+        o.overwrites.push_back(l);
+    }
+    for (const profiler::SpanAccessProfile& a : layer.accesses_before) {
+      if (auto it = index.find(a.id); !a.is_group && it != index.end())
+        in.objects[it->second].accessed_undeclared = true;
+    }
+  }
+  for (const profiler::SpanAccessProfile& a : profile.accesses_after) {
+    if (auto it = index.find(a.id); !a.is_group && it != index.end())
+      in.objects[it->second].accessed_undeclared = true;
   }
   std::vector<PlannedBuffer> lives;
   for (const PlanObject& o : in.objects) {
@@ -985,6 +1012,17 @@ Result<PlanInputs> inputs_from_profile(const profiler::StepProfile& profile, Tie
   }
   in.peak_bytes = max_live_bytes(lives);
   return in;
+}
+
+bool bytes_dead_at(const PlanInputs& in, const PlanObject& o, std::uint32_t boundary) {
+  if (o.accessed_undeclared) return false;
+  auto next = std::ranges::lower_bound(o.uses, boundary);
+  if (next == o.uses.end()) {
+    if (!o.persistent) return o.freed < in.layers;  // no use left in its life (alive after: unknown)
+    next = o.uses.begin();                          // the next step's first use
+    if (next == o.uses.end()) return false;
+  }
+  return std::ranges::binary_search(o.overwrites, *next);
 }
 
 Result<Plan> make_plan(std::string_view policy, const PlanInputs& in) {
@@ -1067,6 +1105,7 @@ std::string simulate_over(Plan& plan, const PlanInputs& in) {
   std::unordered_map<ObjectKey, TierIndex> tier;  // objects that exist now
   std::uint64_t fast = 0;
   plan.peak_fast_bytes = plan.bytes_in = plan.bytes_out = plan.clean_out_bytes = plan.slow_access_bytes = 0;
+  plan.discard_bytes = 0;
   plan.mover_cpu_ns = 0;
   plan.fast_bytes_by_boundary.assign(in.layers + 1, 0);
   plan.small_reserve_bytes = in.small_reserve_bytes;
@@ -1109,6 +1148,7 @@ std::string simulate_over(Plan& plan, const PlanInputs& in) {
   std::unordered_map<std::uint32_t, bool> has_in;    // boundary -> a move in listed so far
   for (PlannedMove& m : plan.moves) {
     m.predicted_late = false;
+    m.discard = false;
     const std::uint32_t b = m.after_layer == kStepStart ? 0 : m.after_layer + 1;
     moves.emplace(b, &m);
     // The mover takes a boundary's moves in the plan's order: a move out listed after a move in
@@ -1167,12 +1207,24 @@ std::string simulate_over(Plan& plan, const PlanInputs& in) {
         }
         if (tier[m.key] == m.to) continue;
         set_tier(*o->second, m.to);
-        const bool free_out = m.to != in.fast && in.clean_moves_out_free && clean[m.key];
-        clean[m.key] = m.to == in.fast;
-        if (free_out) {  // its slow pages come back: no copy, no slow-tier time
+        it->second->discard = in.dead_moves_free && bytes_dead_at(in, *o->second, t);
+        const bool free_out = !m.discard && m.to != in.fast && in.clean_moves_out_free && clean[m.key];
+        clean[m.key] = m.to == in.fast && !m.discard;  // a discarding move keeps no shadow
+        if (free_out) {                                // its slow pages come back: no copy, no slow-tier time
           plan.bytes_out += m.bytes;
           plan.clean_out_bytes += m.bytes;
           pending.erase(m.key);
+          continue;
+        }
+        if (m.discard) {  // dead bytes: no copy, no slow-tier time, no CPU; it waits its turn
+          (m.to == in.fast ? plan.bytes_in : plan.bytes_out) += m.bytes;
+          plan.discard_bytes += m.bytes;
+          const double at_ns = std::max(mover_free_ns, clock_ns);
+          if (m.to == in.fast) {
+            pending[m.key] = Pending{at_ns, at_ns, it->second};
+          } else {
+            pending.erase(m.key);
+          }
           continue;
         }
         plan.mover_cpu_ns += static_cast<double>(m.bytes) * in.mover_cpu_ns_per_byte;

@@ -88,11 +88,12 @@ ResidencyCost residency_cost(const PlanInputs& in, const Residency& fast) {
         if (has_prev) {
           const bool before = r[b == 0 ? L - 1 : b - 1] != 0;
           const bool now = r[b] != 0;
+          const bool dead = in.dead_moves_free && bytes_dead_at(in, o, b);  // moved with no copy
           if (!before && now) {
-            if (lap == laps - 1) in_bytes += b_bytes;
-            clean = in.clean_moves_out_free;
+            if (lap == laps - 1 && !dead) in_bytes += b_bytes;
+            clean = in.clean_moves_out_free && !dead;
           } else if (before && !now) {
-            if (lap == laps - 1 && !clean) out_bytes += b_bytes;
+            if (lap == laps - 1 && !clean && !dead) out_bytes += b_bytes;
             clean = false;
           }
         }
@@ -197,9 +198,15 @@ ResidencySolution solve_residency(const PlanInputs& in, double time_limit_s) {
       row(Expr{}.add(v.pre, 1).add(v.y[0], -1), 'L', 0);
       mi[0].add(v.y[0], 1).add(v.pre, -1);
     }  // else born at its first use, where the plan wants it: no move
-    for (std::size_t k = 0; k < m; ++k) moved_in.add(mi[k], mib);
+    // A move whose bytes are dead copies nothing: in before a use that overwrites, out after a use
+    // that the next overwrites (or, for an object freed in the step, after its last).
+    auto dead_in = [&](std::size_t k) { return in.dead_moves_free && bytes_dead_at(in, o, v.uses[k]); };
+    auto dead_out = [&](std::size_t k) { return in.dead_moves_free && bytes_dead_at(in, o, v.uses[k] + 1); };
+    for (std::size_t k = 0; k < m; ++k)
+      if (!dead_in(k)) moved_in.add(mi[k], mib);
     if (!in.clean_moves_out_free) {
-      for (std::size_t k = 0; k < m; ++k) moved_out.add(mo[k], mib);
+      for (std::size_t k = 0; k < m; ++k)
+        if (!dead_out(k)) moved_out.add(mo[k], mib);
       continue;
     }
     // Clean after use k: moved in since the last write and not written at use k.
@@ -215,7 +222,7 @@ ResidencySolution solve_residency(const PlanInputs& in, double time_limit_s) {
         carry.add(c[m - 1], -1);
       }
       row(std::move(carry), 'L', 0);
-      if (mo[k].terms.empty()) continue;
+      if (mo[k].terms.empty() || dead_out(k)) continue;
       const int dirty = col(0, 1, false);  // a move out that copies: dirty >= mo[k] - c[k]
       row(Expr{}.add(dirty, 1).add(mo[k], -1).add(c[k], 1), 'G', 0);
       moved_out.add(dirty, mib);

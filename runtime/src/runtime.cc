@@ -212,6 +212,7 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
   runtime->policy_ = migration->first;
   runtime->fast_budget_ = migration->second;
   runtime->clean_moves_ = options.clean_moves;
+  runtime->dead_moves_ = options.dead_moves;
   runtime->mover_steals_compute_ = std::clamp(options.mover_steals_compute, 0.0, 1.0);
   runtime->trial_steps_ = options.trial_steps;
   runtime->short_lived_arena_ = options.short_lived_arena;
@@ -345,6 +346,12 @@ Result<MoveResult> Runtime::move(const void* address, TierIndex to) {
 }
 
 Result<MoveResult> Runtime::move(ObjectId id, TierIndex to, std::uint32_t segment) {
+  MoveOptions options;
+  options.segment = segment;
+  return move(id, to, options);
+}
+
+Result<MoveResult> Runtime::move(ObjectId id, TierIndex to, const MoveOptions& options) {
   {
     std::lock_guard lock(move_gate_mutex_);
     if (moves_blocked_) {
@@ -353,8 +360,6 @@ Result<MoveResult> Runtime::move(ObjectId id, TierIndex to, std::uint32_t segmen
     }
     ++moves_in_flight_;
   }
-  MoveOptions options;
-  options.segment = segment;
   Result<MoveResult> moved = allocator_.move(id, to, options);
   {
     std::lock_guard lock(move_gate_mutex_);
@@ -514,6 +519,7 @@ void Runtime::start_migration(const profiler::StepProfile& profile) {
         static_cast<double>(1 << 20);
   }
   inputs->clean_moves_out_free = clean_moves_;
+  inputs->dead_moves_free = dead_moves_;
   // The mover copies with one thread: a byte read and written at one thread's share of the
   // measured DRAM bandwidths (the emulated tier's model has them). How much of that the layers
   // lose: RuntimeOptions::mover_steals_compute.
@@ -590,8 +596,9 @@ void Runtime::start_migration(const profiler::StepProfile& profile) {
 std::uint64_t Runtime::make_executor(migrator::Plan plan) {
   executor_ = std::make_unique<migrator::Executor>(
       std::move(plan), plan_layers_,
-      [this](ObjectId id, TierIndex to, std::uint32_t segment) { return move(id, to, segment); },
-      [this] { return layers_begun_.load(std::memory_order_acquire); });
+      [this](ObjectId id, TierIndex to, const MoveOptions& options) { return move(id, to, options); },
+      [this] { return layers_begun_.load(std::memory_order_acquire); },
+      [this] { return allocator_.pin_sequence(); });
   const std::uint64_t failed = executor_->place_persistent(allocator_.objects());
   open_arena(executor_->plan());
   return failed;

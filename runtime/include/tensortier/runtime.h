@@ -110,6 +110,12 @@ struct RuntimeOptions {
   // (ObjectAllocator::set_keep_shadows). Writes must go through layer marks or pin_objects, as
   // for moves. false: every move out copies.
   bool clean_moves = true;
+  // Under a policy, a move of an object whose bytes are dead where the plan moves it (the next
+  // layer that uses it overwrites every page, or none uses it again: migrator::bytes_dead_at, from
+  // the profile) copies nothing and is not charged; plans count it free. Where a layer pins the
+  // object between the move's hand-out and its start, it copies all the same
+  // (MoveOptions::discard_unless_pinned_after). false: every move copies (for comparison).
+  bool dead_moves = true;
   // The share of the mover thread's CPU time that the layers lose, as plans weigh it: 1 when the
   // training threads use every core (oneDNN's default: a parallel region waits for the thread the
   // mover displaced), 0 when a core is left spare for the mover. Plans then move only where a
@@ -194,6 +200,7 @@ class Runtime {
   // kUnavailable while a step is being profiled. On any error the object is where it was, intact.
   // segment: only that 2 MiB segment of a large object (ObjectAllocator::move, MoveOptions).
   Result<MoveResult> move(ObjectId id, TierIndex to, std::uint32_t segment = kWholeObject);
+  Result<MoveResult> move(ObjectId id, TierIndex to, const MoveOptions& options);
   Result<MoveResult> move(const void* address, TierIndex to);
   // How an object on `from` moves to `to` (in place, or to a new address).
   MoveMethod move_method(TierIndex from, TierIndex to) const { return allocator_.move_method(from, to); }
@@ -341,6 +348,7 @@ class Runtime {
   std::string policy_;
   std::string fast_budget_;
   bool clean_moves_ = true;
+  bool dead_moves_ = true;
   double mover_steals_compute_ = 1.0;
   // The plan trial (RuntimeOptions::trial_steps); training thread.
   enum class Trial { kNone, kRunning, kDone };

@@ -151,6 +151,7 @@ struct MoveResult {
   std::uint64_t copy_ns = 0;    // wall time of the copy (or page migration), no lock held
   std::uint64_t charge_ns = 0;  // time it waited for an emulated tier's bandwidth
   bool moved = false;           // false: it was on `to` already
+  bool discarded = false;       // its bytes were not copied (MoveOptions::discard_unless_pinned_after)
 };
 
 struct MoveOptions {
@@ -158,6 +159,14 @@ struct MoveOptions {
   // Only this segment of a large object's pages: bytes [segment x kSegmentBytes, + kSegmentBytes)
   // (the last segment ends with the object's pages). kWholeObject: all of it.
   std::uint32_t segment = kWholeObject;
+  // A move whose bytes the caller knows dead (the next use overwrites them, or there is none) may
+  // skip the copy: where this is not 0 and nothing has pinned the object since the allocator's
+  // pin_sequence() read this value, the move takes destination pages without copying into them
+  // (no emulated charge either) and keeps no shadow; the object's bytes are then undefined until
+  // written. Any pin since (a layer began using it), a move between NUMA nodes (the kernel
+  // migrates the pages anyway) or a small object's chunk: the move copies as usual. The check and
+  // the move are one under the allocator's lock, so a layer that pins later waits for the move.
+  std::uint64_t discard_unless_pinned_after = 0;
 };
 
 // A pinned object as pin() found it.
@@ -200,6 +209,7 @@ struct TierUsage {
   std::uint64_t in_flight_bytes = 0;  // reserved here by moves still copying
   std::uint64_t shadow_bytes = 0;     // shadow copies kept here (see set_keep_shadows)
   std::uint64_t clean_moves = 0;      // moves here that remapped a shadow instead of copying
+  std::uint64_t discarded_moves = 0;  // moves here that copied nothing: the bytes were dead (MoveOptions)
 };
 
 class ObjectAllocator {
@@ -244,6 +254,10 @@ class ObjectAllocator {
   // MoveResult::bytes is then the segment's. A whole move of a split object moves its segments
   // one by one: where one fails, the error says how many moved before it, and the rest stays.
   Result<MoveResult> move(ObjectId id, TierIndex to, const MoveOptions& options = {});
+  // How many pins have been taken so far (every pin() of an object counts one). A caller that
+  // reads it, then finds an object's bytes dead, passes it as MoveOptions::discard_unless_pinned_after.
+  // Thread-safe, lock-free.
+  std::uint64_t pin_sequence() const { return pin_sequence_.load(std::memory_order_acquire); }
   // Pins the live objects `ids` (repeats allowed) and writes what each one is now to out[i]
   // (ids.size() long). Waits up to `wait` for moves of them in flight, then makes those still
   // running fail. kNotFound (nothing pinned) when an id is not live.
@@ -324,6 +338,7 @@ class ObjectAllocator {
     TierIndex owner = 0;  // whose mapping; freed there
     ObjectTable::Slot slot = 0;
     std::uint32_t pins = 0;
+    std::uint64_t last_pin = 0;  // pin_sequence() of its latest pin (0: never pinned)
     bool moving = false;
     bool abort_move = false;    // a pin stopped waiting: the move in flight must fail
     bool abortable = true;      // false for move_pages: it completes (address kept, bytes intact)
@@ -411,7 +426,10 @@ class ObjectAllocator {
   // move() of one segment (options.segment), or of a split object's segments one by one;
   // `lock` holds mutex_ and the object is live, unpinned and not moving.
   Result<MoveResult> move_segment(std::unique_lock<std::mutex>& lock, ObjectId id, TierIndex to,
-                                  std::uint32_t segment);
+                                  std::uint32_t segment, const MoveOptions& options);
+  // Whether a move may skip its copy (MoveOptions::discard_unless_pinned_after): under the lock,
+  // for an object's own pages (not a chunk) moving in place by remap.
+  static bool discards(const Range& r, bool whole_pages, MoveMethod method, const MoveOptions& options);
   // Phase 3 of a copying move (kRemap), under the lock: the copy at `destination` replaces the
   // pages at `base`; on success `destination` is cleared and `old_pages` is where the replaced
   // pages went (nullptr where the kernel dropped them).
@@ -448,7 +466,8 @@ class ObjectAllocator {
   std::atomic<std::uint64_t> relocations_{0};
   ReleaseObserver release_observer_;
   MoveFailureHook move_failure_hook_;
-  std::atomic<bool> keep_shadows_{false};  // written under mutex_; drop_shadows reads it without
+  std::atomic<std::uint64_t> pin_sequence_{0};  // written under mutex_, read without it
+  std::atomic<bool> keep_shadows_{false};       // written under mutex_; drop_shadows reads it without
 };
 
 }  // namespace tensortier

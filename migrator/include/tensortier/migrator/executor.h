@@ -5,6 +5,9 @@
 // runtime's move, which pins, charges emulated tiers and counts). A page-granular plan's moves
 // (Plan::segment_bytes) name segments by part keys: the mover moves that 2 MiB segment of the
 // object (MoveOptions::segment), and an object is born where the plan has its first segment.
+// A move the plan marks `discard` (its object's bytes dead there) carries the allocator's pin
+// sequence as read at hand-out (MoveOptions::discard_unless_pinned_after): it copies nothing
+// unless a layer pinned the object in between.
 //
 // A move is handed to the mover when the layer it follows ends. The mover drops a move in once
 // every layer it would have helped has begun, and moves of a step that is over (a move that
@@ -40,9 +43,11 @@ namespace tensortier::migrator {
 enum class ExecutorState { kStopped, kRunning, kPaused };
 
 struct ExecutorStats {
-  std::uint64_t steps = 0;           // steps begun while running
-  std::uint64_t moves = 0;           // moves done (the object changed tier)
-  std::uint64_t segment_moves = 0;   // of those, moves of one 2 MiB segment (page-granular plans)
+  std::uint64_t steps = 0;          // steps begun while running
+  std::uint64_t moves = 0;          // moves done (the object changed tier)
+  std::uint64_t segment_moves = 0;  // of those, moves of one 2 MiB segment (page-granular plans)
+  std::uint64_t discarded_moves =
+      0;                             // of those, moves that copied nothing (dead bytes, PlannedMove::discard)
   std::uint64_t bytes_in = 0;        // moved into the fast tier
   std::uint64_t bytes_out = 0;       // moved out of it
   std::uint64_t failed_moves = 0;    // the move function refused or failed (the object stayed)
@@ -64,11 +69,16 @@ void accumulate(ExecutorStats& total, const ExecutorStats& part);
 
 class Executor final : public StepObserver, public PlacementAdvisor {
  public:
-  // Moves an object, or one segment of it (kWholeObject: all of it), to a tier.
-  using MoveFn = std::function<Result<MoveResult>(ObjectId, TierIndex, std::uint32_t segment)>;
+  // Moves an object, or one segment of it (options.segment), to a tier; options may ask it not to
+  // copy dead bytes (MoveOptions::discard_unless_pinned_after).
+  using MoveFn = std::function<Result<MoveResult>(ObjectId, TierIndex, const MoveOptions&)>;
   using LayersBegunFn = std::function<std::uint32_t()>;  // layers begun in the current step
+  // The allocator's pin_sequence(), read when a move the plan marks `discard` is handed out: the
+  // move then copies nothing unless a layer pinned the object in between. Empty: every move copies.
+  using PinSequenceFn = std::function<std::uint64_t()>;
 
-  Executor(Plan plan, std::uint32_t layers, MoveFn move, LayersBegunFn layers_begun);
+  Executor(Plan plan, std::uint32_t layers, MoveFn move, LayersBegunFn layers_begun,
+           PinSequenceFn pin_sequence = {});
   ~Executor() override;
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
@@ -106,10 +116,11 @@ class Executor final : public StepObserver, public PlacementAdvisor {
     bool stop = false;
     ObjectId id = 0;
     TierIndex to = 0;
-    std::uint32_t segment = kWholeObject;     // a page-granular plan's segment of the object
-    std::uint64_t step = 0;                   // the step whose layer needs it
-    std::uint32_t needed_by = 0;              // that layer
-    std::uint32_t useful_until = kStepStart;  // dropped once this layer has begun
+    std::uint32_t segment = kWholeObject;           // a page-granular plan's segment of the object
+    std::uint64_t step = 0;                         // the step whose layer needs it
+    std::uint32_t needed_by = 0;                    // that layer
+    std::uint32_t useful_until = kStepStart;        // dropped once this layer has begun
+    std::uint64_t discard_unless_pinned_after = 0;  // MoveOptions: the plan found its bytes dead
   };
   struct Queue;  // TBB's queue, kept out of this header
   void enqueue(std::uint32_t after_layer);
@@ -120,6 +131,7 @@ class Executor final : public StepObserver, public PlacementAdvisor {
   std::uint32_t layers_;
   MoveFn move_;
   LayersBegunFn layers_begun_;
+  PinSequenceFn pin_sequence_;
   std::multimap<std::uint32_t, const PlannedMove*> by_layer_;  // after_layer -> moves (immutable)
   std::unique_ptr<Queue> queue_;
   std::thread mover_;

@@ -104,6 +104,13 @@ struct PlanObject {
   bool short_lived = false;           // profile class kShort
   std::vector<std::uint32_t> uses;    // layers that declare it (read or written), ascending
   std::vector<std::uint32_t> writes;  // layers that declare it written, ascending (a subset of uses)
+  // Layers that overwrite it, ascending (a subset of writes): they declare it written and not read,
+  // and the profile saw them write every page of it with no page read first. Its bytes are dead
+  // before such a layer (bytes_dead_at).
+  std::vector<std::uint32_t> overwrites;
+  // Code the profile saw touch it outside the layers that declare it (host code between layers,
+  // after the last one, or a layer that did not declare it): its bytes are never taken for dead.
+  bool accessed_undeclared = false;
 };
 
 struct PlanInputs {
@@ -121,6 +128,9 @@ struct PlanInputs {
   // The runtime keeps an object's slow pages when it moves in (ObjectAllocator's shadow copies):
   // moving it out again before any layer writes it costs no copy.
   bool clean_moves_out_free = false;
+  // The runtime moves an object whose bytes are dead (bytes_dead_at) without copying them
+  // (MoveOptions::discard_unless_pinned_after): such a move takes no slow-tier time and no mover CPU.
+  bool dead_moves_free = false;
   // The mover's CPU: what copying one byte costs it, and the share of that time the layers lose
   // (1 when the training threads use every core, as oneDNN's do by default: the mover then takes
   // a core from a parallel region that waits for its slowest thread). Counted in the prediction,
@@ -155,6 +165,9 @@ struct PlannedMove {
   // simulate(): a move in that the layer needing it would find under way (the layer waits) or not
   // begun (the layer finds the object slow).
   bool predicted_late = false;
+  // simulate(): the object's bytes are dead where the move is handed out (bytes_dead_at) and the
+  // inputs' dead_moves_free is set: the executor asks for a move that does not copy.
+  bool discard = false;
 };
 
 struct Plan {
@@ -179,9 +192,10 @@ struct Plan {
   std::uint64_t peak_fast_bytes = 0;
   std::uint64_t bytes_in = 0, bytes_out = 0;  // moved into / out of fast memory per step
   std::uint64_t clean_out_bytes = 0;          // of bytes_out, moved out clean (no copy)
-  std::uint64_t slow_access_bytes = 0;        // declared bytes the layers find on the slow tier
-  double predicted_extra_ns = 0;              // unhidden move time + slow accesses + mover CPU, per step
-  double mover_cpu_ns = 0;                    // the copies' CPU time per step (clean moves take none)
+  std::uint64_t discard_bytes = 0;      // of bytes_in and bytes_out, moved with their bytes dead (no copy)
+  std::uint64_t slow_access_bytes = 0;  // declared bytes the layers find on the slow tier
+  double predicted_extra_ns = 0;        // unhidden move time + slow accesses + mover CPU, per step
+  double mover_cpu_ns = 0;              // the copies' CPU time per step (clean moves take none)
   // Planned bytes on the fast tier at each boundary 0..layers, once that boundary's moves are
   // handed out (as if each were done at once), and the room kept for small objects beside them.
   std::vector<std::uint64_t> fast_bytes_by_boundary;
@@ -198,6 +212,13 @@ struct Plan {
   double bound_extra_ns = 0;
   std::string solver;
 };
+
+// Whether an object's bytes are dead at boundary b (just before layer b): no layer reads them
+// again before one overwrites them. Its next use at or after b (a persistent object's uses go on
+// into the next step) overwrites it; or, for an object freed within the step, no layer uses it
+// again. Never for an object accessed_undeclared, nor for one alive after the step whose bytes a
+// later step may read.
+bool bytes_dead_at(const PlanInputs& inputs, const PlanObject& object, std::uint32_t boundary);
 
 const std::vector<std::string>& policy_names();
 // The names, comma-separated, for error messages.
