@@ -1017,11 +1017,9 @@ Result<PlanInputs> inputs_from_profile(const profiler::StepProfile& profile, Tie
 bool bytes_dead_at(const PlanInputs& in, const PlanObject& o, std::uint32_t boundary) {
   if (o.accessed_undeclared) return false;
   auto next = std::ranges::lower_bound(o.uses, boundary);
-  if (next == o.uses.end()) {
-    if (!o.persistent) return o.freed < in.layers;  // no use left in its life (alive after: unknown)
-    next = o.uses.begin();                          // the next step's first use
-    if (next == o.uses.end()) return false;
-  }
+  // No use left in the step: dead for an object freed in it. Not across the step's end: code
+  // between steps (a gradient's norm logged now and then) may read what the profile never saw.
+  if (next == o.uses.end()) return !o.persistent && o.freed < in.layers;
   return std::ranges::binary_search(o.overwrites, *next);
 }
 

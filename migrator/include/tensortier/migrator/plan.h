@@ -214,10 +214,11 @@ struct Plan {
 };
 
 // Whether an object's bytes are dead at boundary b (just before layer b): no layer reads them
-// again before one overwrites them. Its next use at or after b (a persistent object's uses go on
-// into the next step) overwrites it; or, for an object freed within the step, no layer uses it
-// again. Never for an object accessed_undeclared, nor for one alive after the step whose bytes a
-// later step may read.
+// again before one overwrites them. Its next use at or after b in this step overwrites it; or,
+// for an object freed within the step, no layer uses it again. Never across the step's end (an
+// object alive after the step keeps its bytes from its last use on: code between steps may read
+// them, as a program that logs a gradient's norm now and then does, unseen by the profile), and
+// never for an object accessed_undeclared.
 bool bytes_dead_at(const PlanInputs& inputs, const PlanObject& object, std::uint32_t boundary);
 
 const std::vector<std::string>& policy_names();
