@@ -519,7 +519,10 @@ void Runtime::start_migration(const profiler::StepProfile& profile) {
         static_cast<double>(1 << 20);
   }
   inputs->clean_moves_out_free = clean_moves_;
-  inputs->dead_moves_free = dead_moves_;
+  // Dead bytes go uncopied only where moves remap (between anonymous tiers); move_pages carries
+  // every page, dead or not, and a move to a new address copies.
+  inputs->dead_moves_free = dead_moves_ && allocator_.move_method(fast, slow) == MoveMethod::kRemap &&
+                            allocator_.move_method(slow, fast) == MoveMethod::kRemap;
   // The mover copies with one thread: a byte read and written at one thread's share of the
   // measured DRAM bandwidths (the emulated tier's model has them). How much of that the layers
   // lose: RuntimeOptions::mover_steals_compute.

@@ -113,10 +113,12 @@ struct RuntimeOptions {
   // Under a policy, a move of an object whose bytes are dead where the plan moves it (the next
   // layer of the step that uses it overwrites every page, or none uses it again before it is
   // freed: migrator::bytes_dead_at, from the profile) copies nothing and is not charged; plans
-  // count it free. Where a layer pins the object between the move's hand-out and its start, it
-  // copies all the same (MoveOptions::discard_unless_pinned_after). Code that reads an object
-  // inside a step, outside a layer that declares it, must do so in every step (the profile then
-  // sees it and keeps its bytes), or turn this off. false: every move copies.
+  // count it free (only between tiers that move in place by remap, dram and emulated: move_pages
+  // between NUMA nodes carries every page). Where a layer pins the object between the move's
+  // hand-out and its start, it copies all the same (MoveOptions::discard_unless_pinned_after).
+  // Code that reads an object inside a step, outside a layer that declares it, must do so in
+  // every step (the profile then sees it and keeps its bytes), or turn this off. false: every
+  // move copies.
   bool dead_moves = true;
   // The share of the mover thread's CPU time that the layers lose, as plans weigh it: 1 when the
   // training threads use every core (oneDNN's default: a parallel region waits for the thread the
