@@ -364,6 +364,37 @@ TEST(ExactModel, TheSolversOptimumIsTheLeastCostOfEveryResidencyAndBoundsEveryPl
   }
 }
 
+// With dead moves free, the oracle still weighs its variants as if every move copied (a plan of
+// many moves is predicted far better than it runs): by that account no other policy's plan beats
+// its choice, while by the dead-free account some instances have a cheaper one.
+TEST(ExactModel, TheOracleWeighsDeadMovesAsCopies) {
+  std::mt19937 rng(11);
+  int chosen_against_free_account = 0;
+  for (int instance = 0; instance < 80; ++instance) {
+    PlanInputs in = random_inputs(rng, instance % 2 == 1, true);
+    in.mover_cpu_ns_per_byte = 0.5 * (instance % 4);  // copies from free to dear
+    PlanInputs copies = in;
+    copies.dead_moves_free = false;
+    auto oracle = make_plan("oracle", in);
+    ASSERT_TRUE(oracle);
+    if (!simulate(*oracle, in).empty()) continue;
+    const double free_account = oracle->predicted_extra_ns;
+    Plan weighed = *oracle;
+    ASSERT_EQ(simulate(weighed, copies), "");
+    double cheapest_free = free_account;
+    for (const char* policy : {"first-touch", "reactive", "autoswap", "sentinel"}) {
+      auto other = make_plan(policy, in);
+      ASSERT_TRUE(other);
+      if (!simulate(*other, in).empty()) continue;
+      cheapest_free = std::min(cheapest_free, other->predicted_extra_ns);
+      ASSERT_EQ(simulate(*other, copies), "");
+      EXPECT_LE(weighed.predicted_extra_ns, other->predicted_extra_ns + 1) << instance << " " << policy;
+    }
+    if (cheapest_free + 1 < free_account) ++chosen_against_free_account;
+  }
+  EXPECT_GT(chosen_against_free_account, 0) << "no instance tells the two accounts apart";
+}
+
 // The oracle carries the bound and takes the exact model's plan where it is predicted cheapest;
 // a solver given no time still leaves a valid plan.
 TEST(ExactModel, TheOracleReportsTheBoundAndStaysValidWithoutTheSolver) {

@@ -48,7 +48,8 @@
 //                         moving out those used furthest away, or clean ones first: Belady's rule
 //                         with prefetch, over every lookahead) and every other whole-object
 //                         policy's plan (Plan::variant names the one it chose; reactive-2m's
-//                         page-granular plan is not among them). The exact model leaves out time
+//                         page-granular plan is not among them; all weighed as if every move
+//                         copied, dead bytes or not). The exact model leaves out time
 //                         (late moves, waits), so its optimum is a lower bound on every
 //                         whole-object plan's prediction (Plan::bound_extra_ns), not a plan that
 //                         reaches it; over in_segments() inputs it bounds page-granular plans.
