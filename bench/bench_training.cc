@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <string_view>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -136,12 +137,14 @@ int main(int argc, char** argv) {
     // moves of dead bytes copy as any other (RuntimeOptions::dead_moves off); NAME+no-arena: its
     // short-lived objects allocated one by one, not at their planned offsets in one arena.
     std::string name = policy;
-    const bool no_arena = name.ends_with("+no-arena");
-    if (no_arena) name.resize(name.size() - 9);
-    const bool copy_dead = name.ends_with("+copy-dead");
-    if (copy_dead) name.resize(name.size() - 10);
-    const bool copies = name.ends_with("+copies");
-    if (copies) name.resize(name.size() - 7);
+    auto strip = [&name](std::string_view suffix) {  // true where `name` ended with it, now cut off
+      if (!name.ends_with(suffix)) return false;
+      name.resize(name.size() - suffix.size());
+      return true;
+    };
+    const bool no_arena = strip("+no-arena");
+    const bool copy_dead = strip("+copy-dead");
+    const bool copies = strip("+copies");
     options.policy = name;
     options.clean_moves = !copies;
     options.dead_moves = !copy_dead;

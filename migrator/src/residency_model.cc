@@ -88,7 +88,8 @@ ResidencyCost residency_cost(const PlanInputs& in, const Residency& fast) {
         if (has_prev) {
           const bool before = r[b == 0 ? L - 1 : b - 1] != 0;
           const bool now = r[b] != 0;
-          const bool dead = in.dead_moves_free && bytes_dead_at(in, o, b);  // moved with no copy
+          // A change of tier here moves bytes that are dead: no copy.
+          const bool dead = before != now && in.dead_moves_free && bytes_dead_at(in, o, b);
           if (!before && now) {
             if (lap == laps - 1 && !dead) in_bytes += b_bytes;
             clean = in.clean_moves_out_free && !dead;
