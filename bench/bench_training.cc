@@ -57,12 +57,12 @@ double floor_of(const Run& r) {
 std::string plan_note(const migrator::Plan* plan) {
   if (plan == nullptr) return "";
   return fmt::format(
-      "; fast budget {}, floor {:.2f}x of fast-only; planned {} in, {} out, {} on the slow tier, {:.1f} ms "
-      "added{}{}{}",
+      "; fast budget {}, floor {:.2f}x of fast-only; planned {} in, {} out, {} on the slow tier, births "
+      "waiting {:.1f} ms for room ({} falling back), {:.1f} ms added{}{}{}",
       format_bytes(plan->fast_budget_bytes),
       plan->compute_ns > 0 ? std::max(plan->compute_ns, plan->floor_slow_ns) / plan->compute_ns : 1.0,
       format_bytes(plan->bytes_in), format_bytes(plan->bytes_out), format_bytes(plan->slow_access_bytes),
-      plan->predicted_extra_ns / 1e6,
+      plan->room_wait_ns / 1e6, format_bytes(plan->fallback_bytes), plan->predicted_extra_ns / 1e6,
       plan->interval_layers != 0 ? fmt::format(", interval {} layers", plan->interval_layers) : "",
       plan->variant.empty() ? "" : fmt::format(", {}", plan->variant),
       plan->solver.empty() ? ""
@@ -98,7 +98,8 @@ int main(int argc, char** argv) {
       "--policy", policies,
       "Run each tier spec under this migration policy; repeat for more (fast-only is the reference); "
       "NAME+copies runs it with every move out copying (no shadow copies), NAME+copy-dead with moves of "
-      "dead bytes copying too, NAME+no-arena with its short-lived objects allocated one by one");
+      "dead bytes copying too, NAME+no-arena with its short-lived objects allocated one by one, "
+      "NAME+no-room-wait with objects that find no room falling back at once (no wait for moves out)");
   app.add_option("--fast-budget", fast_budget,
                  "The policies' fast budget: a size or a share of the footprint (20%)");
   app.add_option("--tiers", tiers,
@@ -135,13 +136,16 @@ int main(int argc, char** argv) {
     options.profile.enabled = !policy.empty();  // a policy plans from the profile of step 1
     // NAME+copies: the policy with every move out copying (no shadow copies kept); NAME+copy-dead:
     // moves of dead bytes copy as any other (RuntimeOptions::dead_moves off); NAME+no-arena: its
-    // short-lived objects allocated one by one, not at their planned offsets in one arena.
+    // short-lived objects allocated one by one, not at their planned offsets in one arena;
+    // NAME+no-room-wait: an object born with no room on the fast tier falls back at once
+    // (RuntimeOptions::room_wait 0).
     std::string name = policy;
     auto strip = [&name](std::string_view suffix) {  // true where `name` ended with it, now cut off
       if (!name.ends_with(suffix)) return false;
       name.resize(name.size() - suffix.size());
       return true;
     };
+    const bool no_room_wait = strip("+no-room-wait");
     const bool no_arena = strip("+no-arena");
     const bool copy_dead = strip("+copy-dead");
     const bool copies = strip("+copies");
@@ -149,6 +153,7 @@ int main(int argc, char** argv) {
     options.clean_moves = !copies;
     options.dead_moves = !copy_dead;
     options.short_lived_arena = !no_arena;
+    if (no_room_wait) options.room_wait = std::chrono::nanoseconds{0};
     options.fast_budget = fast_budget;
     options.trial_steps = 0;  // the policy's plan as made, every measured step (no trial swap)
     auto rt = Runtime::create(options);
@@ -227,6 +232,14 @@ int main(int argc, char** argv) {
                               t.new_ranges, t.reused_ranges, t.assembled_ranges, t.arena_allocations);
       }
       fmt::print("  {}:{} {} planned in the arena placed elsewhere\n", r.tiers, ranges, stats.arena_misses);
+      // Over the run (the warm-up steps too), per step under the policy.
+      const TierUsage& fast = stats.tiers.front();
+      fmt::print(
+          "  {}: births on the fast tier that waited for room {:.1f} a step, {:.1f} ms a step; fell back "
+          "{:.1f} a step\n",
+          r.tiers, static_cast<double>(fast.room_waits) / static_cast<double>(steps_run),
+          static_cast<double>(fast.room_wait_ns) / 1e6 / static_cast<double>(steps_run),
+          static_cast<double>(fast.fallbacks_out) / static_cast<double>(steps_run));
       fmt::print(
           "  {}: per step {} in, {} out ({:.1f} moves out clean, {:.1f} moves of dead bytes), {:.1f} dropped "
           "late, {:.1f} failed; mover "

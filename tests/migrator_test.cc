@@ -5,12 +5,15 @@
 #include <atomic>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "tensortier/migrator/executor.h"
 #include "tensortier/migrator/plan.h"
 #include "tensortier/migrator/residency_model.h"
 #include "tensortier/runtime.h"
@@ -227,6 +230,52 @@ TEST(Plan, MovesOfDeadBytesAreMarkedAndCostNothing) {
   EXPECT_FALSE(undeclared.moves[1].discard);
   EXPECT_FALSE(undeclared.moves[3].discard);
   EXPECT_EQ(undeclared.discard_bytes, 0u);
+}
+
+// A move out takes time, and the room it leaves is there only when it ends. An activation born
+// where the plan moved a weight out just before must wait for that move (the runtime's room
+// wait), or fall back to the slow tier where the wait would be longer than the runtime allows;
+// the prediction counts either. Where the move is fast enough, nothing waits.
+TEST(Plan, BirthsWaitForTheMovesOutThatMakeTheirRoom) {
+  PlanInputs in;
+  in.layers = 3;
+  in.layer_ns.assign(3, 1'000'000);
+  in.fast_budget_bytes = 10 * kMiB;
+  in.move_in_gbps = 1.0;
+  in.move_out_gbps = 1.0;  // 8 MiB out: 8.4 ms, against 1 ms layers
+  in.slow_access_ns_per_byte = 1;
+  in.peak_bytes = 16 * kMiB;
+  in.objects.push_back({1, 8 * kMiB, 0, 3, true, false, {0}, {}, {}, false});  // a weight, read by layer 0
+  in.objects.push_back(
+      {step_key(0), 8 * kMiB, 1, 3, false, false, {1, 2}, {1}, {}, false});  // born before layer 1
+  Plan plan;
+  plan.policy = "hand-made";
+  plan.fast_budget_bytes = in.fast_budget_bytes;
+  plan.start[1] = in.fast;
+  plan.birth[step_key(0)] = in.fast;
+  plan.moves = {{1, in.slow, 0, 3, kStepStart, 8 * kMiB}, {1, in.fast, 2, 3, 3, 8 * kMiB}};
+  auto run = [&](const PlanInputs& inputs) {
+    Plan p = plan;
+    EXPECT_EQ(simulate(p, inputs), "");
+    return p;
+  };
+  const double move_ns = 8.0 * kMiB / in.move_out_gbps;
+  const Plan waits = run(in);
+  EXPECT_NEAR(waits.room_wait_ns, move_ns, 1e3) << "born when the move out that makes its room ends";
+  EXPECT_EQ(waits.fallback_bytes, 0u);
+  EXPECT_EQ(waits.slow_access_bytes, 0u);
+  EXPECT_GE(waits.predicted_extra_ns, move_ns);
+  PlanInputs short_wait = in;
+  short_wait.room_wait_ns = 1e6;  // the runtime waits 1 ms at most
+  const Plan falls = run(short_wait);
+  EXPECT_EQ(falls.room_wait_ns, 0.0);
+  EXPECT_EQ(falls.fallback_bytes, 8 * kMiB);
+  EXPECT_EQ(falls.slow_access_bytes, 16 * kMiB) << "layers 1 and 2 find it slow";
+  PlanInputs roomy_inputs = in;
+  roomy_inputs.fast_budget_bytes = 16 * kMiB;  // room for both before the move ends: nothing waits
+  const Plan roomy = run(roomy_inputs);
+  EXPECT_EQ(roomy.room_wait_ns, 0.0);
+  EXPECT_EQ(roomy.fallback_bytes, 0u);
 }
 
 // The profile's evidence for an overwrite: declared written and not read, every page written and
@@ -730,6 +779,43 @@ void mover_beside_training(const std::string& policy, std::size_t bytes, int use
               generation[static_cast<std::size_t>(i)]);
     rt.unpin_objects(std::span<const ObjectId>(&id, 1));
   }
+}
+
+// The room the plan's moves out will leave (what the allocator's room wait counts): a move out
+// counts from its hand-out until it ends, under way included; moves in never count.
+TEST(Executor, CountsItsMovesOutFromHandOutToTheirEnd) {
+  Plan plan;
+  plan.fast = 0;
+  plan.slow = 1;
+  plan.moves = {{42, 1, 0, 2, kStepStart, 8 * kMiB}, {43, 0, 0, 2, 2, 4 * kMiB}};  // out, then in
+  std::mutex gate;
+  gate.lock();  // the mover's first move waits here
+  std::atomic<int> started{0};
+  Executor executor(
+      plan, 3,
+      [&](ObjectId id, TierIndex to, const MoveOptions&) -> Result<MoveResult> {
+        ++started;
+        std::lock_guard hold(gate);
+        MoveResult r;
+        r.id = id;
+        r.to = to;
+        r.from = 1 - to;
+        r.moved = true;
+        return r;
+      },
+      [] { return 0u; });
+  executor.start();
+  executor.on_step_begin(1);
+  EXPECT_EQ(executor.queued_out_bytes(0), 0u);
+  executor.on_layer_end(LayerEndEvent{.index = 0});
+  EXPECT_EQ(executor.queued_out_bytes(0), 8 * kMiB) << "handed out";
+  EXPECT_EQ(executor.queued_out_bytes(1), 0u) << "moves in make no room on the fast tier";
+  while (started.load() == 0) std::this_thread::yield();
+  EXPECT_EQ(executor.queued_out_bytes(0), 8 * kMiB) << "under way";
+  gate.unlock();
+  executor.stop();  // the queued moves are done first
+  EXPECT_EQ(executor.queued_out_bytes(0), 0u);
+  EXPECT_EQ(executor.stats().moves, 2u);
 }
 
 TEST(Executor, MoverThreadBesideTheTrainingThreadKeepsEveryByte) {

@@ -523,6 +523,62 @@ TEST(DeadBytes, AMoveCopiesNothingUnlessTheObjectWasPinnedSince) {
   expect_all_released(*alloc);
 }
 
+// Room waits: an object that finds no room on its preferred tier, while a move out of that tier
+// is copying, waits for the move to end and is born there; with the wait off it falls back at
+// once; a wait for moves that never end (a mover's queue that does not drain) gives up at its
+// limit and falls back.
+TEST(RoomWait, ABirthWaitsForAMoveOutToMakeItsRoom) {
+  constexpr std::size_t kBytes = 48 << 20;  // out to emulated optane-server: about 40 ms
+  for (const bool wait : {true, false}) {
+    SCOPED_TRACE(wait ? "room wait on" : "room wait off");
+    auto alloc = allocator_for("fast=dram:64MiB,slow=emulated:optane-server:256MiB");
+    ASSERT_NE(alloc, nullptr);
+    if (wait) alloc->set_room_wait(std::chrono::seconds(5));
+    auto old = alloc->allocate("old", kBytes);
+    ASSERT_TRUE(old);
+    ASSERT_EQ(old->tier, 0u);
+    fill(old->address, kBytes, 3);
+    std::thread mover([&] { ASSERT_TRUE(alloc->move(old->id, 1)); });
+    while (alloc->usage()[0].leaving_bytes == 0) std::this_thread::yield();  // copying now
+    auto born = alloc->allocate("born", kBytes);
+    ASSERT_TRUE(born) << born.status().to_string();
+    const TierUsage fast = alloc->usage()[0];
+    mover.join();
+    EXPECT_EQ(born->tier, wait ? 0u : 1u);
+    EXPECT_EQ(fast.room_waits, wait ? 1u : 0u);
+    EXPECT_EQ(fast.fallbacks_out, wait ? 0u : 1u);
+    if (wait) {
+      EXPECT_GT(fast.room_wait_ns, 0u);
+    }
+    EXPECT_EQ(alloc->usage()[0].leaving_bytes, 0u);
+    EXPECT_EQ(alloc->info_by_id(old->id)->tier, 1u);
+    EXPECT_TRUE(holds(old->address, kBytes, 3));
+    ASSERT_TRUE(alloc->free(old->address).is_ok());
+    ASSERT_TRUE(alloc->free(born->address).is_ok());
+    expect_all_released(*alloc);
+  }
+  auto alloc = allocator_for("fast=dram:64MiB,slow=emulated:optane-server:256MiB");
+  ASSERT_NE(alloc, nullptr);
+  constexpr auto kLimit = std::chrono::milliseconds(30);
+  alloc->set_room_wait(kLimit, [](TierIndex t) -> std::uint64_t { return t == 0 ? kBytes : 0; });
+  auto old = alloc->allocate("old", kBytes);
+  ASSERT_TRUE(old);
+  const std::uint64_t start = steady_now_ns();
+  auto born = alloc->allocate("born", kBytes);
+  ASSERT_TRUE(born);
+  EXPECT_EQ(born->tier, 1u) << "no move ended within the limit: it falls back";
+  EXPECT_GE(steady_now_ns() - start, static_cast<std::uint64_t>(std::chrono::nanoseconds(kLimit).count()));
+  EXPECT_EQ(alloc->usage()[0].room_waits, 1u);
+  // Moves pending that would not make room enough: no wait at all.
+  alloc->set_room_wait(kLimit, [](TierIndex) -> std::uint64_t { return 4 << 20; });
+  auto big = alloc->allocate("big", kBytes);
+  ASSERT_TRUE(big);
+  EXPECT_EQ(big->tier, 1u);
+  EXPECT_EQ(alloc->usage()[0].room_waits, 1u);
+  for (const auto& o : {old, born, big}) ASSERT_TRUE(alloc->free(o->address).is_ok());
+  expect_all_released(*alloc);
+}
+
 std::unique_ptr<Runtime> runtime_for(const std::string& spec) {
   RuntimeOptions options(spec);
   options.profile.enabled = false;

@@ -380,6 +380,12 @@ void ObjectAllocator::set_keep_shadows(bool keep) {
   }
 }
 
+void ObjectAllocator::set_room_wait(std::chrono::nanoseconds limit, PendingOutFn pending) {
+  std::lock_guard lock(mutex_);
+  room_wait_ = std::max(limit, std::chrono::nanoseconds{0});
+  pending_out_ = std::move(pending);
+}
+
 void ObjectAllocator::drop_shadows(std::span<const ObjectId> ids) {
   // Off, there are none (set_keep_shadows(false) dropped them): no lock taken on a layer's way in.
   if (!keep_shadows_.load(std::memory_order_acquire)) return;
@@ -538,7 +544,7 @@ Result<ObjectInfo> ObjectAllocator::allocate(std::string_view name, std::size_t 
   if (bytes > (std::size_t{1} << 47)) {
     return out_of_memory(fmt::format("object '{}': {} bytes is beyond any machine's memory", name, bytes));
   }
-  std::lock_guard lock(mutex_);
+  std::unique_lock lock(mutex_);
   std::string refusal;  // the first refusal that was not the budget's
   Live live;
   live.info.name = std::string(name);
@@ -546,6 +552,7 @@ Result<ObjectInfo> ObjectAllocator::allocate(std::string_view name, std::size_t 
   live.info.group = group;
   live.info.small = bytes < kPageBytes;
   live.info.reserved_bytes = live.info.small ? 0 : round_up(bytes, kPageBytes);
+  std::optional<std::chrono::steady_clock::time_point> room_deadline;  // of the preferred tier's wait
   for (TierIndex t = preferred; t < tiers_.size(); ++t) {
     Result<Range> placed = live.info.small ? place_small(live, t) : take_range(t, live.info.reserved_bytes);
     if (!placed) {
@@ -553,6 +560,26 @@ Result<ObjectInfo> ObjectAllocator::allocate(std::string_view name, std::size_t 
       // The budget had room, so the OS (or the object table) refused: said as such at the end.
       const std::size_t needed = live.info.small ? kGroupChunkBytes : live.info.reserved_bytes;
       if (tiers_[t]->free_bytes() >= needed && refusal.empty()) refusal = placed.status().message();
+      // Moves out of the preferred tier would make room: wait for them (set_room_wait).
+      TierUsage& usage = tier_state_[t].usage;
+      const std::uint64_t leaving = t == preferred && room_wait_.count() > 0
+                                        ? usage.leaving_bytes + (pending_out_ ? pending_out_(t) : 0)
+                                        : 0;
+      if (leaving > 0 && tiers_[t]->free_bytes() + leaving >= needed) {
+        const auto now = std::chrono::steady_clock::now();
+        if (!room_deadline) {
+          room_deadline = now + room_wait_;
+          ++usage.room_waits;
+        }
+        if (now < *room_deadline) {
+          moved_or_unpinned_.wait_until(lock, *room_deadline);
+          usage.room_wait_ns += static_cast<std::uint64_t>(
+              std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - now)
+                  .count());
+          --t;  // the same tier again
+          continue;
+        }
+      }
       continue;  // no room on this tier: try the next slower one
     }
     if (!live.info.small) {
@@ -849,6 +876,7 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
     // half-undone migration would leave pages on the wrong node: such a move always completes.
     r.abortable = result.method != MoveMethod::kMovePages;
     tier_state_[to].usage.in_flight_bytes += r.bytes;
+    tier_state_[r.tier].usage.leaving_bytes += r.bytes;
     base = r.base;
     bytes = r.bytes;
   }
@@ -866,6 +894,7 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
   if (chunk == nullptr) live = &live_.at(id);  // kept while moving, even if freed meanwhile
   Range& r = chunk != nullptr ? chunk->range : live->range;
   tier_state_[to].usage.in_flight_bytes -= bytes;
+  tier_state_[result.from].usage.leaving_bytes -= bytes;
   r.moving = false;
   moved_or_unpinned_.notify_all();
   const bool freed = r.free_pending;
@@ -1014,6 +1043,7 @@ Result<MoveResult> ObjectAllocator::move_segment(std::unique_lock<std::mutex>& l
     r.abort_move = false;
     r.abortable = result.method != MoveMethod::kMovePages;
     tier_state_[to].usage.in_flight_bytes += bytes;
+    tier_state_[result.from].usage.leaving_bytes += bytes;
   }
   result.bytes = bytes;
   lock.unlock();
@@ -1027,6 +1057,7 @@ Result<MoveResult> ObjectAllocator::move_segment(std::unique_lock<std::mutex>& l
   Live& live = live_.at(id);  // kept while moving, even if freed meanwhile
   Range& r = live.range;
   tier_state_[to].usage.in_flight_bytes -= bytes;
+  tier_state_[result.from].usage.leaving_bytes -= bytes;
   r.moving = false;
   moved_or_unpinned_.notify_all();
   const bool aborted = r.abort_move && r.abortable;

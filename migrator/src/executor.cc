@@ -149,6 +149,10 @@ void Executor::enqueue(std::uint32_t after_layer) {
                        : m.useful_until >= layers_  ? m.useful_until - layers_
                                                     : m.useful_until;
     if (m.discard) job.discard_unless_pinned_after = pins_so_far;
+    if (m.to != plan_.fast) {
+      job.out_bytes = m.bytes;
+      queued_out_bytes_.fetch_add(m.bytes, std::memory_order_acq_rel);
+    }
     queue_->jobs.push(job);
   }
   if (missing != 0) {
@@ -162,6 +166,13 @@ void Executor::run() {
     Job job;
     queue_->jobs.pop(job);
     if (job.stop) break;
+    // Counted until the move ends (or is dropped): the allocator's leaving bytes count it too
+    // meanwhile, so a room wait sees no gap between the two.
+    struct OutDone {
+      std::atomic<std::uint64_t>& queued;
+      std::uint64_t bytes;
+      ~OutDone() { queued.fetch_sub(bytes, std::memory_order_acq_rel); }
+    } out_done{queued_out_bytes_, job.out_bytes};
     const std::uint64_t now = step_.load(std::memory_order_acquire);
     if (job.step == now && off_plan_step_.load(std::memory_order_acquire) == now) {
       std::lock_guard lock(stats_mutex_);

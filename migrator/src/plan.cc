@@ -4,9 +4,11 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <tuple>
 #include <unordered_map>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -1111,6 +1113,8 @@ std::string simulate_over(Plan& plan, const PlanInputs& in) {
   plan.peak_fast_bytes = plan.bytes_in = plan.bytes_out = plan.clean_out_bytes = plan.slow_access_bytes = 0;
   plan.discard_bytes = 0;
   plan.mover_cpu_ns = 0;
+  plan.room_wait_ns = 0;
+  plan.fallback_bytes = 0;
   plan.fast_bytes_by_boundary.assign(in.layers + 1, 0);
   plan.small_reserve_bytes = in.small_reserve_bytes;
   std::unordered_map<ObjectKey, bool> clean;  // on the fast tier with its slow pages kept, unwritten since
@@ -1187,6 +1191,10 @@ std::string simulate_over(Plan& plan, const PlanInputs& in) {
     PlannedMove* move = nullptr;
   };
   std::unordered_map<ObjectKey, Pending> pending;  // moves in not yet done, by key
+  // Moves out handed out so far, by when they end: the room they leave on the fast tier is there
+  // only then (the bookkeeping in `fast` counts every move as done at its hand-out).
+  std::vector<std::pair<double, std::uint64_t>> outs;  // (end, bytes)
+  auto out_ends_at = [&](double end_ns, std::uint64_t bytes) { outs.emplace_back(end_ns, bytes); };
   for (std::uint32_t t = 0; t <= in.layers; ++t) {
     for (auto [it, end] = deaths.equal_range(t); it != end; ++it) {
       auto found = tier.find(it->second->key);
@@ -1195,9 +1203,12 @@ std::string simulate_over(Plan& plan, const PlanInputs& in) {
       tier.erase(found);
       pending.erase(it->second->key);
     }
+    std::vector<const PlanObject*> born_fast;  // this boundary's births on the fast tier
     for (auto [it, end] = births.equal_range(t); it != end; ++it) {
       auto b = plan.birth.find(it->second->key);
-      set_tier(*it->second, b != plan.birth.end() ? b->second : in.fast);
+      const TierIndex where = b != plan.birth.end() ? b->second : in.fast;
+      set_tier(*it->second, where);
+      if (where == in.fast) born_fast.push_back(it->second);
     }
     for (int pass = 0; pass < 2; ++pass) {  // outs first, then ins
       for (auto [it, end] = moves.equal_range(t); it != end; ++it) {
@@ -1218,6 +1229,7 @@ std::string simulate_over(Plan& plan, const PlanInputs& in) {
           plan.bytes_out += m.bytes;
           plan.clean_out_bytes += m.bytes;
           pending.erase(m.key);
+          out_ends_at(std::max(mover_free_ns, clock_ns), m.bytes);  // in the mover's turn
           continue;
         }
         if (m.discard) {  // dead bytes: no copy, no slow-tier time, no CPU; it waits its turn
@@ -1228,6 +1240,7 @@ std::string simulate_over(Plan& plan, const PlanInputs& in) {
             pending[m.key] = Pending{at_ns, at_ns, it->second};
           } else {
             pending.erase(m.key);
+            out_ends_at(at_ns, m.bytes);
           }
           continue;
         }
@@ -1242,6 +1255,47 @@ std::string simulate_over(Plan& plan, const PlanInputs& in) {
           pending[m.key] = Pending{start_ns, end_ns, it->second};
         } else {
           pending.erase(m.key);
+          out_ends_at(end_ns, m.bytes);
+        }
+      }
+    }
+    // This boundary's births, as the runtime places them: after the moves just handed out, which
+    // take time. Where the fast tier has no room for them until moves out end, they wait for those
+    // (ObjectAllocator's room wait, up to in.room_wait_ns) and the layer starts later; where the
+    // wait would be longer, they fall back to the slow tier.
+    std::erase_if(outs, [&](const auto& o) { return o.first <= clock_ns; });
+    if (!born_fast.empty() && in.small_reserve_bytes < in.fast_budget_bytes) {
+      const std::uint64_t room = in.fast_budget_bytes - in.small_reserve_bytes;
+      auto held_at = [&](double at_ns) {  // fast-tier bytes held at that time
+        std::uint64_t held = fast;
+        for (const auto& [key, p] : pending) {
+          if (p.start_ns > at_ns && tier.contains(key) && tier[key] == in.fast) held -= by_key[key]->bytes;
+        }
+        for (const auto& [end_ns, bytes] : outs) {
+          if (end_ns > at_ns) held += bytes;
+        }
+        return held;
+      };
+      if (held_at(clock_ns) > room) {
+        std::vector<double> ends;
+        for (const auto& o : outs) ends.push_back(o.first);
+        std::ranges::sort(ends);
+        std::optional<double> fits;
+        for (double e : ends) {
+          if (held_at(e) <= room) {
+            fits = e;
+            break;
+          }
+        }
+        // No end of a move out makes room: the plan itself is over the budget (noted below).
+        if (fits && *fits - clock_ns <= in.room_wait_ns) {
+          plan.room_wait_ns += *fits - clock_ns;
+          clock_ns = *fits;
+        } else if (fits) {
+          for (const PlanObject* o : born_fast) {
+            set_tier(*o, in.slow);
+            plan.fallback_bytes += o->bytes;
+          }
         }
       }
     }

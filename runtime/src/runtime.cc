@@ -214,6 +214,7 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
   runtime->clean_moves_ = options.clean_moves;
   runtime->dead_moves_ = options.dead_moves;
   runtime->mover_steals_compute_ = std::clamp(options.mover_steals_compute, 0.0, 1.0);
+  runtime->room_wait_ = std::max(options.room_wait, std::chrono::nanoseconds{0});
   runtime->trial_steps_ = options.trial_steps;
   runtime->short_lived_arena_ = options.short_lived_arena;
   return runtime;
@@ -243,6 +244,7 @@ Runtime::~Runtime() {
     return;
   }
   if (executor_ != nullptr) {  // first: its thread moves objects through this runtime
+    allocator_.set_room_wait(std::chrono::nanoseconds{0});
     advisor_.store(nullptr, std::memory_order_release);
     running_.store(nullptr, std::memory_order_release);
     executor_->stop();
@@ -531,6 +533,7 @@ void Runtime::start_migration(const profiler::StepProfile& profile) {
     inputs->mover_cpu_ns_per_byte = threads / model->fast_read_gbps() + threads / model->fast_write_gbps();
     inputs->mover_steals_compute = mover_steals_compute_;
   }
+  inputs->room_wait_ns = static_cast<double>(room_wait_.count());
   auto plan = migrator::make_plan(policy_, inputs.value());
   if (!plan) {
     spdlog::warn("policy '{}' does not run: {}", policy_, plan.status().message());
@@ -539,6 +542,12 @@ void Runtime::start_migration(const profiler::StepProfile& profile) {
   if (std::string problem = migrator::simulate(plan.value(), inputs.value()); !problem.empty())
     spdlog::warn("policy '{}': {}", policy_, problem);
   if (clean_moves_) allocator_.set_keep_shadows(true);
+  // Births wait for the plan's moves out of the fast tier (queued or under way) that would make
+  // their room; running_ is the executor now handing out moves (a retired one lives on).
+  allocator_.set_room_wait(room_wait_, [this](TierIndex t) -> std::uint64_t {
+    const migrator::Executor* running = running_.load(std::memory_order_acquire);
+    return running != nullptr ? running->queued_out_bytes(t) : 0;
+  });
   if (Status s = allocator_.set_budget(fast, budget); !s.is_ok())
     spdlog::warn("policy '{}': {}", policy_, s.message());
   plan_layers_ = inputs->layers;

@@ -125,6 +125,11 @@ struct RuntimeOptions {
   // mover displaced), 0 when a core is left spare for the mover. Plans then move only where a
   // move saves more than its copy costs.
   double mover_steals_compute = 1.0;
+  // Under a policy, an object born where the fast tier has no room while moves out of it are
+  // copying waits for them (up to this long) before it falls back to the slow tier
+  // (ObjectAllocator::set_room_wait): a plan frees room with moves out that take milliseconds,
+  // and an object that falls back is slow at every use. 0: it falls back at once.
+  std::chrono::nanoseconds room_wait{std::chrono::milliseconds(50)};
   // A trial of a plan that moves: after it starts, this many steps of the planned kind run under
   // it; then as many under the same plan with the moves it predicts late left out (their objects
   // stay slow: migrator::without_late_moves), where it has any; then, where those two phases'
@@ -354,6 +359,7 @@ class Runtime {
   bool clean_moves_ = true;
   bool dead_moves_ = true;
   double mover_steals_compute_ = 1.0;
+  std::chrono::nanoseconds room_wait_{0};
   // The plan trial (RuntimeOptions::trial_steps); training thread.
   enum class Trial { kNone, kRunning, kDone };
   Trial trial_ = Trial::kNone;

@@ -210,6 +210,9 @@ struct TierUsage {
   std::uint64_t shadow_bytes = 0;     // shadow copies kept here (see set_keep_shadows)
   std::uint64_t clean_moves = 0;      // moves here that remapped a shadow instead of copying
   std::uint64_t discarded_moves = 0;  // moves here that copied nothing: the bytes were dead (MoveOptions)
+  std::uint64_t leaving_bytes = 0;    // of objects moving out of this tier, still copying
+  std::uint64_t room_waits = 0;       // allocations that waited for moves out of here (set_room_wait)
+  std::uint64_t room_wait_ns = 0;     // how long they waited
 };
 
 class ObjectAllocator {
@@ -325,6 +328,16 @@ class ObjectAllocator {
   // room (like the cache). Off by default: with it on, a write that bypasses the layer marks and
   // pins would be lost at the next clean move.
   void set_keep_shadows(bool keep);
+  // Room waits: an allocation whose preferred tier has no room, where moves out of that tier
+  // under way (and, from `pending`, moves out handed to a mover and not begun) would leave room
+  // enough when they end, waits for them (up to `limit` in all) and tries that tier again before
+  // it falls back to a slower one. A move out takes milliseconds (an emulated one, 8 MiB: 7 ms);
+  // an object that falls back is served from the slow tier at every use in its life. Counted in
+  // TierUsage::room_waits and room_wait_ns. `pending` is called under the allocator's lock: it
+  // must take no lock that a mover holds while it moves (an atomic read). A limit of 0 (the
+  // default): allocations never wait. Thread-safe.
+  using PendingOutFn = std::function<std::uint64_t(TierIndex)>;
+  void set_room_wait(std::chrono::nanoseconds limit, PendingOutFn pending = {});
   // Drops the shadows of these objects (ids that are not live are skipped); with shadows off it
   // returns at once, taking no lock.
   void drop_shadows(std::span<const ObjectId> ids);
@@ -468,6 +481,8 @@ class ObjectAllocator {
   MoveFailureHook move_failure_hook_;
   std::atomic<std::uint64_t> pin_sequence_{0};  // written under mutex_, read without it
   std::atomic<bool> keep_shadows_{false};       // written under mutex_; drop_shadows reads it without
+  std::chrono::nanoseconds room_wait_{0};       // set_room_wait; under mutex_
+  PendingOutFn pending_out_;                    // set_room_wait; under mutex_
 };
 
 }  // namespace tensortier

@@ -95,6 +95,12 @@ class Executor final : public StepObserver, public PlacementAdvisor {
   ExecutorState state() const { return state_.load(std::memory_order_acquire); }
   ExecutorStats stats() const;
   const Plan& plan() const { return plan_; }
+  // Bytes of the plan's moves out of `tier` handed to the mover and not yet ended (queued, or
+  // under way): the room they will leave there. The allocator's room wait asks it
+  // (ObjectAllocator::set_room_wait). Thread-safe, lock-free.
+  std::uint64_t queued_out_bytes(TierIndex tier) const {
+    return tier == plan_.fast ? queued_out_bytes_.load(std::memory_order_acquire) : 0;
+  }
 
   // Moves each persistent object (given by id and key; a page-granular plan: each of its
   // segments) to where the plan starts it, now, on the calling thread: outs first, then ins.
@@ -121,6 +127,7 @@ class Executor final : public StepObserver, public PlacementAdvisor {
     std::uint32_t needed_by = 0;                    // that layer
     std::uint32_t useful_until = kStepStart;        // dropped once this layer has begun
     std::uint64_t discard_unless_pinned_after = 0;  // MoveOptions: the plan found its bytes dead
+    std::uint64_t out_bytes = 0;                    // a move out of the fast tier: its bytes
   };
   struct Queue;  // TBB's queue, kept out of this header
   void enqueue(std::uint32_t after_layer);
@@ -136,7 +143,8 @@ class Executor final : public StepObserver, public PlacementAdvisor {
   std::unique_ptr<Queue> queue_;
   std::thread mover_;
   std::atomic<ExecutorState> state_{ExecutorState::kStopped};
-  std::atomic<std::uint64_t> step_{0};  // the step in progress
+  std::atomic<std::uint64_t> step_{0};              // the step in progress
+  std::atomic<std::uint64_t> queued_out_bytes_{0};  // queued_out_bytes()
   static constexpr std::uint64_t kNoStep = ~std::uint64_t{0};
   std::atomic<std::uint64_t> off_plan_step_{kNoStep};  // the step set_off_plan() named
   bool off_plan() const {

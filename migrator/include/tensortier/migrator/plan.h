@@ -138,6 +138,9 @@ struct PlanInputs {
   // so a policy that weighs variants weighs their moves' CPU too.
   double mover_cpu_ns_per_byte = 0;
   double mover_steals_compute = 0;
+  // The longest an object born with no room on the fast tier waits for moves out to make it before
+  // it falls back to the slow tier (RuntimeOptions::room_wait).
+  double room_wait_ns = 50e6;
   // The oracle's exact solver (residency_model.h) stops after this long with the best it found.
   double oracle_time_limit_s = 10;
 
@@ -197,6 +200,8 @@ struct Plan {
   std::uint64_t slow_access_bytes = 0;  // declared bytes the layers find on the slow tier
   double predicted_extra_ns = 0;        // unhidden move time + slow accesses + mover CPU, per step
   double mover_cpu_ns = 0;              // the copies' CPU time per step (clean moves take none)
+  double room_wait_ns = 0;              // births waiting for moves out to make their room, per step
+  std::uint64_t fallback_bytes = 0;     // births planned fast that find no room in time: slow instead
   // Planned bytes on the fast tier at each boundary 0..layers, once that boundary's moves are
   // handed out (as if each were done at once), and the room kept for small objects beside them.
   std::vector<std::uint64_t> fast_bytes_by_boundary;
