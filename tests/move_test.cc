@@ -547,8 +547,9 @@ TEST(RoomWait, ABirthWaitsForAMoveOutToMakeItsRoom) {
     EXPECT_EQ(born->tier, wait ? 0u : 1u);
     EXPECT_EQ(fast.room_waits, wait ? 1u : 0u);
     EXPECT_EQ(fast.fallbacks_out, wait ? 0u : 1u);
+    EXPECT_EQ(born->room_wait_ns > 0, wait) << "allocate() says how long it waited";
     if (wait) {
-      EXPECT_GT(fast.room_wait_ns, 0u);
+      EXPECT_GE(fast.room_wait_ns, born->room_wait_ns);
     }
     EXPECT_EQ(alloc->usage()[0].leaving_bytes, 0u);
     EXPECT_EQ(alloc->info_by_id(old->id)->tier, 1u);

@@ -553,6 +553,7 @@ Result<ObjectInfo> ObjectAllocator::allocate(std::string_view name, std::size_t 
   live.info.small = bytes < kPageBytes;
   live.info.reserved_bytes = live.info.small ? 0 : round_up(bytes, kPageBytes);
   std::optional<std::chrono::steady_clock::time_point> room_deadline;  // of the preferred tier's wait
+  std::uint64_t room_waited_ns = 0;
   for (TierIndex t = preferred; t < tiers_.size(); ++t) {
     Result<Range> placed = live.info.small ? place_small(live, t) : take_range(t, live.info.reserved_bytes);
     if (!placed) {
@@ -573,9 +574,11 @@ Result<ObjectInfo> ObjectAllocator::allocate(std::string_view name, std::size_t 
         }
         if (now < *room_deadline) {
           moved_or_unpinned_.wait_until(lock, *room_deadline);
-          usage.room_wait_ns += static_cast<std::uint64_t>(
+          const auto waited_ns = static_cast<std::uint64_t>(
               std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - now)
                   .count());
+          usage.room_wait_ns += waited_ns;
+          room_waited_ns += waited_ns;
           --t;  // the same tier again
           continue;
         }
@@ -597,7 +600,9 @@ Result<ObjectInfo> ObjectAllocator::allocate(std::string_view name, std::size_t 
       ++tier_state_[preferred].usage.fallbacks_out;
       ++tier_state_[t].usage.fallbacks_in;
     }
-    return admit_locked(std::move(live), t, key);
+    ObjectInfo admitted = admit_locked(std::move(live), t, key);
+    admitted.room_wait_ns = room_waited_ns;
+    return admitted;
   }
   if (!refusal.empty()) {
     return out_of_memory(

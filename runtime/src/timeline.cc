@@ -63,6 +63,15 @@ void TimelineRecorder::on_layer_end(const LayerEndEvent& event) {
   }
 }
 
+void TimelineRecorder::on_allocate(const ObjectInfo& object, const SpanView&) {
+  if (object.room_wait_ns == 0) return;
+  const std::uint64_t t = now_ns();
+  std::lock_guard lock(mutex_);
+  if (!recording_) return;
+  spans_.push_back({"wait for room: " + object.name, 1, t - std::min(t, object.room_wait_ns), t, "wait",
+                    object.bytes, step_});
+}
+
 void TimelineRecorder::on_move(const MoveResult& move) {
   const std::uint64_t t = now_ns();
   std::lock_guard lock(mutex_);

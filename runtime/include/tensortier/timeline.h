@@ -8,7 +8,9 @@
 // runtime's step count, and moves that end while one of them runs.
 //
 // Times: one steady clock, in microseconds from the first recorded step's start. A layer's span is
-// from its layer_begin (after any wait for moves, drawn just before it) to its layer_end; a move's
+// from its layer_begin (after any wait for moves, drawn just before it) to its layer_end; an
+// allocation that waited for room on the fast tier (ObjectAllocator::set_room_wait) is a "wait"
+// span ending when the allocation returned, on the layers' lane; a move's
 // span ends when the runtime reported it and begins its copy and charge time earlier (a wait for
 // pins before it is not drawn).
 //
@@ -43,6 +45,7 @@ class TimelineRecorder final : public StepObserver {
   void on_layer_begin(const LayerEvent& event) override;
   void on_layer_end(const LayerEndEvent& event) override;
   void on_move(const MoveResult& move) override;
+  void on_allocate(const ObjectInfo& object, const SpanView& span) override;
 
  private:
   struct Span {

@@ -125,6 +125,9 @@ struct ObjectInfo {
   // `tier`).
   std::vector<std::uint64_t> bytes_by_tier;
   std::vector<TierIndex> segment_tiers;
+  // As allocate() returns it: how long it waited for room on its preferred tier (set_room_wait);
+  // 0 in every other view of the object.
+  std::uint64_t room_wait_ns = 0;
 };
 
 // A large object's pages move in segments of this size where a move asks for one segment

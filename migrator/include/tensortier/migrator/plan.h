@@ -241,7 +241,12 @@ Result<Plan> make_plan(std::string_view policy, const PlanInputs& inputs);
 
 // Plays the plan over one step (and into the next): fills its predictions and returns "" when it
 // is valid, else what is wrong (a move of an object not alive then, a layer boundary where the
-// fast tier would pass its budget, naming the boundary and the bytes).
+// fast tier would pass its budget, naming the boundary and the bytes). In time, as the runtime
+// plays it: one mover takes the moves in order from the end of the layer they follow; moves and
+// layers' slow traffic share the slow tier; a layer waits for a move of its objects under way; a
+// boundary's births come after its moves are handed out and find the room of a move out only
+// when that move ends (they wait for it, or fall back past inputs.room_wait_ns). The budget at a
+// boundary is checked as if its moves were done.
 std::string simulate(Plan& plan, const PlanInputs& inputs);
 
 // The plan with the moves in that simulate() predicts late left out: their objects stay where they
