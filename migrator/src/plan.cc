@@ -1278,6 +1278,7 @@ std::string simulate_over(Plan& plan, const PlanInputs& in) {
       };
       if (held_at(clock_ns) > room) {
         std::vector<double> ends;
+        ends.reserve(outs.size());
         for (const auto& o : outs) ends.push_back(o.first);
         std::ranges::sort(ends);
         std::optional<double> fits;
