@@ -399,6 +399,15 @@ TEST(ExactModel, TheSolversOptimumIsTheLeastCostOfEveryResidencyAndBoundsEveryPl
     const double tolerance = 1e-5 * least + 10;  // the solver works in ms and MiB
     EXPECT_NEAR(sol.bound_ns, least, tolerance) << instance;
     EXPECT_NEAR(sol.cost_ns, least, tolerance) << instance;
+    // The mover's CPU share of the cost: its copies' CPU, which a mover on a core of its own
+    // (mover_steals_compute 0) would not add.
+    EXPECT_NEAR(sol.parts.mover_cpu_ns, (sol.parts.in_bytes + sol.parts.out_bytes) * in.mover_cpu_ns_per_byte,
+                1)
+        << instance;
+    PlanInputs own_core = in;
+    own_core.mover_steals_compute = 0;
+    EXPECT_NEAR(residency_cost(own_core, sol.fast).extra_ns, sol.cost_ns - sol.parts.mover_cpu_ns, 1)
+        << instance;
     // A page-granular plan may keep part of an object fast, which no residency of whole objects
     // does: its bound is the model's over the segments (where moving a segment out is never clean).
     const ResidencySolution by_segment = solve_residency(in_segments(in), 10);

@@ -102,7 +102,8 @@ ResidencyCost residency_cost(const PlanInputs& in, const Residency& fast) {
       }
     }
   }
-  return {slow_bytes, in_bytes, out_bytes, bound_of(in, slow_bytes, in_bytes, out_bytes)};
+  return {slow_bytes, in_bytes, out_bytes, bound_of(in, slow_bytes, in_bytes, out_bytes),
+          (in_bytes + out_bytes) * in.mover_cpu_ns_per_byte * in.mover_steals_compute};
 }
 
 ResidencySolution solve_residency(const PlanInputs& in, double time_limit_s) {
@@ -313,9 +314,11 @@ ResidencySolution solve_residency(const PlanInputs& in, double time_limit_s) {
   if (sol.optimal) sol.bound_ns = std::max(0.0, Cbc_getObjValue(model.get()) * 1e6);
   const double gap = sol.cost_ns > 0 ? (sol.cost_ns - sol.bound_ns) / sol.cost_ns : 0.0;
   sol.status = fmt::format(
-      "{}; its residency reads {:.0f} MiB on the slow tier, copies {:.0f} MiB in and {:.0f} MiB out",
+      "{}; its residency reads {:.0f} MiB on the slow tier, copies {:.0f} MiB in and {:.0f} MiB out, "
+      "and adds {:.1f} ms, {:.1f} ms of it the mover's CPU taken from the layers",
       sol.optimal ? "optimal" : fmt::format("time limit, gap {:.1f}%", 100.0 * gap),
-      sol.parts.slow_access_bytes / kMiB, sol.parts.in_bytes / kMiB, sol.parts.out_bytes / kMiB);
+      sol.parts.slow_access_bytes / kMiB, sol.parts.in_bytes / kMiB, sol.parts.out_bytes / kMiB,
+      sol.cost_ns / 1e6, sol.parts.mover_cpu_ns / 1e6);
   return sol;
 }
 

@@ -129,7 +129,7 @@ struct RuntimeOptions {
   // copying waits for them (up to this long) before it falls back to the slow tier
   // (ObjectAllocator::set_room_wait): a plan frees room with moves out that take milliseconds,
   // and an object that falls back is slow at every use. 0: it falls back at once.
-  std::chrono::nanoseconds room_wait{std::chrono::milliseconds(50)};
+  std::chrono::nanoseconds room_wait{migrator::kDefaultRoomWait};
   // A trial of a plan that moves: after it starts, this many steps of the planned kind run under
   // it; then as many under the same plan with the moves it predicts late left out (their objects
   // stay slow: migrator::without_late_moves), where it has any; then, where those two phases'

@@ -59,6 +59,7 @@
 // Thread safety: pure functions; a Plan is a value.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -75,6 +76,10 @@
 namespace tensortier::migrator {
 
 inline constexpr std::uint32_t kStepStart = std::numeric_limits<std::uint32_t>::max();
+
+// How long an object born with no room on the fast tier waits, by default, for moves out to make
+// it (RuntimeOptions::room_wait, and PlanInputs::room_wait_ns for plans made without a runtime).
+inline constexpr std::chrono::milliseconds kDefaultRoomWait{50};
 
 // Page-granular plans (Plan::segment_bytes, the policy reactive-2m) name each kSegmentBytes
 // segment of an object larger than one apart, by a part key: the object's key with the segment's
@@ -140,7 +145,7 @@ struct PlanInputs {
   double mover_steals_compute = 0;
   // The longest an object born with no room on the fast tier waits for moves out to make it before
   // it falls back to the slow tier (RuntimeOptions::room_wait).
-  double room_wait_ns = 50e6;
+  double room_wait_ns = std::chrono::duration<double, std::nano>(kDefaultRoomWait).count();
   // The oracle's exact solver (residency_model.h) stops after this long with the best it found.
   double oracle_time_limit_s = 10;
 

@@ -54,6 +54,9 @@ struct ResidencyCost {
   double in_bytes = 0;           // copied into the fast tier
   double out_bytes = 0;          // copied out of it (moves out of clean objects copy nothing)
   double extra_ns = 0;           // residency_cost_ns
+  // Of extra_ns, the copies' CPU time the layers lose (PlanInputs::mover_steals_compute): what a
+  // mover with a core of its own would not add.
+  double mover_cpu_ns = 0;
 };
 ResidencyCost residency_cost(const PlanInputs& in, const Residency& fast);
 
