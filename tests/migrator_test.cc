@@ -422,6 +422,140 @@ TEST(ExactModel, TheSolversOptimumIsTheLeastCostOfEveryResidencyAndBoundsEveryPl
   }
 }
 
+// Whether a residency is one the exact model's programs can hold (residency_model.h): an object no
+// layer declares is slow; between two uses (around the cycle for a persistent object), before the
+// first use and after the last, it is fast at every boundary or at none, and fast only where the
+// use on each side of the stretch is fast.
+bool in_gap_form(const PlanInputs& in, const Residency& r) {
+  const std::uint32_t L = in.layers;
+  for (std::size_t i = 0; i < in.objects.size(); ++i) {
+    const PlanObject& o = in.objects[i];
+    const auto [first, end] = residency_window(in, o);
+    std::vector<std::uint32_t> uses;
+    for (std::uint32_t t : o.uses)
+      if (t >= first && t < end) uses.push_back(t);
+    if (uses.empty()) {
+      for (std::uint32_t b = first; b < end; ++b)
+        if (r[i][b]) return false;
+      continue;
+    }
+    // Each stretch: its boundaries, and the uses it lies between (-1 where a side has none).
+    auto stretch_ok = [&](std::vector<std::uint32_t> boundaries, int before, int after) {
+      if (boundaries.empty()) return true;
+      const char g = r[i][boundaries.front()];
+      for (std::uint32_t b : boundaries)
+        if (r[i][b] != g) return false;
+      if (g && before >= 0 && !r[i][static_cast<std::uint32_t>(before)]) return false;
+      if (g && after >= 0 && !r[i][static_cast<std::uint32_t>(after)]) return false;
+      return true;
+    };
+    auto range = [](std::uint32_t from, std::uint32_t to) {  // [from, to)
+      std::vector<std::uint32_t> v;
+      for (std::uint32_t b = from; b < to; ++b) v.push_back(b);
+      return v;
+    };
+    for (std::size_t k = 0; k + 1 < uses.size(); ++k) {
+      if (!stretch_ok(range(uses[k] + 1, uses[k + 1]), static_cast<int>(uses[k]),
+                      static_cast<int>(uses[k + 1])))
+        return false;
+    }
+    if (o.persistent) {
+      std::vector<std::uint32_t> around = range(uses.back() + 1, L);
+      for (std::uint32_t b = 0; b < uses.front(); ++b) around.push_back(b);
+      if (!stretch_ok(around, static_cast<int>(uses.back()), static_cast<int>(uses.front()))) return false;
+    } else {
+      if (!stretch_ok(range(first, uses.front()), -1, static_cast<int>(uses.front()))) return false;
+      if (!stretch_ok(range(uses.back() + 1, end), static_cast<int>(uses.back()), -1)) return false;
+    }
+  }
+  return true;
+}
+
+// The program with the mover's time against brute force: over every residency of small random
+// steps that the programs can hold and that keeps the budget, the least cost with the mover's time
+// (residency_cost under kMoverTime, written apart from the program) is the solver's optimum; that
+// cost is never below the bound program's for the same residency, and the program claims no bound.
+TEST(ExactModel, TheMoverTimeProgramsOptimumIsTheLeastTimedCostOfEveryResidency) {
+  std::mt19937 rng(13);
+  int differs = 0;
+  for (int instance = 0; instance < 60; ++instance) {
+    const PlanInputs in = random_inputs(rng, instance % 2 == 1, instance % 4 >= 2);
+    std::vector<std::pair<std::size_t, std::uint32_t>> cells;
+    for (std::size_t i = 0; i < in.objects.size(); ++i) {
+      const PlanObject& o = in.objects[i];
+      for (std::uint32_t b = o.born; b < std::min(o.freed, in.layers); ++b) cells.emplace_back(i, b);
+    }
+    ASSERT_LE(cells.size(), 20U);
+    double least = std::numeric_limits<double>::infinity();
+    Residency r(in.objects.size(), std::vector<char>(in.layers, 0));
+    for (std::uint64_t mask = 0; mask < (1ULL << cells.size()); ++mask) {
+      std::vector<std::uint64_t> held(in.layers, 0);
+      for (std::size_t c = 0; c < cells.size(); ++c) {
+        const auto [i, b] = cells[c];
+        r[i][b] = static_cast<char>((mask >> c) & 1U);
+        if (r[i][b]) held[b] += in.objects[i].bytes;
+      }
+      if (*std::max_element(held.begin(), held.end()) > in.fast_budget_bytes || !in_gap_form(in, r)) continue;
+      const double timed = residency_cost_ns(in, r, ResidencyModel::kMoverTime);
+      ASSERT_GE(timed + 1, residency_cost_ns(in, r)) << instance;
+      least = std::min(least, timed);
+    }
+    const ResidencySolution sol = solve_residency(in, 10, ResidencyModel::kMoverTime);
+    ASSERT_TRUE(sol.solved && sol.optimal) << instance << ": " << sol.status;
+    ASSERT_TRUE(in_gap_form(in, sol.fast)) << instance;
+    EXPECT_NEAR(sol.cost_ns, least, 1e-5 * least + 10) << instance;
+    EXPECT_EQ(sol.bound_ns, 0.0) << instance;
+    const ResidencySolution bound = solve_residency(in, 10);
+    ASSERT_TRUE(bound.solved) << instance;
+    if (residency_cost_ns(in, bound.fast, ResidencyModel::kMoverTime) > sol.cost_ns + 10) ++differs;
+  }
+  EXPECT_GT(differs, 0) << "no instance where the mover's time changes the best residency";
+}
+
+// A forward pass in small: A (8 MiB) is written by layer 0 and read again by layer 3; B (8 MiB)
+// lives at layers 1-2; the budget holds one of them. The bound program moves A out after layer 0
+// and back for layer 3: 3.5 ms of copies beside 4 ms of layers, so it adds nothing by its account.
+// But A's 3 ms move out must end before B is born at layer 1, 1 ms in: the step waits 2 ms. With
+// the mover's time the program gives A's first use to the slow tier instead (0.4 ms of charge).
+TEST(ExactModel, TheMoverTimeProgramBearsSlowAccessesRatherThanWaitForAMoveOut) {
+  PlanInputs in;
+  in.layers = 4;
+  in.layer_ns.assign(4, 1'000'000);
+  const double mib = static_cast<double>(kMiB);
+  in.move_out_gbps = 8 * mib / 3e6;           // 8 MiB in 3 ms
+  in.move_in_gbps = 8 * mib / 0.5e6;          // 8 MiB in 0.5 ms
+  in.slow_access_ns_per_byte = 0.05e6 / mib;  // 0.05 ms a MiB
+  PlanObject a;
+  a.key = 1;
+  a.bytes = 8 * kMiB;
+  a.born = 0;
+  a.freed = 4;
+  a.uses = {0, 3};
+  a.writes = {0};
+  PlanObject b;
+  b.key = 2;
+  b.bytes = 8 * kMiB;
+  b.born = 1;
+  b.freed = 3;
+  b.uses = {1, 2};
+  b.writes = {1};
+  in.objects = {a, b};
+  in.fast_budget_bytes = 8 * kMiB;
+  in.peak_bytes = 16 * kMiB;
+  const ResidencySolution bound = solve_residency(in, 10);
+  const ResidencySolution timed = solve_residency(in, 10, ResidencyModel::kMoverTime);
+  ASSERT_TRUE(bound.optimal && timed.optimal) << bound.status << " / " << timed.status;
+  EXPECT_EQ(bound.fast[0], (std::vector<char>{1, 0, 0, 1})) << "A moved out after layer 0 and back";
+  EXPECT_NEAR(bound.cost_ns, 0, 10);
+  EXPECT_NEAR(residency_cost_ns(in, bound.fast, ResidencyModel::kMoverTime), 2e6, 10) << "a 2 ms wait";
+  EXPECT_EQ(timed.fast[0], (std::vector<char>{0, 0, 0, 1})) << "A born slow, moved in for layer 3";
+  EXPECT_EQ(timed.fast[1], (std::vector<char>{0, 1, 1, 0}));
+  EXPECT_LT(timed.cost_ns, 1e6);
+  auto oracle = make_plan("oracle", in);
+  ASSERT_TRUE(oracle);
+  EXPECT_NE(oracle->solver.find("with the mover's time: optimal"), std::string::npos) << oracle->solver;
+}
+
 // With dead moves free, the oracle still weighs its variants as if every move copied (a plan of
 // many moves is predicted far better than it runs): by that account no other policy's plan beats
 // its choice, while by the dead-free account some instances have a cheaper one.
