@@ -98,8 +98,7 @@ int main(int argc, char** argv) {
       "--policy", policies,
       "Run each tier spec under this migration policy; repeat for more (fast-only is the reference); "
       "NAME+copies runs it with every move out copying (no shadow copies), NAME+copy-dead with moves of "
-      "dead bytes copying too, NAME+no-mover-time (the oracle) without the exact program with the mover's "
-      "time, NAME+no-arena with its short-lived objects allocated one by one, "
+      "dead bytes copying too, NAME+no-arena with its short-lived objects allocated one by one, "
       "NAME+no-room-wait with objects that find no room falling back at once (no wait for moves out)");
   app.add_option("--fast-budget", fast_budget,
                  "The policies' fast budget: a size or a share of the footprint (20%)");
@@ -139,14 +138,13 @@ int main(int argc, char** argv) {
     // moves of dead bytes copy as any other (RuntimeOptions::dead_moves off); NAME+no-arena: its
     // short-lived objects allocated one by one, not at their planned offsets in one arena;
     // NAME+no-room-wait: an object born with no room on the fast tier falls back at once
-    // (RuntimeOptions::room_wait 0); NAME+no-mover-time: RuntimeOptions::oracle_mover_time off.
+    // (RuntimeOptions::room_wait 0).
     std::string name = policy;
     auto strip = [&name](std::string_view suffix) {  // true where `name` ended with it, now cut off
       if (!name.ends_with(suffix)) return false;
       name.resize(name.size() - suffix.size());
       return true;
     };
-    const bool no_mover_time = strip("+no-mover-time");
     const bool no_room_wait = strip("+no-room-wait");
     const bool no_arena = strip("+no-arena");
     const bool copy_dead = strip("+copy-dead");
@@ -156,7 +154,6 @@ int main(int argc, char** argv) {
     options.dead_moves = !copy_dead;
     options.short_lived_arena = !no_arena;
     if (no_room_wait) options.room_wait = std::chrono::nanoseconds{0};
-    options.oracle_mover_time = !no_mover_time;
     options.fast_budget = fast_budget;
     options.trial_steps = 0;  // the policy's plan as made, every measured step (no trial swap)
     auto rt = Runtime::create(options);

@@ -873,8 +873,7 @@ Plan exact_residency_plan(const PlanInputs& in, const ResidencySolution& sol) {
 }
 
 // The oracle: with full knowledge of the step, the plan the simulator predicts cheapest among
-// the exact model's (residency_model.h: both programs, each solved within
-// PlanInputs::oracle_time_limit_s), its own
+// the exact model's (residency_model.h, solved within PlanInputs::oracle_time_limit_s), its own
 // heuristics (Belady's rule with prefetch over every lookahead, evicting by next use or clean
 // objects first) and every other policy's plan (first-touch, reactive, autoswap, sentinel).
 // Plan::variant says which one it is; Plan::bound_extra_ns is the exact model's bound.
@@ -885,14 +884,6 @@ Plan oracle(const PlanInputs& in) {
     candidates.emplace_back(fmt::format("exact model's residency ({})",
                                         exact.optimal ? "optimal" : "the best within the time limit"),
                             exact_residency_plan(in, exact));
-  }
-  ResidencySolution timed;
-  timed.status = "not solved (PlanInputs::oracle_mover_time off)";
-  if (in.oracle_mover_time) timed = solve_residency(in, in.oracle_time_limit_s, ResidencyModel::kMoverTime);
-  if (timed.solved) {
-    candidates.emplace_back(fmt::format("exact model's residency with the mover's time ({})",
-                                        timed.optimal ? "optimal" : "the best within the time limit"),
-                            exact_residency_plan(in, timed));
   }
   candidates.emplace_back("Belady with prefetch", belady_oracle(in));
   candidates.emplace_back("first-touch's plan", first_touch(in));
@@ -921,9 +912,8 @@ Plan oracle(const PlanInputs& in) {
   }
   best.policy = "oracle";  // make_plan plays it over `in`, dead moves marked
   best.bound_extra_ns = exact.bound_ns;
-  best.solver =
-      fmt::format("CBC: {}; {} binaries, {} rows, {:.2f} s; with the mover's time: {}, {:.2f} s",
-                  exact.status, exact.binaries, exact.rows, exact.seconds, timed.status, timed.seconds);
+  best.solver = fmt::format("CBC: {}; {} binaries, {} rows, {:.2f} s", exact.status, exact.binaries,
+                            exact.rows, exact.seconds);
   return best;
 }
 

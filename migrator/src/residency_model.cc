@@ -21,10 +21,6 @@ std::vector<std::uint32_t> uses_in_window(const PlanInputs& in, const PlanObject
   return uses;
 }
 
-double layer_ns_at(const PlanInputs& in, std::uint32_t t) {
-  return t < in.layer_ns.size() ? static_cast<double>(in.layer_ns[t]) : 0.0;
-}
-
 bool writes_at(const PlanObject& o, std::uint32_t t) {
   return std::binary_search(o.writes.begin(), o.writes.end(), t);
 }
@@ -67,27 +63,21 @@ std::pair<std::uint32_t, std::uint32_t> residency_window(const PlanInputs& in, c
   return {o.born, std::min(o.freed, in.layers)};
 }
 
-double residency_cost_ns(const PlanInputs& in, const Residency& fast, ResidencyModel model) {
-  return residency_cost(in, fast, model).extra_ns;
+double residency_cost_ns(const PlanInputs& in, const Residency& fast) {
+  return residency_cost(in, fast).extra_ns;
 }
 
-ResidencyCost residency_cost(const PlanInputs& in, const Residency& fast, ResidencyModel model) {
+ResidencyCost residency_cost(const PlanInputs& in, const Residency& fast) {
   const std::uint32_t L = in.layers;
   double slow_bytes = 0, in_bytes = 0, out_bytes = 0;
-  // kMoverTime: per layer, its slow bytes; per boundary 1..L, the bytes copied in and out by then.
-  std::vector<double> slow_at(L, 0), in_at(L + 1, 0), out_at(L + 1, 0);
   for (std::size_t i = 0; i < in.objects.size() && i < fast.size(); ++i) {
     const PlanObject& o = in.objects[i];
     const auto [first, end] = residency_window(in, o);
     if (first >= end) continue;
     const auto& r = fast[i];
     const auto b_bytes = static_cast<double>(o.bytes);
-    for (std::uint32_t t : uses_in_window(in, o)) {
-      if (!r[t]) {
-        slow_bytes += b_bytes;
-        slow_at[t] += b_bytes;
-      }
-    }
+    for (std::uint32_t t : uses_in_window(in, o))
+      if (!r[t]) slow_bytes += b_bytes;
     // Moves and cleanliness as simulate() plays them; a persistent object's cycle is played twice
     // and its second lap counted (the first sets up the state a step starts with).
     const int laps = o.persistent ? 2 : 1;
@@ -95,23 +85,16 @@ ResidencyCost residency_cost(const PlanInputs& in, const Residency& fast, Reside
     for (int lap = 0; lap < laps; ++lap) {
       for (std::uint32_t b = first; b < end; ++b) {
         const bool has_prev = o.persistent ? (lap > 0 || b > 0) : b > first;
-        const std::uint32_t at = b == 0 ? L : b;  // a change at boundary 0 ends the step before
         if (has_prev) {
           const bool before = r[b == 0 ? L - 1 : b - 1] != 0;
           const bool now = r[b] != 0;
           // A change of tier here moves bytes that are dead: no copy.
           const bool dead = before != now && in.dead_moves_free && bytes_dead_at(in, o, b);
           if (!before && now) {
-            if (lap == laps - 1 && !dead) {
-              in_bytes += b_bytes;
-              in_at[at] += b_bytes;
-            }
+            if (lap == laps - 1 && !dead) in_bytes += b_bytes;
             clean = in.clean_moves_out_free && !dead;
           } else if (before && !now) {
-            if (lap == laps - 1 && !clean && !dead) {
-              out_bytes += b_bytes;
-              out_at[at] += b_bytes;
-            }
+            if (lap == laps - 1 && !clean && !dead) out_bytes += b_bytes;
             clean = false;
           }
         }
@@ -119,24 +102,11 @@ ResidencyCost residency_cost(const PlanInputs& in, const Residency& fast, Reside
       }
     }
   }
-  ResidencyCost cost{slow_bytes, in_bytes, out_bytes, bound_of(in, slow_bytes, in_bytes, out_bytes),
-                     (in_bytes + out_bytes) * in.mover_cpu_ns_per_byte * in.mover_steals_compute};
-  if (model == ResidencyModel::kMoverTime) {
-    // The step's waits: the most, at any boundary p, by which the slow tier's busy time up to p
-    // exceeds the time the step has taken by p without them.
-    double wait_ns = 0, busy_less_elapsed_ns = 0;
-    for (std::uint32_t p = 1; p <= L; ++p) {
-      busy_less_elapsed_ns += slow_at[p - 1] * (in.slow_traffic_ns_per_byte() - in.slow_access_ns_per_byte) -
-                              layer_ns_at(in, p - 1) + in_at[p] / in.move_in_gbps +
-                              out_at[p] / in.move_out_gbps;
-      wait_ns = std::max(wait_ns, busy_less_elapsed_ns);
-    }
-    cost.extra_ns = slow_bytes * in.slow_access_ns_per_byte + wait_ns + cost.mover_cpu_ns;
-  }
-  return cost;
+  return {slow_bytes, in_bytes, out_bytes, bound_of(in, slow_bytes, in_bytes, out_bytes),
+          (in_bytes + out_bytes) * in.mover_cpu_ns_per_byte * in.mover_steals_compute};
 }
 
-ResidencySolution solve_residency(const PlanInputs& in, double time_limit_s, ResidencyModel which) {
+ResidencySolution solve_residency(const PlanInputs& in, double time_limit_s) {
   ResidencySolution sol;
   const std::uint32_t L = in.layers;
   const std::size_t n = in.objects.size();
@@ -187,9 +157,6 @@ ResidencySolution solve_residency(const PlanInputs& in, double time_limit_s, Res
   Expr slow_fast;  // sum of MiB x y: the slow-access MiB a plan avoids
   double slow_total = 0;
   Expr moved_in, moved_out;  // MiB copied in / out
-  // kMoverTime: per layer, the MiB it finds slow; per boundary 1..L, the MiB copied in for its use
-  // (a use at boundary 0: by the step's end, L) and copied out to make its room.
-  std::vector<Expr> slow_at(L), in_at(L + 1), out_at(L + 1);
   for (std::size_t i = 0; i < n; ++i) {
     const PlanObject& o = in.objects[i];
     const auto [first, end] = residency_window(in, o);
@@ -202,8 +169,6 @@ ResidencySolution solve_residency(const PlanInputs& in, double time_limit_s, Res
       v.y.push_back(col(0, 1, true));
       slow_fast.add(v.y.back(), mib);
       slow_total += mib;
-      slow_at[v.uses[k]].add(v.y.back(), -mib);
-      slow_at[v.uses[k]].constant += mib;
     }
     // Moves in (mi[k], before use k) and out (mo[k], after use k) as expressions.
     std::vector<Expr> mi(m), mo(m);
@@ -239,17 +204,11 @@ ResidencySolution solve_residency(const PlanInputs& in, double time_limit_s, Res
     // that the next overwrites (or, for an object freed in the step, after its last).
     auto dead_in = [&](std::size_t k) { return in.dead_moves_free && bytes_dead_at(in, o, v.uses[k]); };
     auto dead_out = [&](std::size_t k) { return in.dead_moves_free && bytes_dead_at(in, o, v.uses[k] + 1); };
-    for (std::size_t k = 0; k < m; ++k) {
-      if (dead_in(k)) continue;
-      moved_in.add(mi[k], mib);
-      in_at[v.uses[k] == 0 ? L : v.uses[k]].add(mi[k], mib);
-    }
+    for (std::size_t k = 0; k < m; ++k)
+      if (!dead_in(k)) moved_in.add(mi[k], mib);
     if (!in.clean_moves_out_free) {
-      for (std::size_t k = 0; k < m; ++k) {
-        if (dead_out(k)) continue;
-        moved_out.add(mo[k], mib);
-        out_at[v.uses[k] + 1].add(mo[k], mib);
-      }
+      for (std::size_t k = 0; k < m; ++k)
+        if (!dead_out(k)) moved_out.add(mo[k], mib);
       continue;
     }
     // Clean after use k: moved in since the last write and not written at use k.
@@ -269,7 +228,6 @@ ResidencySolution solve_residency(const PlanInputs& in, double time_limit_s, Res
       const int dirty = col(0, 1, false);  // a move out that copies: dirty >= mo[k] - c[k]
       row(Expr{}.add(dirty, 1).add(mo[k], -1).add(c[k], 1), 'G', 0);
       moved_out.add(dirty, mib);
-      out_at[v.uses[k] + 1].add(dirty, mib);
     }
   }
   // The budget at every boundary, less the small-object reserve.
@@ -305,35 +263,12 @@ ResidencySolution solve_residency(const PlanInputs& in, double time_limit_s, Res
   }
   for (std::uint32_t t = 0; t < L; ++t)
     if (!at[t].terms.empty()) row(std::move(at[t]), 'L', room_mib);
-  if (which == ResidencyModel::kBound) {
-    // T (ms added) >= the slow accesses' charge, and >= the slow tier's busy time less the compute.
-    const int T = col(0, 1e12, false);
-    cols[static_cast<std::size_t>(T)].obj = 1;
-    row(Expr{}.add(T, 1).add(slow_fast, charge_ms), 'G', charge_ms * slow_total);
-    row(Expr{}.add(T, 1).add(slow_fast, traffic_ms).add(moved_in, -in_ms).add(moved_out, -out_ms), 'G',
-        traffic_ms * slow_total - compute_ms);
-  } else {
-    // Added: the slow accesses' charge, plus the waits W. D[p] is the slow tier's busy time up to
-    // boundary p less the charges before p (a chain, so that each row holds one boundary's terms);
-    // W >= D[p] less the compute before p, at every p.
-    const int one = col(1, 1, false);  // the charge's constant part
-    cols[static_cast<std::size_t>(one)].obj = charge_ms * slow_total;
-    for (const auto& [c, coef] : slow_fast.terms) cols[static_cast<std::size_t>(c)].obj -= charge_ms * coef;
-    const int W = col(0, 1e12, false);
-    cols[static_cast<std::size_t>(W)].obj = 1;
-    int before = -1;
-    double compute_before_ms = 0;
-    for (std::uint32_t p = 1; p <= L; ++p) {
-      const int D = col(-1e12, 1e12, false);
-      Expr chain;
-      chain.add(D, 1).add(before, -1);
-      chain.add(slow_at[p - 1], charge_ms - traffic_ms).add(in_at[p], -in_ms).add(out_at[p], -out_ms);
-      row(std::move(chain), 'E', 0);
-      compute_before_ms += layer_ns_at(in, p - 1) / 1e6;
-      row(Expr{}.add(W, 1).add(D, -1), 'G', -compute_before_ms);
-      before = D;
-    }
-  }
+  // T (ms added) >= the slow accesses' charge, and >= the slow tier's busy time less the compute.
+  const int T = col(0, 1e12, false);
+  cols[static_cast<std::size_t>(T)].obj = 1;
+  row(Expr{}.add(T, 1).add(slow_fast, charge_ms), 'G', charge_ms * slow_total);
+  row(Expr{}.add(T, 1).add(slow_fast, traffic_ms).add(moved_in, -in_ms).add(moved_out, -out_ms), 'G',
+      traffic_ms * slow_total - compute_ms);
   for (const auto& [c, coef] : moved_in.terms) cols[static_cast<std::size_t>(c)].obj += coef * cpu_ms;
   for (const auto& [c, coef] : moved_out.terms) cols[static_cast<std::size_t>(c)].obj += coef * cpu_ms;
 
@@ -361,10 +296,8 @@ ResidencySolution solve_residency(const PlanInputs& in, double time_limit_s, Res
   sol.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   sol.optimal = Cbc_isProvenOptimal(model.get()) != 0;
   const double best_possible = Cbc_getBestPossibleObjValue(model.get());
-  double best_possible_ns = 0;
   if (std::isfinite(best_possible) && best_possible > -1e20)
-    best_possible_ns = std::max(0.0, best_possible * 1e6);
-  if (which == ResidencyModel::kBound) sol.bound_ns = best_possible_ns;
+    sol.bound_ns = std::max(0.0, best_possible * 1e6);
   const double* x = Cbc_bestSolution(model.get());
   if (x == nullptr) {
     sol.status = Cbc_isProvenInfeasible(model.get()) != 0
@@ -376,11 +309,10 @@ ResidencySolution solve_residency(const PlanInputs& in, double time_limit_s, Res
     for_each_boundary(i, [&](std::uint32_t t, int c) { sol.fast[i][t] = c >= 0 && x[c] > 0.5 ? 1 : 0; });
   }
   sol.solved = true;
-  sol.parts = residency_cost(in, sol.fast, which);
+  sol.parts = residency_cost(in, sol.fast);
   sol.cost_ns = sol.parts.extra_ns;
-  if (sol.optimal) best_possible_ns = std::max(0.0, Cbc_getObjValue(model.get()) * 1e6);
-  if (which == ResidencyModel::kBound) sol.bound_ns = best_possible_ns;
-  const double gap = sol.cost_ns > 0 ? (sol.cost_ns - best_possible_ns) / sol.cost_ns : 0.0;
+  if (sol.optimal) sol.bound_ns = std::max(0.0, Cbc_getObjValue(model.get()) * 1e6);
+  const double gap = sol.cost_ns > 0 ? (sol.cost_ns - sol.bound_ns) / sol.cost_ns : 0.0;
   sol.status = fmt::format(
       "{}; its residency reads {:.0f} MiB on the slow tier, copies {:.0f} MiB in and {:.0f} MiB out, "
       "and adds {:.1f} ms, {:.1f} ms of it the mover's CPU taken from the layers",

@@ -213,7 +213,6 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
   runtime->fast_budget_ = migration->second;
   runtime->clean_moves_ = options.clean_moves;
   runtime->dead_moves_ = options.dead_moves;
-  runtime->oracle_mover_time_ = options.oracle_mover_time;
   runtime->mover_steals_compute_ = std::clamp(options.mover_steals_compute, 0.0, 1.0);
   runtime->room_wait_ = std::max(options.room_wait, std::chrono::nanoseconds{0});
   runtime->trial_steps_ = options.trial_steps;
@@ -535,7 +534,6 @@ void Runtime::start_migration(const profiler::StepProfile& profile) {
     inputs->mover_steals_compute = mover_steals_compute_;
   }
   inputs->room_wait_ns = static_cast<double>(room_wait_.count());
-  inputs->oracle_mover_time = oracle_mover_time_;
   auto plan = migrator::make_plan(policy_, inputs.value());
   if (!plan) {
     spdlog::warn("policy '{}' does not run: {}", policy_, plan.status().message());

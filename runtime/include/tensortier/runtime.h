@@ -120,10 +120,6 @@ struct RuntimeOptions {
   // every step (the profile then sees it and keeps its bytes), or turn this off. false: every
   // move copies.
   bool dead_moves = true;
-  // Under the oracle: it also solves the exact model's program with the mover's time
-  // (migrator::ResidencyModel::kMoverTime) and weighs that residency's plan among its variants.
-  // false: only the bound program's (planning takes half as long).
-  bool oracle_mover_time = true;
   // The share of the mover thread's CPU time that the layers lose, as plans weigh it: 1 when the
   // training threads use every core (oneDNN's default: a parallel region waits for the thread the
   // mover displaced), 0 when a core is left spare for the mover. Plans then move only where a
@@ -362,7 +358,6 @@ class Runtime {
   std::string fast_budget_;
   bool clean_moves_ = true;
   bool dead_moves_ = true;
-  bool oracle_mover_time_ = true;
   double mover_steals_compute_ = 1.0;
   std::chrono::nanoseconds room_wait_{0};
   // The plan trial (RuntimeOptions::trial_steps); training thread.

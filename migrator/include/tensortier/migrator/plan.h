@@ -43,8 +43,7 @@
 //                         cheapest among an exact model's (residency_model.h: a mixed-integer
 //                         program over which objects are fast at each boundary, solved by
 //                         COIN-OR CBC within a time limit, its moves in then handed out as early
-//                         as the budget allows; and the same program with the mover's time at
-//                         every boundary, a heuristic), its own heuristics (at each boundary the objects
+//                         as the budget allows), its own heuristics (at each boundary the objects
 //                         used within a lookahead are moved in, nearest use first, making room by
 //                         moving out those used furthest away, or clean ones first: Belady's rule
 //                         with prefetch, over every lookahead) and every other whole-object
@@ -147,11 +146,8 @@ struct PlanInputs {
   // The longest an object born with no room on the fast tier waits for moves out to make it before
   // it falls back to the slow tier (RuntimeOptions::room_wait).
   double room_wait_ns = std::chrono::duration<double, std::nano>(kDefaultRoomWait).count();
-  // The oracle's exact solver (residency_model.h) stops after this long with the best it found,
-  // on each of its programs.
+  // The oracle's exact solver (residency_model.h) stops after this long with the best it found.
   double oracle_time_limit_s = 10;
-  // The oracle solves the program with the mover's time (ResidencyModel::kMoverTime) too.
-  bool oracle_mover_time = true;
 
   // What one byte of a layer's slow-tier traffic holds the slow tier for (a read or a write, at
   // the mean of the two rates): simulate() and the exact model both count it so.

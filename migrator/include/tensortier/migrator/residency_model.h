@@ -23,16 +23,6 @@
 // for the next): any other residency costs the same moves and holds more of the budget, so the
 // program needs one variable per use and one per gap, not one per boundary.
 //
-// A second program (ResidencyModel::kMoverTime) puts the mover's time in: at every boundary p the
-// slow tier's busy time up to p (the layers' slow traffic before p, every move in for a use at or
-// before p, every move out whose room a boundary at or before p counts on) fits in the time the
-// step has taken by p (its compute and charges so far, plus the step's waits, which the cost
-// adds). Through a forward pass whose activations leave the fast tier faster than the slow tier
-// can take them, it weighs a birth on the slow tier against a wait for room, as the runtime does
-// (ObjectAllocator::set_room_wait). It is a heuristic, not a bound: a plan can start a move in
-// earlier, holding its room, or end a move out later where no birth needs the room at once, and
-// the residency has no words for either. The oracle plays both programs' residencies.
-//
 // Thread safety: pure functions (each call builds and frees its own solver model).
 #pragma once
 
@@ -45,11 +35,6 @@
 
 namespace tensortier::migrator {
 
-enum class ResidencyModel {
-  kBound,      // the program above: its optimum bounds every plan
-  kMoverTime,  // with the mover's time at every boundary: a heuristic
-};
-
 // Per object of PlanInputs::objects, per boundary b in [0, layers): whether it is on the fast tier
 // at b (after b's moves, as layer b finds it). Only the boundaries of its life matter.
 using Residency = std::vector<std::vector<char>>;
@@ -60,11 +45,8 @@ std::pair<std::uint32_t, std::uint32_t> residency_window(const PlanInputs& in, c
 
 // The model's cost of one residency (what the program minimises), in ns added to a step: moves
 // are its changes, cleanliness is tracked as simulate() tracks it. Residencies that pass the
-// budget at some boundary are costed all the same (the caller checks the budget). Under
-// kMoverTime a move in counts at the boundary where the object turns fast, a move out where it
-// turns slow (a change at boundary 0 at the step's end, L).
-double residency_cost_ns(const PlanInputs& in, const Residency& fast,
-                         ResidencyModel model = ResidencyModel::kBound);
+// budget at some boundary are costed all the same (the caller checks the budget).
+double residency_cost_ns(const PlanInputs& in, const Residency& fast);
 
 // The same cost with its parts: what the layers find on the slow tier and what is copied.
 struct ResidencyCost {
@@ -76,26 +58,22 @@ struct ResidencyCost {
   // mover with a core of its own would not add.
   double mover_cpu_ns = 0;
 };
-ResidencyCost residency_cost(const PlanInputs& in, const Residency& fast,
-                             ResidencyModel model = ResidencyModel::kBound);
+ResidencyCost residency_cost(const PlanInputs& in, const Residency& fast);
 
 struct ResidencySolution {
   bool solved = false;   // a residency was found (optimal or the best within the time limit)
   bool optimal = false;  // proven optimal
   Residency fast;        // valid where solved: one entry per object, `layers` boundaries each
-  double cost_ns = 0;    // residency_cost_ns of `fast`, under the model solved
-  ResidencyCost parts;   // residency_cost of `fast`, under the model solved
-  // kBound: no residency (and no valid plan) costs less; 0 where the solver gave none, and always 0
-  // under kMoverTime (its optimum bounds no plan).
-  double bound_ns = 0;
-  std::string status;  // what the solver did, for logs: "optimal", "time limit, gap 3.2%", ...
+  double cost_ns = 0;    // residency_cost_ns of `fast`
+  ResidencyCost parts;   // residency_cost of `fast`
+  double bound_ns = 0;   // no residency (and no valid plan) costs less; 0 where the solver gave none
+  std::string status;    // what the solver did, for logs: "optimal", "time limit, gap 3.2%", ...
   int binaries = 0, rows = 0;
   double seconds = 0;  // the solver's wall time
 };
 
 // Solves the model within `time_limit_s` seconds. Never fails: where the solver finds nothing,
 // `solved` is false and `status` says why.
-ResidencySolution solve_residency(const PlanInputs& in, double time_limit_s,
-                                  ResidencyModel model = ResidencyModel::kBound);
+ResidencySolution solve_residency(const PlanInputs& in, double time_limit_s);
 
 }  // namespace tensortier::migrator
