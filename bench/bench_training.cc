@@ -243,9 +243,7 @@ int main(int argc, char** argv) {
           static_cast<double>(fast.fallbacks_out) / static_cast<double>(steps_run));
       fmt::print(
           "  {}: per step {} in, {} out ({:.1f} moves out clean, {:.1f} moves of dead bytes), {:.1f} dropped "
-          "late, {:.1f} failed; mover "
-          "CPU "
-          "{:.1f} ms a step{}\n",
+          "late, {:.1f} failed; mover CPU {:.1f} ms a step for {} copied ({:.3f} ms a MiB){}\n",
           r.tiers, format_bytes(stats.migration.bytes_in / steps_run),
           format_bytes(stats.migration.bytes_out / steps_run),
           static_cast<double>(clean) / static_cast<double>(steps_run),
@@ -253,6 +251,11 @@ int main(int argc, char** argv) {
           static_cast<double>(stats.migration.late_dropped) / static_cast<double>(steps_run),
           static_cast<double>(stats.migration.failed_moves) / static_cast<double>(steps_run),
           static_cast<double>(stats.migration.mover_cpu_ns) / 1e6 / static_cast<double>(steps_run),
+          format_bytes(stats.migration.copied_bytes / steps_run),
+          stats.migration.copied_bytes > 0
+              ? static_cast<double>(stats.migration.mover_cpu_ns) / 1e6 /
+                    (static_cast<double>(stats.migration.copied_bytes) / (1 << 20))
+              : 0.0,
           plan_note(r.runtime->plan()));
       fmt::print(
           "  {}: over the run {} moves dropped stale (their step had ended), {} planned keys not alive\n",

@@ -791,7 +791,8 @@ void mover_beside_training(const std::string& policy, std::size_t bytes, int use
 }
 
 // The room the plan's moves out will leave (what the allocator's room wait counts): a move out
-// counts from its hand-out until it ends, under way included; moves in never count.
+// counts from its hand-out until it ends, under way included; moves in never count. Of the bytes
+// moved, those of a clean move are not counted as copied.
 TEST(Executor, CountsItsMovesOutFromHandOutToTheirEnd) {
   Plan plan;
   plan.fast = 0;
@@ -810,6 +811,8 @@ TEST(Executor, CountsItsMovesOutFromHandOutToTheirEnd) {
         r.to = to;
         r.from = 1 - to;
         r.moved = true;
+        r.bytes = to == 1 ? 8 * kMiB : 4 * kMiB;
+        r.clean = to == 1;  // the move out finds its shadow: no copy
         return r;
       },
       [] { return 0u; });
@@ -825,6 +828,8 @@ TEST(Executor, CountsItsMovesOutFromHandOutToTheirEnd) {
   executor.stop();  // the queued moves are done first
   EXPECT_EQ(executor.queued_out_bytes(0), 0u);
   EXPECT_EQ(executor.stats().moves, 2u);
+  EXPECT_EQ(executor.stats().bytes_out, 8 * kMiB);
+  EXPECT_EQ(executor.stats().copied_bytes, 4 * kMiB) << "the move in only";
 }
 
 TEST(Executor, MoverThreadBesideTheTrainingThreadKeepsEveryByte) {

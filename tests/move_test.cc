@@ -430,6 +430,7 @@ TEST(Shadows, AMoveBackOutBeforeAnyWriteCopiesNothing) {
   auto out = alloc->move(obj->id, 1);
   ASSERT_TRUE(out);
   EXPECT_EQ(out->charge_ns, 0u) << "a clean move is not charged";
+  EXPECT_TRUE(out->clean);
   EXPECT_EQ(alloc->usage()[1].clean_moves, 1u);
   EXPECT_EQ(alloc->usage()[1].shadow_bytes, 0u);
   EXPECT_TRUE(holds(obj->address, kBytes, 5));
@@ -442,6 +443,7 @@ TEST(Shadows, AMoveBackOutBeforeAnyWriteCopiesNothing) {
   auto copied = alloc->move(obj->id, 1);
   ASSERT_TRUE(copied);
   EXPECT_GT(copied->charge_ns, 0u) << "a dirty move out is charged at the slow tier's write bandwidth";
+  EXPECT_FALSE(copied->clean);
   EXPECT_EQ(alloc->usage()[1].clean_moves, 1u);
   EXPECT_TRUE(holds(obj->address, kBytes, 6)) << "the bytes written, not the shadow's";
   // A shadow goes with its object, and under budget pressure like the cache.

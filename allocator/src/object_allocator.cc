@@ -861,6 +861,7 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
         tier_state_[to].usage.shadow_bytes -= r.bytes;
         r.shadow = nullptr;
         clean = true;
+        result.clean = true;
         result.discarded = false;  // a clean move: the bytes are kept all the same
       } else {
         drop_shadow_locked(r);

@@ -22,6 +22,7 @@ void accumulate(ExecutorStats& total, const ExecutorStats& part) {
   total.discarded_moves += part.discarded_moves;
   total.bytes_in += part.bytes_in;
   total.bytes_out += part.bytes_out;
+  total.copied_bytes += part.copied_bytes;
   total.failed_moves += part.failed_moves;
   total.late_moves += part.late_moves;
   total.late_dropped += part.late_dropped;
@@ -204,6 +205,7 @@ void Executor::run() {
       if (moved->discarded) ++stats_.discarded_moves;
       if (late) ++stats_.late_moves;
       (moved->to == plan_.fast ? stats_.bytes_in : stats_.bytes_out) += moved->bytes;
+      if (!moved->discarded && !moved->clean) stats_.copied_bytes += moved->bytes;
     }
     stats_.mover_cpu_ns = thread_cpu_ns();
   }

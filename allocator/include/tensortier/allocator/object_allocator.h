@@ -155,6 +155,7 @@ struct MoveResult {
   std::uint64_t charge_ns = 0;  // time it waited for an emulated tier's bandwidth
   bool moved = false;           // false: it was on `to` already
   bool discarded = false;       // its bytes were not copied (MoveOptions::discard_unless_pinned_after)
+  bool clean = false;           // not copied either: its shadow on `to` held its bytes (set_keep_shadows)
 };
 
 struct MoveOptions {

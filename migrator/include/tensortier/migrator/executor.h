@@ -50,6 +50,7 @@ struct ExecutorStats {
       0;                             // of those, moves that copied nothing (dead bytes, PlannedMove::discard)
   std::uint64_t bytes_in = 0;        // moved into the fast tier
   std::uint64_t bytes_out = 0;       // moved out of it
+  std::uint64_t copied_bytes = 0;    // of bytes_in and bytes_out, copied (not discarded, not clean)
   std::uint64_t failed_moves = 0;    // the move function refused or failed (the object stayed)
   std::uint64_t late_moves = 0;      // done after the layer that first needed it had begun
   std::uint64_t late_dropped = 0;    // dropped: every layer it would have helped had begun
