@@ -806,8 +806,8 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
   std::byte* base = nullptr;
   std::size_t bytes = 0;
   Chunk* chunk = nullptr;
-  std::optional<CachedRange> cached_destination;  // a kRemap destination from the cache of `to`
-  bool clean = false;                             // ... or the object's shadow there: no copy
+  // A kRemap destination from the cache of `to`, or the object's shadow there (result.clean: no copy).
+  std::optional<CachedRange> cached_destination;
   // Phase 1, under the lock: wait for pins, check, reserve the destination, mark the range moving.
   {
     std::unique_lock lock(mutex_);
@@ -860,7 +860,6 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
         cached_destination = CachedRange{r.shadow, r.shadow_owner};
         tier_state_[to].usage.shadow_bytes -= r.bytes;
         r.shadow = nullptr;
-        clean = true;
         result.clean = true;
         result.discarded = false;  // a clean move: the bytes are kept all the same
       } else {
@@ -869,7 +868,8 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
     }
     // A copy into an anonymous tier first takes a range of the same size from the destination's
     // cache: its pages are already faulted in (moves back and forth then fault no page).
-    if (result.method == MoveMethod::kRemap && !clean) cached_destination = take_cached_locked(to, r.bytes);
+    if (result.method == MoveMethod::kRemap && !result.clean)
+      cached_destination = take_cached_locked(to, r.bytes);
     if (Status s = cached_destination ? Status::ok() : reserve_for_move(to, r.bytes); !s.is_ok()) {
       ++tier_state_[to].usage.failed_moves;
       return out_of_memory(fmt::format("move of '{}' ({}) to tier '{}': {}; it stays on '{}'",
@@ -891,8 +891,8 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
   // Phase 2, no lock.
   void* destination = nullptr;
   bool injected = false;
-  Status status = transfer(id, to, base, bytes, cached_destination, clean || result.discarded, destination,
-                           result, injected);
+  Status status = transfer(id, to, base, bytes, cached_destination, result.clean || result.discarded,
+                           destination, result, injected);
 
   // Phase 3, under the lock: commit, or roll back and leave the object where it was.
   std::lock_guard lock(mutex_);
@@ -952,7 +952,7 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
       give_back_range(result.from, old_pages, bytes, r.owner);
     }
     r.owner = cached_destination ? cached_destination->owner : to;
-    if (clean) ++tier_state_[to].usage.clean_moves;
+    if (result.clean) ++tier_state_[to].usage.clean_moves;
     if (result.discarded) ++tier_state_[to].usage.discarded_moves;
   }
   commit_move(id, live, chunk, result.method, destination, new_slot, result);

@@ -25,6 +25,11 @@ bool writes_at(const PlanObject& o, std::uint32_t t) {
   return std::binary_search(o.writes.begin(), o.writes.end(), t);
 }
 
+// The mover's CPU time the layers lose to copying `in_bytes` in and `out_bytes` out.
+double mover_cpu_ns_of(const PlanInputs& in, double in_bytes, double out_bytes) {
+  return (in_bytes + out_bytes) * in.mover_cpu_ns_per_byte * in.mover_steals_compute;
+}
+
 // The cost of a step with S slow-access bytes, `in_bytes` moved in and `out_bytes` moved out with
 // a copy: the lower bound of residency_model.h, in ns added to the compute.
 double bound_of(const PlanInputs& in, double slow_bytes, double in_bytes, double out_bytes) {
@@ -33,8 +38,7 @@ double bound_of(const PlanInputs& in, double slow_bytes, double in_bytes, double
   const double with_charge = compute + slow_bytes * in.slow_access_ns_per_byte;
   const double slow_busy =
       slow_bytes * in.slow_traffic_ns_per_byte() + in_bytes / in.move_in_gbps + out_bytes / in.move_out_gbps;
-  return std::max(with_charge, slow_busy) - compute +
-         (in_bytes + out_bytes) * in.mover_cpu_ns_per_byte * in.mover_steals_compute;
+  return std::max(with_charge, slow_busy) - compute + mover_cpu_ns_of(in, in_bytes, out_bytes);
 }
 
 // A linear expression over the program's columns: coefficient per column, plus a constant.
@@ -103,7 +107,7 @@ ResidencyCost residency_cost(const PlanInputs& in, const Residency& fast) {
     }
   }
   return {slow_bytes, in_bytes, out_bytes, bound_of(in, slow_bytes, in_bytes, out_bytes),
-          (in_bytes + out_bytes) * in.mover_cpu_ns_per_byte * in.mover_steals_compute};
+          mover_cpu_ns_of(in, in_bytes, out_bytes)};
 }
 
 ResidencySolution solve_residency(const PlanInputs& in, double time_limit_s) {
