@@ -44,7 +44,23 @@ struct Run {
   std::vector<double> faults;
   std::vector<double> charge_ms;
   std::vector<double> slow_mib;  // declared MiB its layers found on an emulated tier, per step
+  // Its executors' counts before the first measured step (the warm-up steps under a plan include
+  // the first, which places the plan's objects).
+  migrator::ExecutorStats before_measured;
 };
+
+// The mover's CPU a measured step, the bytes it copied a measured step, and its CPU per MiB
+// copied over the measured steps (the executors' counts since before_measured).
+struct MoverPart {
+  double cpu_ms = 0, copied_mib = 0, ms_per_mib = 0;
+};
+MoverPart mover_in_measured_steps(const Run& r, int steps) {
+  if (!r.runtime || steps <= 0) return {};
+  const migrator::ExecutorStats now = r.runtime->stats().migration;
+  const double cpu_ms = static_cast<double>(now.mover_cpu_ns - r.before_measured.mover_cpu_ns) / 1e6;
+  const double mib = static_cast<double>(now.copied_bytes - r.before_measured.copied_bytes) / (1 << 20);
+  return {cpu_ms / steps, mib / steps, mib > 0 ? cpu_ms / mib : 0.0};
+}
 
 // The plan's floor over fast-only (1 with no plan).
 double floor_of(const Run& r) {
@@ -100,7 +116,9 @@ int main(int argc, char** argv) {
       "Run each tier spec under this migration policy; repeat for more (fast-only is the reference); "
       "NAME+copies runs it with every move out copying (no shadow copies), NAME+copy-dead with moves of "
       "dead bytes copying too, NAME+no-arena with its short-lived objects allocated one by one, "
-      "NAME+no-room-wait with objects that find no room falling back at once (no wait for moves out)");
+      "NAME+no-room-wait with objects that find no room falling back at once (no wait for moves out), "
+      "NAME+measured-mover with its plan made again after steps 3-4 with the mover's CPU per byte as "
+      "measured in them (needs --warmup 5 or more)");
   app.add_option("--fast-budget", fast_budget,
                  "The policies' fast budget: a size or a share of the footprint (20%)");
   app.add_option("--tiers", tiers,
@@ -133,6 +151,14 @@ int main(int argc, char** argv) {
     return 1;
   }
   for (const auto& [spec, policy] : modes) {
+    if (policy.find("+measured-mover") != std::string::npos && warmup < 5) {
+      fmt::print(
+          stderr,
+          "bench_training: --policy {}: --warmup must be at least 5 (the plan is made again after step "
+          "4, and places its objects in step 5)\n",
+          policy);
+      return 1;
+    }
     RuntimeOptions options(spec);
     options.profile.enabled = !policy.empty();  // a policy plans from the profile of step 1
     // NAME+copies: the policy with every move out copying (no shadow copies kept); NAME+copy-dead:
@@ -146,6 +172,7 @@ int main(int argc, char** argv) {
       name.resize(name.size() - suffix.size());
       return true;
     };
+    const bool measured_mover = strip("+measured-mover");
     const bool no_room_wait = strip("+no-room-wait");
     const bool no_arena = strip("+no-arena");
     const bool copy_dead = strip("+copy-dead");
@@ -157,6 +184,9 @@ int main(int argc, char** argv) {
     if (no_room_wait) options.room_wait = std::chrono::nanoseconds{0};
     options.fast_budget = fast_budget;
     options.trial_steps = 0;  // the policy's plan as made, every measured step (no trial swap)
+    // Step 1 is profiled, step 2 places the plan's objects, steps 3-4 measure the mover; the plan
+    // made again runs from step 5 (placing its objects), so measured steps start at 6.
+    if (measured_mover) options.measured_mover_steps = 2;
     auto rt = Runtime::create(options);
     if (!rt) {
       fmt::print(stderr, "bench_training: --tiers '{}'{}: {}\n", spec,
@@ -192,6 +222,7 @@ int main(int argc, char** argv) {
   for (int step = 0; step < warmup + steps; ++step) {
     for (Run& r : runs) {
       if (!r.batches->next(r.engine, r.batch).is_ok()) return 1;
+      if (step == warmup && r.runtime) r.before_measured = r.runtime->stats().migration;
       const long f0 = page_faults();
       const auto t0 = std::chrono::steady_clock::now();
       if (r.runtime) (void)r.runtime->step_begin();
@@ -260,6 +291,10 @@ int main(int argc, char** argv) {
       fmt::print(
           "  {}: over the run {} moves dropped stale (their step had ended), {} planned keys not alive\n",
           r.tiers, stats.migration.stale_dropped, stats.migration.missing);
+      const MoverPart part = mover_in_measured_steps(r, steps);
+      fmt::print("  {}: measured steps: mover CPU {:.1f} ms a step for {:.1f} MiB copied ({:.3f} ms a MiB)\n",
+                 r.tiers, part.cpu_ms, part.copied_mib, part.ms_per_mib);
+      if (!r.runtime->replan_result().empty()) fmt::print("  {}: {}\n", r.tiers, r.runtime->replan_result());
       if (!stats.migration.last_failure.empty())
         fmt::print("  {}: the last failed move: {}\n", r.tiers, stats.migration.last_failure);
     }
@@ -277,7 +312,8 @@ int main(int argc, char** argv) {
         "\"median_faults\": {:.0f}, \"median_emulated_ms\": {:.3f}, \"floor\": {:.3f}, \"emulated\": "
         "\"{}\", \"median_slow_mib\": {:.1f}, \"in_mib\": {:.1f}, \"out_mib\": {:.1f}, \"late_dropped\": "
         "{:.1f}, "
-        "\"failed\": {:.1f}, \"mover_cpu_ms\": {:.1f}, \"floor_slow_ms\": {:.1f}, \"conv\": \"{}\", "
+        "\"failed\": {:.1f}, \"mover_cpu_ms\": {:.1f}, \"mover_cpu_ms_measured\": {:.1f}, "
+        "\"copied_mib_measured\": {:.1f}, \"floor_slow_ms\": {:.1f}, \"conv\": \"{}\", "
         "\"peak_live_mib\": {:.1f}, \"in_place\": {}}}\n",
         model, r.mode, r.tiers, median(r.step_ms), median(r.faults), median(r.charge_ms), floor_of(r),
         r.runtime ? emulated_note(*r.runtime) : "", median(r.slow_mib),
@@ -286,6 +322,7 @@ int main(int argc, char** argv) {
         static_cast<double>(st.migration.late_dropped) / per_step,
         static_cast<double>(st.migration.failed_moves) / per_step,
         static_cast<double>(st.migration.mover_cpu_ns) / 1e6 / per_step,
+        mover_in_measured_steps(r, steps).cpu_ms, mover_in_measured_steps(r, steps).copied_mib,
         r.runtime && r.runtime->plan() != nullptr ? r.runtime->plan()->floor_slow_ns / 1e6 : 0.0,
         to_string(conv_algorithm.value()), static_cast<double>(st.peak_live_bytes) / (1 << 20), in_place);
   }

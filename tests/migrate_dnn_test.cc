@@ -56,6 +56,10 @@ struct TrainRun {
   std::string variant;                        // of the plan running at the end
   std::uint64_t region_bytes = 0;             // its short-lived region, where it places objects there
   std::vector<migrator::PlannedMove> moves;   // its moves
+  std::string replan_result;                  // Runtime::replan_result() at the end
+  double measured_mover_cpu_ns_per_byte = 0;  // Runtime::measured_mover_cpu_ns_per_byte()
+  double planned_mover_cpu_ns = 0;            // the running plan's Plan::mover_cpu_ns
+  std::uint64_t planned_copied_bytes = 0;     // the bytes it plans to copy (in + out, not clean, not dead)
 };
 
 // An extra observer of train() that wants the runtime it observes (set before the first step).
@@ -72,9 +76,10 @@ TrainRun train(const std::string& model, const std::string& policy, const std::s
                double failure_rate = 0, StepObserver* extra_observer = nullptr, std::size_t extra_samples = 0,
                std::uint32_t trial_steps = RuntimeOptions{}.trial_steps, int steps = kSteps,
                const char* tiers = "fast=dram:1GiB,slow=emulated:cxl:4GiB", dnnl::memory::dims input = {},
-               int width = 0) {
+               int width = 0, std::uint32_t measured_mover_steps = 0) {
   TrainRun out;
   RuntimeOptions options(tiers);
+  options.measured_mover_steps = measured_mover_steps;
   // Plans that move (these checks are about results under moves): a mover's CPU counted as free,
   // as on a machine with a core to spare. Counted, moving would not pay on these small models.
   options.mover_steals_compute = 0;
@@ -134,6 +139,12 @@ TrainRun train(const std::string& model, const std::string& policy, const std::s
   out.trial_result = r.trial_result();
   if (r.plan() != nullptr) out.variant = r.plan()->variant;
   if (r.plan() != nullptr) out.moves = r.plan()->moves;
+  out.replan_result = r.replan_result();
+  out.measured_mover_cpu_ns_per_byte = r.measured_mover_cpu_ns_per_byte();
+  if (const migrator::Plan* p = r.plan(); p != nullptr) {
+    out.planned_mover_cpu_ns = p->mover_cpu_ns;
+    out.planned_copied_bytes = p->bytes_in + p->bytes_out - p->clean_out_bytes - p->discard_bytes;
+  }
   if (r.plan() != nullptr) out.region_bytes = r.plan()->region_offsets.empty() ? 0 : r.plan()->region_bytes;
   out.checks = watch.checks;
   out.over = watch.over;
@@ -298,6 +309,39 @@ TEST(Policies, TheTrialKeepsWhicheverOfMovingAndNotMovingIsFaster) {
   const TrainRun untried = train("resnet18", "sentinel", "20%", 0, nullptr, 0, /*trial_steps=*/0);
   EXPECT_TRUE(untried.trial_result.empty());
   EXPECT_EQ(untried.variant, "");
+}
+
+// RuntimeOptions::measured_mover_steps (2 here): steps 3-4 measure the mover's CPU per byte
+// copied (step 2 places the plan's objects), and the plan made again with it, in place of the cost
+// model's estimate, runs from step 5; the trial, where one is set, then tries the plan made again.
+TEST(Policies, APlanIsMadeAgainWithTheMoversCpuAsMeasured) {
+  const TrainRun reference = train("resnet18", "fast-only", "", 0, nullptr, 0, 0);
+  const TrainRun run = train("resnet18", "sentinel", "20%", 0, nullptr, 0, /*trial_steps=*/0, kSteps,
+                             "fast=dram:1GiB,slow=emulated:cxl:4GiB", {}, 0, /*measured_mover_steps=*/2);
+  EXPECT_EQ(run.losses, reference.losses);
+  EXPECT_EQ(run.params, reference.params);
+  ASSERT_NE(run.replan_result.find("made again with the mover's CPU measured over 2 steps"),
+            std::string::npos)
+      << run.replan_result;
+  EXPECT_NE(run.variant.find("made again with the mover's CPU as measured"), std::string::npos)
+      << run.variant;
+  // The plan running weighs each byte it copies at the measured CPU, not the estimate.
+  EXPECT_GT(run.measured_mover_cpu_ns_per_byte, 0.0);
+  ASSERT_GT(run.planned_copied_bytes, 0u)
+      << "the plan made again moves nothing: the check below says nothing";
+  EXPECT_NEAR(run.planned_mover_cpu_ns,
+              run.measured_mover_cpu_ns_per_byte * static_cast<double>(run.planned_copied_bytes),
+              1e-6 * run.planned_mover_cpu_ns);
+  // With a trial as well: it starts once the plan is made again, and tries that plan.
+  const TrainRun tried = train("resnet18", "sentinel", "20%", 0, nullptr, 0, /*trial_steps=*/1, 14,
+                               "fast=dram:1GiB,slow=emulated:cxl:4GiB", {}, 0, /*measured_mover_steps=*/2);
+  EXPECT_FALSE(tried.replan_result.empty());
+  ASSERT_FALSE(tried.trial_result.empty()) << "the trial did not end within 14 steps";
+  EXPECT_EQ(tried.losses, train("resnet18", "fast-only", "", 0, nullptr, 0, 0, 14).losses);
+  // Off (0): no plan is made again.
+  const TrainRun off = train("resnet18", "sentinel", "20%", 0, nullptr, 0, /*trial_steps=*/0);
+  EXPECT_TRUE(off.replan_result.empty());
+  EXPECT_EQ(off.measured_mover_cpu_ns_per_byte, 0.0);
 }
 
 // Slows layers by which plan of the trial runs: in the phase with the plan as made, the layers a

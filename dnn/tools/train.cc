@@ -51,6 +51,7 @@ struct Options {
   std::string policy;          // empty: TENSORTIER_POLICY, else none
   std::string fast_budget;     // empty: TENSORTIER_FAST_BUDGET, else the fast tier's budget
   std::uint32_t trial_steps = RuntimeOptions{}.trial_steps;
+  std::uint32_t measured_mover_steps = RuntimeOptions{}.measured_mover_steps;
   std::string trace;  // Chrome trace of steps [trace_from, trace_from + trace_steps)
   std::size_t trace_from = 4;
   std::size_t trace_steps = 1;
@@ -230,6 +231,11 @@ int main(int argc, char** argv) {
                  "the fastest goes on (0: no trial)")
       ->check(CLI::Range(0, 100))
       ->capture_default_str();
+  app.add_option("--measured-mover-steps", o.measured_mover_steps,
+                 "Steps after which the policy's plan, where it copies, is made again with the mover's CPU "
+                 "per byte as measured in them (0: plans keep the cost model's estimate)")
+      ->check(CLI::Range(0, 100))
+      ->capture_default_str();
   app.add_option("--trace", o.trace,
                  "Write a Chrome trace (Perfetto) of layers, moves and waits there (tools/plot_timeline.py "
                  "draws it)");
@@ -254,6 +260,7 @@ int main(int argc, char** argv) {
   runtime_options.policy = o.policy;
   runtime_options.fast_budget = o.fast_budget;
   runtime_options.trial_steps = o.trial_steps;
+  runtime_options.measured_mover_steps = o.measured_mover_steps;
   if (!o.policy.empty() && o.profile == "off")
     return fail(invalid_argument("--policy plans from the profiled step: it cannot run with --profile off"));
   auto created = Runtime::create(runtime_options);
@@ -370,6 +377,7 @@ int main(int argc, char** argv) {
         stats.migration.missing, stats.migration.off_plan_steps,
         static_cast<double>(stats.migration.mover_cpu_ns) / 1e6,
         static_cast<double>(stats.move_wait_ns) / 1e6, stats.late_moves);
+    if (!rt.replan_result().empty()) fmt::print("  {}\n", rt.replan_result());
     if (!rt.trial_result().empty()) fmt::print("  {}\n", rt.trial_result());
     if (!stats.migration.last_failure.empty())
       fmt::print("  the last failed move: {}\n", stats.migration.last_failure);

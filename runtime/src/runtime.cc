@@ -216,6 +216,7 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
   runtime->mover_steals_compute_ = std::clamp(options.mover_steals_compute, 0.0, 1.0);
   runtime->room_wait_ = std::max(options.room_wait, std::chrono::nanoseconds{0});
   runtime->trial_steps_ = options.trial_steps;
+  runtime->measured_mover_steps_ = options.measured_mover_steps;
   runtime->short_lived_arena_ = options.short_lived_arena;
   return runtime;
 }
@@ -552,33 +553,14 @@ void Runtime::start_migration(const profiler::StepProfile& profile) {
     spdlog::warn("policy '{}': {}", policy_, s.message());
   plan_layers_ = inputs->layers;
   plan_signatures_ = layer_signatures_;  // start_migration runs at the end of the profiled step
-  // A plan that moves gets a trial: as made, without its late moves, and with no moves in the same
-  // budget (RuntimeOptions::trial_steps).
-  if (trial_steps_ > 0 && trial_ == Trial::kNone && !plan->moves.empty()) {
-    trial_phases_.clear();
-    trial_phases_.push_back({.what = "with its moves", .verdict = "its plan runs as made"});
-    if (auto timely = migrator::without_late_moves(plan.value(), inputs.value()); timely) {
-      timely->variant = (timely->variant.empty() ? "" : timely->variant + "; ") +
-                        "its late moves left out (their objects stay slow), chosen by the trial";
-      trial_phases_.push_back({.what = "with its late moves left out",
-                               .verdict = "its plan runs without its late moves",
-                               .plan = std::move(timely),
-                               .late_left_out = true});
-    }
-    if (auto unmoved = migrator::make_plan("first-touch", inputs.value()); unmoved) {
-      (void)migrator::simulate(unmoved.value(), inputs.value());
-      unmoved->policy = policy_;
-      unmoved->variant = "no moves: first-touch placement, chosen by the trial";
-      trial_phases_.push_back({.what = "with none (first-touch placement)",
-                               .verdict = "moving does not pay here, the run goes on without moves",
-                               .plan = std::move(unmoved).value()});
-    }
-    trial_ = Trial::kRunning;
-    trial_phase_ = 0;
-    trial_skip_ = 1;
-    trial_ns_.clear();
-    trial_layer_ns_.clear();
-    trial_inputs_ = inputs.value();
+  // A plan that copies is made again once the mover's CPU per byte is measured
+  // (RuntimeOptions::measured_mover_steps); its trial then waits for the plan made again.
+  if (measured_mover_steps_ > 0 && replan_result_.empty() && plan->mover_cpu_ns > 0) {
+    replan_left_ = measured_mover_steps_;
+    replan_skip_ = 1;
+    plan_inputs_ = inputs.value();
+  } else {
+    begin_trial(plan.value(), inputs.value());
   }
   const std::uint64_t failed = make_executor(std::move(plan).value());
   // The fast tier's peak under the policy starts once the persistent objects are where the plan
@@ -653,11 +635,45 @@ void Runtime::close_arena() {
   }
 }
 
+void Runtime::begin_trial(const migrator::Plan& plan, const migrator::PlanInputs& inputs) {
+  // A plan that moves gets a trial: as made, without its late moves, and with no moves in the same
+  // budget (RuntimeOptions::trial_steps).
+  if (trial_steps_ == 0 || trial_ != Trial::kNone || plan.moves.empty()) return;
+  trial_phases_.clear();
+  trial_phases_.push_back({.what = "with its moves", .verdict = "its plan runs as made"});
+  if (auto timely = migrator::without_late_moves(plan, inputs); timely) {
+    timely->variant = (timely->variant.empty() ? "" : timely->variant + "; ") +
+                      "its late moves left out (their objects stay slow), chosen by the trial";
+    trial_phases_.push_back({.what = "with its late moves left out",
+                             .verdict = "its plan runs without its late moves",
+                             .plan = std::move(timely),
+                             .late_left_out = true});
+  }
+  if (auto unmoved = migrator::make_plan("first-touch", inputs); unmoved) {
+    (void)migrator::simulate(unmoved.value(), inputs);
+    unmoved->policy = policy_;
+    unmoved->variant = "no moves: first-touch placement, chosen by the trial";
+    trial_phases_.push_back({.what = "with none (first-touch placement)",
+                             .verdict = "moving does not pay here, the run goes on without moves",
+                             .plan = std::move(unmoved).value()});
+  }
+  trial_ = Trial::kRunning;
+  trial_phase_ = 0;
+  trial_skip_ = 1;
+  trial_ns_.clear();
+  trial_layer_ns_.clear();
+  trial_inputs_ = inputs;
+}
+
 void Runtime::switch_plan(std::size_t k) {
   migrator::Plan next = std::move(trial_phases_[k].plan).value();
   trial_phases_[k].plan.reset();
   trial_phases_[trial_phase_].plan = executor_->plan();
   trial_phase_ = k;
+  install_plan(std::move(next));
+}
+
+void Runtime::install_plan(migrator::Plan next) {
   advisor_.store(nullptr, std::memory_order_release);
   executor_->stop();  // the moves it had queued are done first
   remove_observer(executor_.get());
@@ -670,6 +686,61 @@ void Runtime::switch_plan(std::size_t k) {
   if (const std::uint64_t failed = make_executor(std::move(next)); failed != 0)
     spdlog::warn("policy {}: {} persistent objects failed to reach their start tier", policy_, failed);
   start_executor("stops");
+}
+
+// After a step: counts it toward making the plan again with the mover's measured CPU per byte,
+// when it was of the planned kind and ran under a plan; makes it and runs it after the last.
+void Runtime::replan_step() {
+  if (replan_left_ == 0 || executor_ == nullptr || step_profiled_ || !on_plan_ ||
+      layer_signatures_.size() != plan_signatures_.size())
+    return;
+  const migrator::ExecutorStats now = executor_->stats();
+  if (replan_skip_ > 0) {  // the first step under a plan places its persistent objects
+    --replan_skip_;
+    replan_cpu_start_ns_ = now.mover_cpu_ns;
+    replan_copied_start_bytes_ = now.copied_bytes;
+    return;
+  }
+  if (--replan_left_ > 0) return;
+  migrator::PlanInputs inputs = std::move(plan_inputs_).value();
+  plan_inputs_.reset();
+  const std::uint64_t copied_bytes = now.copied_bytes - replan_copied_start_bytes_;
+  const double estimate = inputs.mover_cpu_ns_per_byte;
+  const migrator::Plan& running = executor_->plan();
+  if (copied_bytes == 0) {
+    replan_result_ = fmt::format("{} made again: not, its mover copied nothing in {} steps", policy_,
+                                 measured_mover_steps_);
+    spdlog::info("policy {}", replan_result_);
+    begin_trial(running, inputs);
+    return;
+  }
+  inputs.mover_cpu_ns_per_byte =
+      static_cast<double>(now.mover_cpu_ns - replan_cpu_start_ns_) / static_cast<double>(copied_bytes);
+  measured_mover_cpu_ns_per_byte_ = inputs.mover_cpu_ns_per_byte;
+  const double mib = 1 << 20;
+  const std::string measured =
+      fmt::format("the mover's CPU measured over {} steps, {:.3f} ms a MiB copied (plans estimated {:.3f})",
+                  measured_mover_steps_, inputs.mover_cpu_ns_per_byte * mib / 1e6, estimate * mib / 1e6);
+  auto remade = migrator::make_plan(policy_, inputs);
+  if (!remade) {
+    replan_result_ = fmt::format("{} made again with {}: failed, its plan runs on: {}", policy_, measured,
+                                 remade.status().message());
+    spdlog::warn("policy {}", replan_result_);
+    begin_trial(running, inputs);
+    return;
+  }
+  if (std::string problem = migrator::simulate(remade.value(), inputs); !problem.empty())
+    spdlog::warn("policy '{}': {}", policy_, problem);
+  replan_result_ = fmt::format(
+      "{} made again with {}: {} in, {} out a step, {:.1f} ms predicted added (its plan before: {} in, {} "
+      "out)",
+      policy_, measured, format_bytes(remade->bytes_in), format_bytes(remade->bytes_out),
+      remade->predicted_extra_ns / 1e6, format_bytes(running.bytes_in), format_bytes(running.bytes_out));
+  spdlog::info("policy {}", replan_result_);
+  remade->variant =
+      (remade->variant.empty() ? "" : remade->variant + "; ") + "made again with the mover's CPU as measured";
+  begin_trial(remade.value(), inputs);
+  install_plan(std::move(remade).value());
 }
 
 // One step's time for the trial, when the step was of the planned kind and ran under a plan.
@@ -805,6 +876,7 @@ Status Runtime::step_end() {
   last_signature_ = signature_;
   if (profiler_ != nullptr) finish_profile(duration_ns);
   trial_step(duration_ns);
+  replan_step();
   last_step_.swap(current_step_);
   {
     std::lock_guard lock(stats_mutex_);

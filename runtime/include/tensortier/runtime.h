@@ -139,6 +139,14 @@ struct RuntimeOptions {
   // The fastest by median step time runs from then on (mover CPU and waits are in the step time).
   // Once per run. 0: no trial, the plan runs as made.
   std::uint32_t trial_steps = 3;
+  // Plans weigh a copy by the mover's CPU per byte, estimated from the slow tier's cost model
+  // (PlanInputs::mover_cpu_ns_per_byte); the real copy costs more (page faults, TLB shootdowns,
+  // remaps). Where this is above 0 and the plan copies, after this many steps of the planned kind
+  // under it the plan is made again from the same profile with the mover's CPU per byte copied as
+  // measured over them (ExecutorStats::mover_cpu_ns over copied_bytes), and runs from then on
+  // (replan_result() says so); the trial, where one is set, then tries the plan made again. Once
+  // per run. 0: plans keep the estimate.
+  std::uint32_t measured_mover_steps = 0;
   // A plan's short-lived region (sentinel's) is one arena of the fast tier in which those objects
   // are placed at the offsets the offset planner gave (no range taken or faulted per object).
   // false: they are allocated one by one, as any object (for comparison).
@@ -284,6 +292,11 @@ class Runtime {
   // What the trial of the plan found (RuntimeOptions::trial_steps), one line; empty while none
   // has ended. Training thread.
   const std::string& trial_result() const { return trial_result_; }
+  // What making the plan again with the mover's measured CPU per byte did
+  // (RuntimeOptions::measured_mover_steps), one line; empty before. Training thread.
+  const std::string& replan_result() const { return replan_result_; }
+  // The mover's CPU per byte copied that the plan was made again with; 0 before (or never).
+  double measured_mover_cpu_ns_per_byte() const { return measured_mover_cpu_ns_per_byte_; }
 
  private:
   Runtime(std::vector<std::unique_ptr<Tier>> tiers, std::string spec, std::string source,
@@ -383,6 +396,17 @@ class Runtime {
   std::size_t trial_phase_ = 0;           // the phase whose plan runs
   std::uint32_t plan_layers_ = 0;
   std::string trial_result_;
+  // Puts a plan that moves on trial (trial_steps_ > 0), made from `inputs`; the plan runs already.
+  void begin_trial(const migrator::Plan& plan, const migrator::PlanInputs& inputs);
+  // The plan made again with the mover's measured CPU (RuntimeOptions::measured_mover_steps).
+  std::uint32_t measured_mover_steps_ = 0;
+  std::uint32_t replan_left_ = 0;                    // measured steps left before it; 0: none due
+  std::uint32_t replan_skip_ = 0;                    // unmeasured steps left before those
+  std::optional<migrator::PlanInputs> plan_inputs_;  // what the running plan was made from, while due
+  std::uint64_t replan_cpu_start_ns_ = 0, replan_copied_start_bytes_ = 0;  // the executor's at the start
+  std::string replan_result_;
+  double measured_mover_cpu_ns_per_byte_ = 0;
+  void replan_step();
   bool step_profiled_ = false;
   // Makes the executor for `plan`, moves the persistent objects to its start tiers and opens its
   // short-lived region; returns how many persistent objects failed to get there.
@@ -392,6 +416,8 @@ class Runtime {
   void start_executor(std::string_view otherwise);
   // Runs trial phase `k`'s plan from the next step, keeping the running one in its phase.
   void switch_plan(std::size_t k);
+  // Retires the running executor (its queued moves done first) and runs `next` from the next step.
+  void install_plan(migrator::Plan next);
   // The plan's short-lived region as an allocator arena (none where the plan has none or the
   // tier has no room); closing gives it back, or leaves it where objects still live in it.
   void open_arena(const migrator::Plan& plan);
