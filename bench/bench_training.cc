@@ -205,9 +205,11 @@ int main(int argc, char** argv) {
                        {},
                        {},
                        {},
+                       {},
                        {}});
   }
-  runs.push_back(Run{"plain", "", nullptr, Engine::without_runtime(), nullptr, nullptr, {}, {}, {}, {}, {}});
+  runs.push_back(
+      Run{"plain", "", nullptr, Engine::without_runtime(), nullptr, nullptr, {}, {}, {}, {}, {}, {}});
   for (Run& r : runs) {
     r.engine.set_conv_algorithm(conv_algorithm.value());
     r.engine.set_in_place_relu(in_place);
