@@ -117,8 +117,10 @@ int main(int argc, char** argv) {
       "NAME+copies runs it with every move out copying (no shadow copies), NAME+copy-dead with moves of "
       "dead bytes copying too, NAME+no-arena with its short-lived objects allocated one by one, "
       "NAME+no-room-wait with objects that find no room falling back at once (no wait for moves out), "
-      "NAME+measured-mover with its plan made again after steps 3-4 with the mover's CPU per byte as "
-      "measured in them (needs --warmup 5 or more)");
+      "NAME+free-mover with plans that count none of the mover's CPU against the layers "
+      "(RuntimeOptions::mover_steals_compute 0), NAME+measured-mover with its plan made again after steps "
+      "3-4 with the mover's CPU per byte as measured in them (needs --warmup 5 or more; last of the "
+      "suffixes)");
   app.add_option("--fast-budget", fast_budget,
                  "The policies' fast budget: a size or a share of the footprint (20%)");
   app.add_option("--tiers", tiers,
@@ -165,7 +167,8 @@ int main(int argc, char** argv) {
     // moves of dead bytes copy as any other (RuntimeOptions::dead_moves off); NAME+no-arena: its
     // short-lived objects allocated one by one, not at their planned offsets in one arena;
     // NAME+no-room-wait: an object born with no room on the fast tier falls back at once
-    // (RuntimeOptions::room_wait 0).
+    // (RuntimeOptions::room_wait 0); NAME+free-mover: plans weigh moves without the mover's CPU
+    // (RuntimeOptions::mover_steals_compute 0, as if the mover had a core of its own).
     std::string name = policy;
     auto strip = [&name](std::string_view suffix) {  // true where `name` ended with it, now cut off
       if (!name.ends_with(suffix)) return false;
@@ -173,6 +176,7 @@ int main(int argc, char** argv) {
       return true;
     };
     const bool measured_mover = strip("+measured-mover");
+    const bool free_mover = strip("+free-mover");
     const bool no_room_wait = strip("+no-room-wait");
     const bool no_arena = strip("+no-arena");
     const bool copy_dead = strip("+copy-dead");
@@ -182,6 +186,7 @@ int main(int argc, char** argv) {
     options.dead_moves = !copy_dead;
     options.short_lived_arena = !no_arena;
     if (no_room_wait) options.room_wait = std::chrono::nanoseconds{0};
+    if (free_mover) options.mover_steals_compute = 0;
     options.fast_budget = fast_budget;
     options.trial_steps = 0;  // the policy's plan as made, every measured step (no trial swap)
     // Step 1 is profiled, step 2 places the plan's objects, steps 3-4 measure the mover; the plan
