@@ -278,8 +278,8 @@ nlohmann::json summarize(const MatrixConfig& c, const nlohmann::json& tasks) {
             const double f = number(runs.at("fast-only"), "median_ms");
             v["median_ms"].push_back(number(r, "median_ms"));
             v["ratio"].push_back(f > 0 ? number(r, "median_ms") / f : 0.0);
-            for (const char* k : {"in_mib", "out_mib", "late_dropped", "failed", "mover_cpu_ms", "charge_ms",
-                                  "slow_mib", "fast_peak_mib"}) {
+            for (const char* k : {"in_mib", "out_mib", "copied_mib", "late_dropped", "failed", "mover_cpu_ms",
+                                  "charge_ms", "slow_mib", "fast_peak_mib"}) {
               v[k].push_back(number(r, k));
             }
           }
@@ -396,7 +396,7 @@ std::string markdown_tables(const nlohmann::json& summary) {
       }
       out += "\n";
     }
-    out += "\nPer step: MiB moved in / out, moves dropped late, failed moves, mover CPU ms\n\n";
+    out += "\nPer measured step: MiB moved in / out, moves dropped late, failed moves, mover CPU ms\n\n";
     out += "| model | tiers | fast budget |";
     for (const std::string& p : policies)
       if (p != "fast-only" && p != "slow-only") out += " " + p + " |";
@@ -450,9 +450,9 @@ std::string markdown_tables(const nlohmann::json& summary) {
 
 std::string csv(const nlohmann::json& summary) {
   static constexpr const char* kColumns[] = {
-      "model",  "tiers",         "spec",      "budget",   "policy",       "reps",    "median_ms",
-      "ratio",  "penalty_share", "floor",     "bound",    "in_mib",       "out_mib", "late_dropped",
-      "failed", "mover_cpu_ms",  "charge_ms", "slow_mib", "fast_peak_mib"};
+      "model",  "tiers",         "spec",      "budget",   "policy",        "reps",      "median_ms",
+      "ratio",  "penalty_share", "floor",     "bound",    "in_mib",        "out_mib",   "late_dropped",
+      "failed", "mover_cpu_ms",  "charge_ms", "slow_mib", "fast_peak_mib", "copied_mib"};
   std::string out;
   for (const char* c : kColumns) out += fmt::format("{}{}", out.empty() ? "" : ",", c);
   out += "\n";

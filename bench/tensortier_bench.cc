@@ -81,6 +81,9 @@ struct PolicyRun {
   std::unique_ptr<BatchIterator> batches;
   Batch batch;
   std::vector<double> step_ms, charge_ms, slow_mib;
+  // Its executor's counts before the first measured step: the migration figures are over the
+  // measured steps (the first step under a plan, which places the plan's objects, is a warm-up).
+  migrator::ExecutorStats before_measured;
 };
 
 Result<json> run_task(const MatrixConfig& c, const Task& task, const fs::path& out_dir) {
@@ -102,7 +105,7 @@ Result<json> run_task(const MatrixConfig& c, const Task& task, const fs::path& o
                     fmt::format("--tiers '{}' --policy {}: {}", task.spec, policy, rt.status().message()));
     Engine engine(*rt.value());
     runs.push_back(
-        PolicyRun{policy, std::move(rt).value(), std::move(engine), nullptr, nullptr, {}, {}, {}, {}});
+        PolicyRun{policy, std::move(rt).value(), std::move(engine), nullptr, nullptr, {}, {}, {}, {}, {}});
   }
   for (PolicyRun& r : runs) {
     auto net = make_model(task.model, {10, c.width});
@@ -127,6 +130,7 @@ Result<json> run_task(const MatrixConfig& c, const Task& task, const fs::path& o
         TENSORTIER_RETURN_IF_ERROR(r.runtime->add_observer(occupancy.get()));
       }
       TENSORTIER_RETURN_IF_ERROR(r.batches->next(r.engine, r.batch));
+      if (step == c.warmup) r.before_measured = r.runtime->stats().migration;
       const auto t0 = std::chrono::steady_clock::now();
       TENSORTIER_RETURN_IF_ERROR(r.runtime->step_begin());
       auto result = r.net->train_step(r.engine, r.batch, sgd);
@@ -147,17 +151,23 @@ Result<json> run_task(const MatrixConfig& c, const Task& task, const fs::path& o
   json results = json::object();
   for (PolicyRun& r : runs) {
     const RuntimeStats st = r.runtime->stats();
-    const double steps = static_cast<double>(std::max<std::uint64_t>(1, st.migration.steps));
+    // The executor's counts over the measured steps, per step.
+    const migrator::ExecutorStats& b = r.before_measured;
+    const double steps = static_cast<double>(std::max<std::uint64_t>(1, st.migration.steps - b.steps));
+    const auto per_step = [steps](std::uint64_t now, std::uint64_t before) {
+      return static_cast<double>(now - before) / steps;
+    };
     const migrator::Plan* plan = r.runtime->plan();
     json j{{"median_ms", bench::median(r.step_ms)},
            {"step_ms", r.step_ms},
            {"charge_ms", bench::median(r.charge_ms)},
            {"slow_mib", bench::median(r.slow_mib)},
-           {"in_mib", static_cast<double>(st.migration.bytes_in) / (1 << 20) / steps},
-           {"out_mib", static_cast<double>(st.migration.bytes_out) / (1 << 20) / steps},
-           {"late_dropped", static_cast<double>(st.migration.late_dropped) / steps},
-           {"failed", static_cast<double>(st.migration.failed_moves) / steps},
-           {"mover_cpu_ms", static_cast<double>(st.migration.mover_cpu_ns) / 1e6 / steps},
+           {"in_mib", per_step(st.migration.bytes_in, b.bytes_in) / (1 << 20)},
+           {"out_mib", per_step(st.migration.bytes_out, b.bytes_out) / (1 << 20)},
+           {"copied_mib", per_step(st.migration.copied_bytes, b.copied_bytes) / (1 << 20)},
+           {"late_dropped", per_step(st.migration.late_dropped, b.late_dropped)},
+           {"failed", per_step(st.migration.failed_moves, b.failed_moves)},
+           {"mover_cpu_ms", per_step(st.migration.mover_cpu_ns, b.mover_cpu_ns) / 1e6},
            {"fast_peak_mib",
             st.tiers.empty() ? 0.0 : static_cast<double>(st.tiers.front().peak_mapped_bytes) / (1 << 20)}};
     if (plan != nullptr) {
