@@ -536,6 +536,13 @@ TEST(Policies, AnUnknownPolicyIsRefusedNamingTheKnownOnes) {
   EXPECT_FALSE(Runtime::create(options));
   options.fast_budget = "zero";
   EXPECT_FALSE(Runtime::create(options));
+  options.fast_budget = "20";  // a share without its %, not 20 bytes
+  auto bare = Runtime::create(options);
+  ASSERT_FALSE(bare);
+  EXPECT_NE(bare.status().message().find("'20': a number needs a unit"), std::string::npos)
+      << bare.status().to_string();
+  options.fast_budget = "512MiB";
+  EXPECT_TRUE(Runtime::create(options)) << "a size with its unit is a budget";
   RuntimeOptions one_tier("fast=dram:1GiB");
   one_tier.policy = "sentinel";
   auto single = Runtime::create(one_tier);

@@ -113,6 +113,14 @@ Result<FastBudget> parse_fast_budget(std::string_view text, std::string_view wha
     budget.share = percent / 100;
     return budget;
   }
+  // A bare number would be a size in bytes, and a budget of 20 bytes is no one's intent: most
+  // likely a share without its %. Refused, naming both.
+  if (text.find_first_not_of("0123456789.") == std::string_view::npos) {
+    return invalid_argument(
+        fmt::format("{} '{}': a number needs a unit: a share of the profiled peak ends with % "
+                    "(e.g. {}%), a size with B, KiB, MiB or GiB (e.g. 512MiB)",
+                    what, text, text));
+  }
   Result<std::uint64_t> bytes = parse_size_bytes(text);
   if (!bytes || bytes.value() == 0) {
     return invalid_argument(

@@ -100,7 +100,8 @@ struct RuntimeOptions {
   // none; migrator::policy_names() lists them), between the fastest and the slowest tier, and
   // the fast tier's budget for it: empty (the tier's own), a size ("512MiB") or a share of the
   // profiled step's peak footprint as a tier holds it ("20%": whole pages of the objects alive
-  // together at the peak, plus the small objects' chunks). fast-only and slow-only keep the
+  // together at the peak, plus the small objects' chunks); a number with no unit ("20") is
+  // refused, not read as bytes. fast-only and slow-only keep the
   // tier's own budget (they are the references). Where they are empty, TENSORTIER_POLICY and
   // TENSORTIER_FAST_BUDGET give them (so a linked program can be run under a policy unchanged).
   std::string policy;
