@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tensortier-bench end to end on a tiny matrix (MLP, emulated optane-server):
-#   1. bad input (unknown model, unknown policy, a budget over 100%, a tier spec this machine
-#      cannot open) is refused before anything runs, naming it, and writes no results;
+#   1. bad input (unknown model, unknown policy, a budget over 100% or with no unit, a tier spec
+#      this machine cannot open) is refused before anything runs, naming it, and writes no results;
 #   2. a run interrupted after 2 of 4 tasks (--max-tasks, as a kill between tasks would leave
 #      it) is finished by the same command, which runs the other 2 only;
 #   3. every output is written: results.json/.csv, table.md, trace.json and the PNGs;
@@ -28,6 +28,7 @@ small=(--batch 8 --width 16 --steps 2)
 refused "unknown model 'resnet19' (known: mlp" "${small[@]}" --models resnet19
 refused "unknown policy 'sentinal' (known:" "${small[@]}" --models mlp --policies sentinal
 refused "--budgets '150%': a share of the profiled peak is a number above 0 and at most 100" "${small[@]}" --models mlp --budgets 150%
+refused "--budgets '20': a number needs a unit" "${small[@]}" --models mlp --budgets 20
 refused "--tiers 'fast=dram,slow=numa:7'" "${small[@]}" --models mlp --tiers fast=dram,slow=numa:7
 refused "--numactl on: every spec is emulated" "${small[@]}" --models mlp --numactl on
 
@@ -58,6 +59,8 @@ for c in cells:
     assert c["reps"] == 2, c
     assert c["tiers"] == "emulated optane-server", c
     assert c["median_ms"] > 0 and c["ratio"] > 0, c
+    # The mover copies no more than it moves (copied_mib counts moves neither clean nor of dead bytes).
+    assert 0 <= c["copied_mib"] <= c["in_mib"] + c["out_mib"] + 1e-9, c
 slow = [c for c in cells if c["policy"] == "slow-only"]
 assert all(c["ratio"] > 1.0 for c in slow), slow  # the charge is applied
 m = after["machine"]
