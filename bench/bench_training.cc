@@ -15,6 +15,7 @@
 #include <CLI/CLI.hpp>
 
 #include "emulated_note.h"
+#include "migration_stats.h"
 #include "stats.h"
 #include "tensortier/dnn/data.h"
 #include "tensortier/dnn/models.h"
@@ -25,6 +26,8 @@ using namespace tensortier;
 using namespace tensortier::dnn;
 using tensortier::bench::emulated_note;
 using tensortier::bench::median;
+using tensortier::bench::migration_per_step;
+using tensortier::bench::MigrationPerStep;
 
 long page_faults() {
   rusage usage{};
@@ -49,17 +52,10 @@ struct Run {
   migrator::ExecutorStats before_measured;
 };
 
-// The mover's CPU a measured step, the bytes it copied a measured step, and its CPU per MiB
-// copied over the measured steps (the executors' counts since before_measured).
-struct MoverPart {
-  double cpu_ms = 0, copied_mib = 0, ms_per_mib = 0;
-};
-MoverPart mover_in_measured_steps(const Run& r, int steps) {
-  if (!r.runtime || steps <= 0) return {};
-  const migrator::ExecutorStats now = r.runtime->stats().migration;
-  const double cpu_ms = static_cast<double>(now.mover_cpu_ns - r.before_measured.mover_cpu_ns) / 1e6;
-  const double mib = static_cast<double>(now.copied_bytes - r.before_measured.copied_bytes) / (1 << 20);
-  return {cpu_ms / steps, mib / steps, mib > 0 ? cpu_ms / mib : 0.0};
+// Its executors' counts over the measured steps, per step (zero for plain).
+MigrationPerStep measured_part(const Run& r, int steps) {
+  if (!r.runtime) return {};
+  return migration_per_step(r.before_measured, r.runtime->stats().migration, steps);
 }
 
 // The plan's floor over fast-only (1 with no plan).
@@ -298,9 +294,10 @@ int main(int argc, char** argv) {
       fmt::print(
           "  {}: over the run {} moves dropped stale (their step had ended), {} planned keys not alive\n",
           r.tiers, stats.migration.stale_dropped, stats.migration.missing);
-      const MoverPart part = mover_in_measured_steps(r, steps);
+      const MigrationPerStep part = measured_part(r, steps);
       fmt::print("  {}: measured steps: mover CPU {:.1f} ms a step for {:.1f} MiB copied ({:.3f} ms a MiB)\n",
-                 r.tiers, part.cpu_ms, part.copied_mib, part.ms_per_mib);
+                 r.tiers, part.mover_cpu_ms, part.copied_mib,
+                 part.copied_mib > 0 ? part.mover_cpu_ms / part.copied_mib : 0.0);
       if (!r.runtime->replan_result().empty()) fmt::print("  {}: {}\n", r.tiers, r.runtime->replan_result());
       if (!stats.migration.last_failure.empty())
         fmt::print("  {}: the last failed move: {}\n", r.tiers, stats.migration.last_failure);
@@ -313,7 +310,10 @@ int main(int argc, char** argv) {
   fmt::print("runtime / plain step time: {:.3f}\n", first / plain);
   for (const Run& r : runs) {
     const RuntimeStats st = r.runtime ? r.runtime->stats() : RuntimeStats{};
-    const double per_step = static_cast<double>(std::max<std::uint64_t>(1, st.migration.steps));
+    // The executors' figures over the run (every step under a plan), and over the measured steps.
+    const MigrationPerStep run =
+        migration_per_step({}, st.migration, static_cast<double>(st.migration.steps));
+    const MigrationPerStep measured = measured_part(r, steps);
     fmt::print(
         "JSON {{\"model\": \"{}\", \"mode\": \"{}\", \"tiers\": \"{}\", \"median_ms\": {:.3f}, "
         "\"median_faults\": {:.0f}, \"median_emulated_ms\": {:.3f}, \"floor\": {:.3f}, \"emulated\": "
@@ -323,13 +323,8 @@ int main(int argc, char** argv) {
         "\"copied_mib_measured\": {:.1f}, \"floor_slow_ms\": {:.1f}, \"conv\": \"{}\", "
         "\"peak_live_mib\": {:.1f}, \"in_place\": {}}}\n",
         model, r.mode, r.tiers, median(r.step_ms), median(r.faults), median(r.charge_ms), floor_of(r),
-        r.runtime ? emulated_note(*r.runtime) : "", median(r.slow_mib),
-        static_cast<double>(st.migration.bytes_in) / (1 << 20) / per_step,
-        static_cast<double>(st.migration.bytes_out) / (1 << 20) / per_step,
-        static_cast<double>(st.migration.late_dropped) / per_step,
-        static_cast<double>(st.migration.failed_moves) / per_step,
-        static_cast<double>(st.migration.mover_cpu_ns) / 1e6 / per_step,
-        mover_in_measured_steps(r, steps).cpu_ms, mover_in_measured_steps(r, steps).copied_mib,
+        r.runtime ? emulated_note(*r.runtime) : "", median(r.slow_mib), run.in_mib, run.out_mib,
+        run.late_dropped, run.failed, run.mover_cpu_ms, measured.mover_cpu_ms, measured.copied_mib,
         r.runtime && r.runtime->plan() != nullptr ? r.runtime->plan()->floor_slow_ns / 1e6 : 0.0,
         to_string(conv_algorithm.value()), static_cast<double>(st.peak_live_bytes) / (1 << 20), in_place);
   }

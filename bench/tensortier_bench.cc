@@ -29,6 +29,7 @@
 #include "emulated_note.h"
 #include "machine.h"
 #include "matrix.h"
+#include "migration_stats.h"
 #include "stats.h"
 #include "tensortier/allocator/cost_model.h"
 #include "tensortier/allocator/topology.h"
@@ -47,6 +48,8 @@ using namespace tensortier::dnn;
 using nlohmann::json;
 using tensortier::bench::emulated_note;
 using tensortier::bench::MatrixConfig;
+using tensortier::bench::migration_per_step;
+using tensortier::bench::MigrationPerStep;
 using tensortier::bench::Task;
 using tensortier::bench::TaskKind;
 namespace fs = std::filesystem;
@@ -151,23 +154,19 @@ Result<json> run_task(const MatrixConfig& c, const Task& task, const fs::path& o
   json results = json::object();
   for (PolicyRun& r : runs) {
     const RuntimeStats st = r.runtime->stats();
-    // The executor's counts over the measured steps, per step.
-    const migrator::ExecutorStats& b = r.before_measured;
-    const double steps = static_cast<double>(std::max<std::uint64_t>(1, st.migration.steps - b.steps));
-    const auto per_step = [steps](std::uint64_t now, std::uint64_t before) {
-      return static_cast<double>(now - before) / steps;
-    };
+    const MigrationPerStep m = migration_per_step(
+        r.before_measured, st.migration, static_cast<double>(st.migration.steps - r.before_measured.steps));
     const migrator::Plan* plan = r.runtime->plan();
     json j{{"median_ms", bench::median(r.step_ms)},
            {"step_ms", r.step_ms},
            {"charge_ms", bench::median(r.charge_ms)},
            {"slow_mib", bench::median(r.slow_mib)},
-           {"in_mib", per_step(st.migration.bytes_in, b.bytes_in) / (1 << 20)},
-           {"out_mib", per_step(st.migration.bytes_out, b.bytes_out) / (1 << 20)},
-           {"copied_mib", per_step(st.migration.copied_bytes, b.copied_bytes) / (1 << 20)},
-           {"late_dropped", per_step(st.migration.late_dropped, b.late_dropped)},
-           {"failed", per_step(st.migration.failed_moves, b.failed_moves)},
-           {"mover_cpu_ms", per_step(st.migration.mover_cpu_ns, b.mover_cpu_ns) / 1e6},
+           {"in_mib", m.in_mib},
+           {"out_mib", m.out_mib},
+           {"copied_mib", m.copied_mib},
+           {"late_dropped", m.late_dropped},
+           {"failed", m.failed},
+           {"mover_cpu_ms", m.mover_cpu_ms},
            {"fast_peak_mib",
             st.tiers.empty() ? 0.0 : static_cast<double>(st.tiers.front().peak_mapped_bytes) / (1 << 20)}};
     if (plan != nullptr) {
