@@ -578,7 +578,20 @@ TEST(RoomWait, ABirthWaitsForAMoveOutToMakeItsRoom) {
   ASSERT_TRUE(big);
   EXPECT_EQ(big->tier, 1u);
   EXPECT_EQ(alloc->usage()[0].room_waits, 1u);
-  for (const auto& o : {old, born, big}) ASSERT_TRUE(alloc->free(o->address).is_ok());
+  // The cache counts towards the room as well: 8 MiB free, 8 cached and 36 leaving make room
+  // for 48. The wait ends at its limit; the cache stays, for it could not have made room alone.
+  auto cached = alloc->allocate("cached", 8 << 20);
+  ASSERT_TRUE(cached);
+  ASSERT_EQ(cached->tier, 0u);
+  ASSERT_TRUE(alloc->free(cached->address).is_ok());
+  ASSERT_EQ(alloc->usage()[0].cached_bytes, 8u << 20);
+  alloc->set_room_wait(kLimit, [](TierIndex) -> std::uint64_t { return 36 << 20; });
+  auto waits = alloc->allocate("waits", kBytes);
+  ASSERT_TRUE(waits);
+  EXPECT_EQ(waits->tier, 1u);
+  EXPECT_EQ(alloc->usage()[0].room_waits, 2u);
+  EXPECT_EQ(alloc->usage()[0].cached_bytes, 8u << 20);
+  for (const auto& o : {old, born, big, waits}) ASSERT_TRUE(alloc->free(o->address).is_ok());
   expect_all_released(*alloc);
 }
 

@@ -286,6 +286,39 @@ TEST(ObjectAllocator, CacheIsReleasedWhenTheBudgetNeedsIt) {
   EXPECT_EQ(alloc->usage()[0].fallbacks_out, 0u);
 }
 
+// Where the cache and the free room together are less than an object asks, letting the cache go
+// would make no room: the object falls back and the cached pages stay, faulted in, for the next
+// object of their size.
+TEST(ObjectAllocator, TheCacheStaysWhereLettingItGoCouldNotMakeRoom) {
+  constexpr std::size_t kMiB = std::size_t{1} << 20;
+  auto alloc = make("fast=emulated:optane:8MiB,slow=emulated:optane:64MiB");
+  auto a = alloc->allocate("a", 4 * kMiB).value();
+  auto b = alloc->allocate("b", 2 * kMiB).value();
+  ASSERT_TRUE(alloc->free(b.address).is_ok());  // 4 live + 2 cached of 8: 2 free
+  const TierUsage before = alloc->usage()[0];
+  ASSERT_EQ(before.cached_bytes, 2 * kMiB);
+  auto c = alloc->allocate("c", 6 * kMiB);  // 2 free + 2 cached < 6: no room either way
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->tier, 1u);
+  TierUsage after = alloc->usage()[0];
+  EXPECT_EQ(after.cached_bytes, 2 * kMiB) << "the cache was let go for nothing";
+  EXPECT_EQ(after.mapped_bytes, 6 * kMiB);
+  EXPECT_EQ(after.fallbacks_out, before.fallbacks_out + 1);
+  auto d = alloc->allocate("d", 2 * kMiB);  // the cached range serves it
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->tier, 0u);
+  EXPECT_EQ(d->address, b.address);
+  EXPECT_EQ(alloc->usage()[0].new_ranges, before.new_ranges);
+  auto e = alloc->allocate("e", 2 * kMiB);  // 2 free, nothing cached: a new range
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->tier, 0u);
+  EXPECT_EQ(alloc->usage()[0].new_ranges, before.new_ranges + 1);
+  for (const void* p : {a.address, c->address, d->address, e->address}) ASSERT_TRUE(alloc->free(p).is_ok());
+  alloc->release_cache();
+  EXPECT_EQ(alloc->usage()[0].mapped_bytes, 0u);
+  EXPECT_EQ(alloc->usage()[1].mapped_bytes, 0u);
+}
+
 // With no room in the budget and no cached range as large, smaller cached ranges give their
 // pages to the new object (mremap): nothing is released, no page faults in, and what they lack
 // comes from the budget's room.

@@ -396,12 +396,29 @@ void ObjectAllocator::drop_shadows(std::span<const ObjectId> ids) {
   }
 }
 
+std::uint64_t ObjectAllocator::releasable_bytes_locked(TierIndex t) const {
+  const TierState& state = tier_state_[t];
+  std::uint64_t bytes = state.usage.cached_bytes + state.usage.shadow_bytes;
+  for (const auto& [key, group] : groups_) {
+    if (key.second != t) continue;
+    for (const std::unique_ptr<Chunk>& chunk : group.chunks) {
+      const Range& r = chunk->range;
+      if (chunk->live == 0 && !r.moving && r.pins == 0) bytes += r.bytes;
+    }
+  }
+  return bytes;
+}
+
 void ObjectAllocator::release_cache_locked(TierIndex t, std::uint64_t need_bytes) {
   // Only as much as the room asked: a cached range let go now is a range of new pages (faults)
   // for the next allocation of its size. Smallest first: a large range can still serve smaller
   // objects (take_range splits it).
   auto enough = [&] { return need_bytes != kReleaseAll && tiers_[t]->free_bytes() >= need_bytes; };
   TierState& state = tier_state_[t];
+  // Where letting every cached range, shadow and empty chunk go would still leave too little
+  // room, none goes: the caller fails all the same (and may wait for moves out, or take a slower
+  // tier), and what was let go would be pages to fault in again.
+  if (need_bytes != kReleaseAll && tiers_[t]->free_bytes() + releasable_bytes_locked(t) < need_bytes) return;
   auto release_cached = [&] {
     while (!state.cache.empty() && !enough()) {
       auto it = state.cache.begin();
@@ -566,7 +583,7 @@ Result<ObjectInfo> ObjectAllocator::allocate(std::string_view name, std::size_t 
       const std::uint64_t leaving = t == preferred && room_wait_.count() > 0
                                         ? usage.leaving_bytes + (pending_out_ ? pending_out_(t) : 0)
                                         : 0;
-      if (leaving > 0 && tiers_[t]->free_bytes() + leaving >= needed) {
+      if (leaving > 0 && tiers_[t]->free_bytes() + releasable_bytes_locked(t) + leaving >= needed) {
         const auto now = std::chrono::steady_clock::now();
         if (!room_deadline) {
           room_deadline = now + room_wait_;

@@ -427,9 +427,12 @@ class ObjectAllocator {
   void uncache_locked(TierIndex t, std::multimap<std::size_t, CachedRange>::iterator it);
   void release_range(TierIndex placement, TierIndex owner, void* address, std::size_t bytes);
   // Lets cached ranges (then shadows, then empty group chunks) of tier t go until it has
-  // `need_bytes` of its budget free; kReleaseAll: all of them.
+  // `need_bytes` of its budget free; kReleaseAll: all of them. Where all of them together with
+  // the free room would still be less than `need_bytes`, lets none go.
   static constexpr std::uint64_t kReleaseAll = ~std::uint64_t{0};
   void release_cache_locked(TierIndex t, std::uint64_t need_bytes = kReleaseAll);
+  // What release_cache_locked(t) would let go: cached ranges, shadows and empty group chunks of t.
+  std::uint64_t releasable_bytes_locked(TierIndex t) const;
   void drop_shadow_locked(Range& r);
   void drop_shadows_on_locked(TierIndex t);  // every shadow kept on tier t
   Status reserve_for_move(TierIndex t, std::size_t bytes);
