@@ -20,14 +20,11 @@ struct MigrationPerStep {
 inline MigrationPerStep migration_per_step(const migrator::ExecutorStats& before,
                                            const migrator::ExecutorStats& now, double steps) {
   const double n = steps < 1 ? 1 : steps;
-  const auto per = [n](std::uint64_t later, std::uint64_t earlier) {
-    return static_cast<double>(later - earlier) / n;
-  };
+  const migrator::ExecutorStats d = migrator::since(now, before);
+  const auto per = [n](std::uint64_t count) { return static_cast<double>(count) / n; };
   constexpr double kMiB = 1 << 20;
-  return {
-      per(now.bytes_in, before.bytes_in) / kMiB,         per(now.bytes_out, before.bytes_out) / kMiB,
-      per(now.copied_bytes, before.copied_bytes) / kMiB, per(now.late_dropped, before.late_dropped),
-      per(now.failed_moves, before.failed_moves),        per(now.mover_cpu_ns, before.mover_cpu_ns) / 1e6};
+  return {per(d.bytes_in) / kMiB, per(d.bytes_out) / kMiB, per(d.copied_bytes) / kMiB,
+          per(d.late_dropped),    per(d.failed_moves),     per(d.mover_cpu_ns) / 1e6};
 }
 
 }  // namespace tensortier::bench

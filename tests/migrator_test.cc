@@ -793,6 +793,66 @@ void mover_beside_training(const std::string& policy, std::size_t bytes, int use
 // The room the plan's moves out will leave (what the allocator's room wait counts): a move out
 // counts from its hand-out until it ends, under way included; moves in never count. Of the bytes
 // moved, those of a clean move are not counted as copied.
+// An executor's counts between two snapshots (what the runtime's re-planning, the last step's
+// share and the benches' measured steps take): every count is the later less the earlier, the
+// last failure the later's; accumulate() of that onto the earlier gives the later back.
+TEST(Executor, CountsBetweenTwoSnapshotsUndoAccumulate) {
+  ExecutorStats before;
+  std::uint64_t v = 1;
+  for (std::uint64_t* field :
+       {&before.steps, &before.moves, &before.segment_moves, &before.discarded_moves, &before.bytes_in,
+        &before.bytes_out, &before.copied_bytes, &before.failed_moves, &before.late_moves,
+        &before.late_dropped, &before.stale_dropped, &before.missing, &before.off_plan_steps,
+        &before.off_plan_dropped, &before.mover_cpu_ns})
+    *field = v++;
+  ExecutorStats now = before;
+  ExecutorStats added;
+  v = 100;
+  for (auto [n, a] : {std::pair{&now.steps, &added.steps},
+                      {&now.moves, &added.moves},
+                      {&now.segment_moves, &added.segment_moves},
+                      {&now.discarded_moves, &added.discarded_moves},
+                      {&now.bytes_in, &added.bytes_in},
+                      {&now.bytes_out, &added.bytes_out},
+                      {&now.copied_bytes, &added.copied_bytes},
+                      {&now.failed_moves, &added.failed_moves},
+                      {&now.late_moves, &added.late_moves},
+                      {&now.late_dropped, &added.late_dropped},
+                      {&now.stale_dropped, &added.stale_dropped},
+                      {&now.missing, &added.missing},
+                      {&now.off_plan_steps, &added.off_plan_steps},
+                      {&now.off_plan_dropped, &added.off_plan_dropped},
+                      {&now.mover_cpu_ns, &added.mover_cpu_ns}}) {
+    *a = v * 7;
+    *n += v * 7;
+    ++v;
+  }
+  now.last_failure = "the latest";
+  const ExecutorStats d = since(now, before);
+  EXPECT_EQ(d.steps, added.steps);
+  EXPECT_EQ(d.moves, added.moves);
+  EXPECT_EQ(d.segment_moves, added.segment_moves);
+  EXPECT_EQ(d.discarded_moves, added.discarded_moves);
+  EXPECT_EQ(d.bytes_in, added.bytes_in);
+  EXPECT_EQ(d.bytes_out, added.bytes_out);
+  EXPECT_EQ(d.copied_bytes, added.copied_bytes);
+  EXPECT_EQ(d.failed_moves, added.failed_moves);
+  EXPECT_EQ(d.late_moves, added.late_moves);
+  EXPECT_EQ(d.late_dropped, added.late_dropped);
+  EXPECT_EQ(d.stale_dropped, added.stale_dropped);
+  EXPECT_EQ(d.missing, added.missing);
+  EXPECT_EQ(d.off_plan_steps, added.off_plan_steps);
+  EXPECT_EQ(d.off_plan_dropped, added.off_plan_dropped);
+  EXPECT_EQ(d.mover_cpu_ns, added.mover_cpu_ns);
+  EXPECT_EQ(d.last_failure, "the latest");
+  ExecutorStats back = before;
+  accumulate(back, d);
+  EXPECT_EQ(back.steps, now.steps);
+  EXPECT_EQ(back.bytes_out, now.bytes_out);
+  EXPECT_EQ(back.mover_cpu_ns, now.mover_cpu_ns);
+  EXPECT_EQ(back.off_plan_dropped, now.off_plan_dropped);
+}
+
 TEST(Executor, CountsItsMovesOutFromHandOutToTheirEnd) {
   Plan plan;
   plan.fast = 0;

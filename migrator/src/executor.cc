@@ -40,6 +40,26 @@ void accumulate(ExecutorStats& total, const ExecutorStats& part) {
   }
 }
 
+ExecutorStats since(const ExecutorStats& now, const ExecutorStats& before) {
+  ExecutorStats d = now;
+  d.steps -= before.steps;
+  d.moves -= before.moves;
+  d.segment_moves -= before.segment_moves;
+  d.discarded_moves -= before.discarded_moves;
+  d.bytes_in -= before.bytes_in;
+  d.bytes_out -= before.bytes_out;
+  d.copied_bytes -= before.copied_bytes;
+  d.failed_moves -= before.failed_moves;
+  d.late_moves -= before.late_moves;
+  d.late_dropped -= before.late_dropped;
+  d.stale_dropped -= before.stale_dropped;
+  d.missing -= before.missing;
+  d.off_plan_steps -= before.off_plan_steps;
+  d.off_plan_dropped -= before.off_plan_dropped;
+  d.mover_cpu_ns -= before.mover_cpu_ns;
+  return d;
+}
+
 struct Executor::Queue {
   tbb::concurrent_bounded_queue<Job> jobs;
 };
@@ -229,10 +249,11 @@ void Executor::on_step_begin(std::uint64_t step) {
 
 void Executor::on_step_end(const StepEndEvent&) {
   std::lock_guard lock(stats_mutex_);
-  stats_.last_step_bytes_in = stats_.bytes_in - step_start_.bytes_in;
-  stats_.last_step_bytes_out = stats_.bytes_out - step_start_.bytes_out;
-  stats_.last_step_failed = stats_.failed_moves - step_start_.failed_moves;
-  stats_.last_step_late = stats_.late_dropped - step_start_.late_dropped;
+  const ExecutorStats step = since(stats_, step_start_);
+  stats_.last_step_bytes_in = step.bytes_in;
+  stats_.last_step_bytes_out = step.bytes_out;
+  stats_.last_step_failed = step.failed_moves;
+  stats_.last_step_late = step.late_dropped;
 }
 
 void Executor::on_layer_end(const LayerEndEvent& event) {

@@ -705,14 +705,14 @@ void Runtime::replan_step() {
   const migrator::ExecutorStats now = executor_->stats();
   if (replan_skip_ > 0) {  // the first step under a plan places its persistent objects
     --replan_skip_;
-    replan_cpu_start_ns_ = now.mover_cpu_ns;
-    replan_copied_start_bytes_ = now.copied_bytes;
+    replan_start_ = now;
     return;
   }
   if (--replan_left_ > 0) return;
   migrator::PlanInputs inputs = std::move(plan_inputs_).value();
   plan_inputs_.reset();
-  const std::uint64_t copied_bytes = now.copied_bytes - replan_copied_start_bytes_;
+  const migrator::ExecutorStats measured_steps = migrator::since(now, replan_start_);
+  const std::uint64_t copied_bytes = measured_steps.copied_bytes;
   const double estimate = inputs.mover_cpu_ns_per_byte;
   const migrator::Plan& running = executor_->plan();
   if (copied_bytes == 0) {
@@ -723,7 +723,7 @@ void Runtime::replan_step() {
     return;
   }
   inputs.mover_cpu_ns_per_byte =
-      static_cast<double>(now.mover_cpu_ns - replan_cpu_start_ns_) / static_cast<double>(copied_bytes);
+      static_cast<double>(measured_steps.mover_cpu_ns) / static_cast<double>(copied_bytes);
   measured_mover_cpu_ns_per_byte_ = inputs.mover_cpu_ns_per_byte;
   const double mib = 1 << 20;
   const std::string measured =

@@ -404,7 +404,7 @@ class Runtime {
   std::uint32_t replan_left_ = 0;                    // measured steps left before it; 0: none due
   std::uint32_t replan_skip_ = 0;                    // unmeasured steps left before those
   std::optional<migrator::PlanInputs> plan_inputs_;  // what the running plan was made from, while due
-  std::uint64_t replan_cpu_start_ns_ = 0, replan_copied_start_bytes_ = 0;  // the executor's at the start
+  migrator::ExecutorStats replan_start_;             // the executor's counts when the measured steps began
   std::string replan_result_;
   double measured_mover_cpu_ns_per_byte_ = 0;
   void replan_step();

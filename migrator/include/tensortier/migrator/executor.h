@@ -68,6 +68,10 @@ struct ExecutorStats {
 // failure and the last step's share are `part`'s where it has them.
 void accumulate(ExecutorStats& total, const ExecutorStats& part);
 
+// The counts from the snapshot `before` to the later snapshot `now` of one executor (what a
+// step, or a run of steps, added); the last failure and the last step's share are `now`'s.
+ExecutorStats since(const ExecutorStats& now, const ExecutorStats& before);
+
 class Executor final : public StepObserver, public PlacementAdvisor {
  public:
   // Moves an object, or one segment of it (options.segment), to a tier; options may ask it not to
