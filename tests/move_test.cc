@@ -525,6 +525,63 @@ TEST(DeadBytes, AMoveCopiesNothingUnlessTheObjectWasPinnedSince) {
   expect_all_released(*alloc);
 }
 
+// Copies split over threads (set_copy_threads): a move's copy of kSplitCopyBytes or more is cut
+// into parts of whole pages, one a thread, copied at once; every byte lands where it was, each
+// way, and each move says how many threads took part. Smaller copies stay on the moving thread.
+TEST(Move, CopiesSplitOverThreadsKeepEveryByteInPlace) {
+  auto alloc = allocator_for("fast=dram:64MiB,slow=emulated:cxl:256MiB");
+  ASSERT_NE(alloc, nullptr);
+  EXPECT_EQ(alloc->copy_threads(), 1u);
+  alloc->set_copy_threads(3);
+  EXPECT_EQ(alloc->copy_threads(), 3u);
+  // Words that differ at every offset: a part copied to another part's place would show.
+  auto fill_words = [](void* p, std::size_t bytes, std::uint64_t seed) {
+    auto* w = static_cast<std::uint64_t*>(p);
+    for (std::size_t i = 0; i < bytes / 8; ++i) w[i] = i * 0x9E3779B97F4A7C15ULL + seed;
+  };
+  auto holds_words = [](const void* p, std::size_t bytes, std::uint64_t seed) {
+    const auto* w = static_cast<const std::uint64_t*>(p);
+    for (std::size_t i = 0; i < bytes / 8; ++i) {
+      if (w[i] != i * 0x9E3779B97F4A7C15ULL + seed) return false;
+    }
+    return true;
+  };
+  constexpr std::size_t kBytes = (std::size_t{13} << 20) + 5 * kPageBytes;  // 3 parts, the last shorter
+  auto big = alloc->allocate("big", kBytes);
+  ASSERT_TRUE(big);
+  ASSERT_EQ(big->tier, 0u);
+  fill_words(big->address, kBytes, 11);
+  auto out = alloc->move(big->id, 1);
+  ASSERT_TRUE(out) << out.status().to_string();
+  EXPECT_EQ(out->copy_threads, 3u);
+  EXPECT_EQ(alloc->usage()[1].split_copies, 1u);
+  EXPECT_TRUE(holds_words(big->address, kBytes, 11));
+  fill_words(big->address, kBytes, 12);
+  auto in = alloc->move(big->id, 0);
+  ASSERT_TRUE(in) << in.status().to_string();
+  EXPECT_EQ(in->copy_threads, 3u);
+  EXPECT_EQ(alloc->usage()[0].split_copies, 1u);
+  EXPECT_TRUE(holds_words(big->address, kBytes, 12));
+  constexpr std::size_t kSmall = ObjectAllocator::kSplitCopyBytes - kPageBytes;
+  auto small = alloc->allocate("small", kSmall);
+  ASSERT_TRUE(small);
+  fill_words(small->address, kSmall, 13);
+  auto moved = alloc->move(small->id, 1);
+  ASSERT_TRUE(moved);
+  EXPECT_EQ(moved->copy_threads, 1u) << "under kSplitCopyBytes: the moving thread alone";
+  EXPECT_EQ(alloc->usage()[1].split_copies, 1u);
+  EXPECT_TRUE(holds_words(small->address, kSmall, 13));
+  alloc->set_copy_threads(1);
+  auto alone = alloc->move(big->id, 1);
+  ASSERT_TRUE(alone);
+  EXPECT_EQ(alone->copy_threads, 1u);
+  EXPECT_EQ(alloc->usage()[1].split_copies, 1u);
+  EXPECT_TRUE(holds_words(big->address, kBytes, 12));
+  ASSERT_TRUE(alloc->free(big->address).is_ok());
+  ASSERT_TRUE(alloc->free(small->address).is_ok());
+  expect_all_released(*alloc);
+}
+
 // Room waits: an object that finds no room on its preferred tier, while a move out of that tier
 // is copying, waits for the move to end and is born there; with the wait off it falls back at
 // once; a wait for moves that never end (a mover's queue that does not drain) gives up at its

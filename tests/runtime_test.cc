@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "tensortier/tensortier.h"
@@ -82,6 +83,56 @@ TEST(Runtime, MissingPmemDirectoryFailsCreate) {
   auto rt = Runtime::create({"fast=dram:64MiB,slow=pmem:/no/such/dir:1GiB"});
   ASSERT_FALSE(rt);
   EXPECT_NE(rt.status().message().find("'/no/such/dir' does not exist"), std::string::npos);
+}
+
+// Copy threads: the cores the layers leave spare, the mover's among them, where two or more are;
+// else the mover alone. The layers' threads are OMP_NUM_THREADS's first number where valid, else
+// every CPU the process may run on. RuntimeOptions::copy_threads overrides, and the runtime's
+// note says which it is; a move through the runtime copies over that many threads.
+TEST(Runtime, CopyThreadsAreTheCoresTheLayersLeaveSpare) {
+  EXPECT_EQ(copy_threads_for(2, 2), 1u);
+  EXPECT_EQ(copy_threads_for(4, 3), 1u) << "one spare core: the mover's";
+  EXPECT_EQ(copy_threads_for(4, 2), 2u);
+  EXPECT_EQ(copy_threads_for(16, 4), 12u);
+  EXPECT_EQ(copy_threads_for(2, 8), 1u) << "more threads than CPUs: none spare";
+  std::uint32_t cpus = 0;
+  {
+    ScopedEnv env("OMP_NUM_THREADS", nullptr);
+    const CpuShare share = cpu_share();
+    cpus = share.cpus;
+    EXPECT_GE(cpus, 1u);
+    EXPECT_EQ(share.training_threads, cpus) << "oneDNN's default: every CPU";
+  }
+  for (const auto& [value, threads] :
+       {std::pair{"1", 1u}, {"3,2", 3u}, {"0", cpus}, {"many", cpus}, {"2x", cpus}}) {
+    ScopedEnv env("OMP_NUM_THREADS", value);
+    EXPECT_EQ(cpu_share().training_threads, threads) << "OMP_NUM_THREADS=" << value;
+  }
+  RuntimeOptions options("fast=dram:64MiB,slow=emulated:cxl:256MiB");
+  options.profile.enabled = false;
+  options.copy_threads = 3;
+  auto rt = Runtime::create(options);
+  ASSERT_TRUE(rt) << rt.status().to_string();
+  EXPECT_NE(rt.value()->copy_threads_note().find("split over 3 threads (copy_threads"), std::string::npos)
+      << rt.value()->copy_threads_note();
+  constexpr std::size_t kBytes = std::size_t{8} << 20;
+  auto object = rt.value()->allocate("object", kBytes);
+  ASSERT_TRUE(object);
+  std::memset(object->address, 7, kBytes);
+  auto moved = rt.value()->move(object->id, 1);
+  ASSERT_TRUE(moved) << moved.status().to_string();
+  EXPECT_EQ(moved->copy_threads, 3u);
+  EXPECT_EQ(static_cast<const unsigned char*>(object->address)[kBytes - 1], 7);
+  ASSERT_TRUE(rt.value()->free(object->address).is_ok());
+  ScopedEnv env("OMP_NUM_THREADS", nullptr);
+  options.copy_threads = 0;
+  rt = Runtime::create(options);
+  ASSERT_TRUE(rt) << rt.status().to_string();
+  const std::string& note = rt.value()->copy_threads_note();
+  if (cpus >= 2) {
+    EXPECT_NE(note.find("copies on the mover alone: fewer than two cores spare"), std::string::npos) << note;
+  }
+  EXPECT_NE(note.find(fmt::format("{} CPUs, {} for the layers", cpus, cpus)), std::string::npos) << note;
 }
 
 TEST(Runtime, LayerMarksRecordDeclaredObjects) {

@@ -52,6 +52,7 @@ struct Options {
   std::string fast_budget;     // empty: TENSORTIER_FAST_BUDGET, else the fast tier's budget
   std::uint32_t trial_steps = RuntimeOptions{}.trial_steps;
   std::uint32_t measured_mover_steps = RuntimeOptions{}.measured_mover_steps;
+  std::uint32_t copy_threads = RuntimeOptions{}.copy_threads;
   std::string trace;  // Chrome trace of steps [trace_from, trace_from + trace_steps)
   std::size_t trace_from = 4;
   std::size_t trace_steps = 1;
@@ -236,6 +237,11 @@ int main(int argc, char** argv) {
                  "per byte as measured in them (0: plans keep the cost model's estimate)")
       ->check(CLI::Range(0, 100))
       ->capture_default_str();
+  app.add_option("--copy-threads", o.copy_threads,
+                 "Threads a move's copy of 4 MiB or more is split over (0: the cores the layers leave spare, "
+                 "OMP_NUM_THREADS below the CPUs; 1 where none is)")
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
   app.add_option("--trace", o.trace,
                  "Write a Chrome trace (Perfetto) of layers, moves and waits there (tools/plot_timeline.py "
                  "draws it)");
@@ -261,6 +267,7 @@ int main(int argc, char** argv) {
   runtime_options.fast_budget = o.fast_budget;
   runtime_options.trial_steps = o.trial_steps;
   runtime_options.measured_mover_steps = o.measured_mover_steps;
+  runtime_options.copy_threads = o.copy_threads;
   if (!o.policy.empty() && o.profile == "off")
     return fail(invalid_argument("--policy plans from the profiled step: it cannot run with --profile off"));
   auto created = Runtime::create(runtime_options);
@@ -377,6 +384,7 @@ int main(int argc, char** argv) {
         stats.migration.missing, stats.migration.off_plan_steps,
         static_cast<double>(stats.migration.mover_cpu_ns) / 1e6,
         static_cast<double>(stats.move_wait_ns) / 1e6, stats.late_moves);
+    fmt::print("  {}\n", rt.copy_threads_note());
     if (!rt.replan_result().empty()) fmt::print("  {}\n", rt.replan_result());
     if (!rt.trial_result().empty()) fmt::print("  {}\n", rt.trial_result());
     if (!stats.migration.last_failure.empty())

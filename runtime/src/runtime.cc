@@ -2,6 +2,7 @@
 #include "tensortier/runtime.h"
 
 #include <pthread.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <array>
@@ -157,6 +158,31 @@ Result<std::pair<std::string, std::string>> resolve_migration(const RuntimeOptio
   return std::pair{policy, budget};
 }
 
+CpuShare cpu_share() {
+  CpuShare share;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    share.cpus = static_cast<std::uint32_t>(std::max(1, CPU_COUNT(&set)));
+  } else {
+    share.cpus = std::max(1U, std::thread::hardware_concurrency());
+  }
+  share.training_threads = share.cpus;
+  if (const char* omp = std::getenv("OMP_NUM_THREADS"); omp != nullptr) {
+    const std::string_view text(omp);
+    std::uint32_t threads = 0;
+    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), threads);
+    if (error == std::errc{} && threads > 0 && (end == text.data() + text.size() || *end == ','))
+      share.training_threads = threads;
+  }
+  return share;
+}
+
+std::uint32_t copy_threads_for(std::uint32_t cpus, std::uint32_t training_threads) {
+  const std::uint32_t spare = cpus > training_threads ? cpus - training_threads : 0;
+  return spare >= 2 ? spare : 1;
+}
+
 namespace {
 
 // The upper median of `v` (0 for none); reorders it.
@@ -226,6 +252,28 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
   runtime->trial_steps_ = options.trial_steps;
   runtime->measured_mover_steps_ = options.measured_mover_steps;
   runtime->short_lived_arena_ = options.short_lived_arena;
+  std::uint32_t copy_threads = options.copy_threads;
+  const CpuShare share = cpu_share();
+  const std::string machine = fmt::format("{} CPUs, {} for the layers", share.cpus, share.training_threads);
+  if (copy_threads == 0) {
+    copy_threads = copy_threads_for(share.cpus, share.training_threads);
+    runtime->copy_threads_note_ =
+        copy_threads == 1
+            ? fmt::format(
+                  "copies on the mover alone: fewer than two cores spare for copy threads ({}; "
+                  "OMP_NUM_THREADS two or more below the CPUs leaves them)",
+                  machine)
+            : fmt::format("copies of {} or more split over {} threads, the cores the layers leave spare ({})",
+                          format_bytes(ObjectAllocator::kSplitCopyBytes), copy_threads, machine);
+  } else {
+    runtime->copy_threads_note_ =
+        copy_threads == 1
+            ? fmt::format("copies on the mover alone (copy_threads 1; {})", machine)
+            : fmt::format("copies of {} or more split over {} threads (copy_threads; {})",
+                          format_bytes(ObjectAllocator::kSplitCopyBytes), copy_threads, machine);
+  }
+  if (!runtime->policy_.empty()) spdlog::info("{}", runtime->copy_threads_note_);
+  runtime->allocator_.set_copy_threads(copy_threads);
   return runtime;
 }
 

@@ -152,6 +152,11 @@ struct RuntimeOptions {
   // are placed at the offsets the offset planner gave (no range taken or faulted per object).
   // false: they are allocated one by one, as any object (for comparison).
   bool short_lived_arena = true;
+  // Threads a move's copy is split over (ObjectAllocator::set_copy_threads): the mover and helpers
+  // on the cores the training threads leave spare. 0: from this machine (cpu_share and
+  // copy_threads_for), and where no core is spare beyond the mover's own, 1, said in one line
+  // when a policy is set. n: n threads, whatever the machine has.
+  std::uint32_t copy_threads = 0;
 };
 
 // One layer's execution as marked by the program.
@@ -296,6 +301,10 @@ class Runtime {
   // What making the plan again with the mover's measured CPU per byte did
   // (RuntimeOptions::measured_mover_steps), one line; empty before. Training thread.
   const std::string& replan_result() const { return replan_result_; }
+  // Threads a move's copy is split over (RuntimeOptions::copy_threads) and why, one line: "copies
+  // on the mover alone: no core spare ..." or "copies of 4 MiB or more split over N threads ...".
+  // Set by create(); thread-safe.
+  const std::string& copy_threads_note() const { return copy_threads_note_; }
   // The mover's CPU per byte copied that the plan was made again with; 0 before (or never).
   double measured_mover_cpu_ns_per_byte() const { return measured_mover_cpu_ns_per_byte_; }
 
@@ -406,6 +415,7 @@ class Runtime {
   std::optional<migrator::PlanInputs> plan_inputs_;  // what the running plan was made from, while due
   migrator::ExecutorStats replan_start_;             // the executor's counts when the measured steps began
   std::string replan_result_;
+  std::string copy_threads_note_;  // copy_threads_note(); set by create()
   double measured_mover_cpu_ns_per_byte_ = 0;
   void replan_step();
   bool step_profiled_ = false;
@@ -462,5 +472,19 @@ Result<std::pair<std::string, std::string>> resolve_migration(const RuntimeOptio
 
 // Resolves the tier spec the way Runtime::create does, without opening tiers: (configs, source).
 Result<std::pair<std::vector<TierConfig>, std::string>> resolve_tier_spec(const RuntimeOptions& options);
+
+// The CPUs this process may run on (its affinity mask) and the threads its layers run on:
+// OMP_NUM_THREADS's first number where it is set and valid (oneDNN's OpenMP runtime reads it),
+// else all of those CPUs (oneDNN's default).
+struct CpuShare {
+  std::uint32_t cpus = 1;
+  std::uint32_t training_threads = 1;
+};
+CpuShare cpu_share();
+
+// Threads a move's copy takes on `cpus` CPUs of which `training_threads` run the layers: every
+// spare core, the mover's own among them, where two or more are spare; else 1 (the mover alone,
+// on a spare core or beside the layers). Never a core the layers run on.
+std::uint32_t copy_threads_for(std::uint32_t cpus, std::uint32_t training_threads);
 
 }  // namespace tensortier

@@ -156,6 +156,7 @@ struct MoveResult {
   bool moved = false;           // false: it was on `to` already
   bool discarded = false;       // its bytes were not copied (MoveOptions::discard_unless_pinned_after)
   bool clean = false;           // not copied either: its shadow on `to` held its bytes (set_keep_shadows)
+  unsigned copy_threads = 0;    // threads its copy was split over (set_copy_threads); 0: not copied
 };
 
 struct MoveOptions {
@@ -217,6 +218,7 @@ struct TierUsage {
   std::uint64_t leaving_bytes = 0;    // of objects moving out of this tier, still copying
   std::uint64_t room_waits = 0;       // allocations that waited for moves out of here (set_room_wait)
   std::uint64_t room_wait_ns = 0;     // how long they waited
+  std::uint64_t split_copies = 0;     // moves here whose copy was split over threads (set_copy_threads)
 };
 
 class ObjectAllocator {
@@ -342,6 +344,17 @@ class ObjectAllocator {
   // default): allocations never wait. Thread-safe.
   using PendingOutFn = std::function<std::uint64_t(TierIndex)>;
   void set_room_wait(std::chrono::nanoseconds limit, PendingOutFn pending = {});
+  // Copies split over threads: a move's copy of kSplitCopyBytes or more is cut into `threads`
+  // parts of whole pages, copied at once by the moving thread and threads - 1 helper threads
+  // (started here, kept until the next call), so a move ends sooner where the tiers'
+  // bandwidth grows with threads (a remote node, Optane, CXL). Meant for cores the training
+  // threads leave spare; the runtime sets it (RuntimeOptions::copy_threads). An emulated tier's
+  // charge for the move is its cost model's either way. 1 (the default): every copy on the moving
+  // thread alone. Counted in TierUsage::split_copies. Call it before other threads use the
+  // allocator (not thread-safe against moves under way); copy_threads() is.
+  static constexpr std::size_t kSplitCopyBytes = std::size_t{4} << 20;
+  void set_copy_threads(unsigned threads);
+  unsigned copy_threads() const { return copy_threads_.load(std::memory_order_acquire); }
   // Drops the shadows of these objects (ids that are not live are skipped); with shadows off it
   // returns at once, taking no lock.
   void drop_shadows(std::span<const ObjectId> ids);
@@ -490,6 +503,11 @@ class ObjectAllocator {
   std::atomic<bool> keep_shadows_{false};       // written under mutex_; drop_shadows reads it without
   std::chrono::nanoseconds room_wait_{0};       // set_room_wait; under mutex_
   PendingOutFn pending_out_;                    // set_room_wait; under mutex_
+  std::atomic<unsigned> copy_threads_{1};       // set_copy_threads
+  class CopyPool;                               // set_copy_threads' helper threads
+  std::unique_ptr<CopyPool> copy_pool_;         // null while copy_threads_ is 1
+  // Copies `bytes` from `from` to `to` (set_copy_threads); returns the threads it took.
+  unsigned copy(void* to, const void* from, std::size_t bytes);
 };
 
 }  // namespace tensortier
