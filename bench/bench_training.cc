@@ -70,12 +70,13 @@ std::string plan_note(const migrator::Plan* plan) {
   if (plan == nullptr) return "";
   return fmt::format(
       "; fast budget {}, floor {:.2f}x of fast-only; planned {} in, {} out, {} on the slow tier, births "
-      "waiting {:.1f} ms for room ({} falling back), mover CPU {:.1f} ms, {:.1f} ms added{}{}{}",
+      "waiting {:.1f} ms for room ({} falling back), {} of moves in refused for room births took, mover CPU "
+      "{:.1f} ms, {:.1f} ms added{}{}{}",
       format_bytes(plan->fast_budget_bytes),
       plan->compute_ns > 0 ? std::max(plan->compute_ns, plan->floor_slow_ns) / plan->compute_ns : 1.0,
       format_bytes(plan->bytes_in), format_bytes(plan->bytes_out), format_bytes(plan->slow_access_bytes),
-      plan->room_wait_ns / 1e6, format_bytes(plan->fallback_bytes), plan->mover_cpu_ns / 1e6,
-      plan->predicted_extra_ns / 1e6,
+      plan->room_wait_ns / 1e6, format_bytes(plan->fallback_bytes), format_bytes(plan->failed_in_bytes),
+      plan->mover_cpu_ns / 1e6, plan->predicted_extra_ns / 1e6,
       plan->interval_layers != 0 ? fmt::format(", interval {} layers", plan->interval_layers) : "",
       plan->variant.empty() ? "" : fmt::format(", {}", plan->variant),
       plan->solver.empty() ? ""

@@ -278,6 +278,54 @@ TEST(Plan, BirthsWaitForTheMovesOutThatMakeTheirRoom) {
   EXPECT_EQ(roomy.fallback_bytes, 0u);
 }
 
+// A move in handed out and not begun (the mover is still on an earlier one) reserves no room
+// yet: a birth that finds the room free takes it, and when the move begins, the room it was
+// planned with is still held by a move out queued behind it. The allocator refuses it; the
+// prediction counts the move as failed and its object slow. Where the birth is planned slow,
+// the move takes place.
+TEST(Plan, AMoveInNotBegunFindsTheRoomABirthTookAndFails) {
+  PlanInputs in;
+  in.layers = 3;
+  in.layer_ns.assign(3, 1'000'000);
+  in.fast_budget_bytes = 24 * kMiB;
+  in.move_in_gbps = 1.0;  // 8 MiB: 8.4 ms, against 1 ms layers
+  in.move_out_gbps = 1.0;
+  in.slow_access_ns_per_byte = 1;
+  in.peak_bytes = 32 * kMiB;
+  const ObjectKey a = step_key(0), z = step_key(1);
+  in.objects.push_back({a, 8 * kMiB, 0, 3, false, false, {0}, {0}, {}, false});  // read by layer 0
+  in.objects.push_back({2, 8 * kMiB, 0, 3, true, false, {2}, {}, {}, false});    // W, read by layer 2
+  in.objects.push_back({3, 8 * kMiB, 0, 3, true, false, {1}, {}, {}, false});    // Y, read by layer 1
+  in.objects.push_back({z, 8 * kMiB, 1, 3, false, false, {1, 2}, {1}, {}, false});
+  Plan plan;
+  plan.policy = "hand-made";
+  plan.fast_budget_bytes = in.fast_budget_bytes;
+  plan.start[2] = in.slow;
+  plan.start[3] = in.slow;
+  plan.birth[a] = in.fast;
+  plan.birth[z] = in.fast;
+  plan.moves = {{2, in.fast, kStepStart, 2, 2, 8 * kMiB},  // W in, then Y in behind it
+                {3, in.fast, kStepStart, 1, 1, 8 * kMiB},
+                {a, in.slow, 0, 3, kStepStart, 8 * kMiB},  // room for z, queued behind Y
+                {2, in.slow, 2, 3, kStepStart, 8 * kMiB},
+                {3, in.slow, 2, 3, kStepStart, 8 * kMiB}};
+  Plan taken = plan;
+  ASSERT_EQ(simulate(taken, in), "");
+  EXPECT_FALSE(taken.moves[0].predicted_failed);
+  EXPECT_TRUE(taken.moves[1].predicted_failed) << "z took the room Y's move in needs before it began";
+  EXPECT_EQ(taken.failed_in_bytes, 8 * kMiB);
+  EXPECT_EQ(taken.bytes_in, 8 * kMiB) << "W only";
+  EXPECT_EQ(taken.room_wait_ns, 0.0) << "z found the room free";
+  EXPECT_EQ(taken.slow_access_bytes, 8 * kMiB) << "layer 1 reads Y on the slow tier";
+  EXPECT_LE(taken.peak_fast_bytes, in.fast_budget_bytes);
+  Plan slow_birth = plan;
+  slow_birth.birth[z] = in.slow;
+  ASSERT_EQ(simulate(slow_birth, in), "");
+  EXPECT_FALSE(slow_birth.moves[1].predicted_failed);
+  EXPECT_EQ(slow_birth.failed_in_bytes, 0u);
+  EXPECT_EQ(slow_birth.bytes_in, 16 * kMiB);
+}
+
 // The profile's evidence for an overwrite: declared written and not read, every page written and
 // none read first. Host code or an undeclaring layer touching an object marks it undeclared.
 TEST(Plan, OverwritesComeFromDeclarationsAndThePagesTheProfileSaw) {

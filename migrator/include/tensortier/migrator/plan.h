@@ -177,6 +177,9 @@ struct PlannedMove {
   // simulate(): the object's bytes are dead where the move is handed out (bytes_dead_at) and the
   // inputs' dead_moves_free is set: the executor asks for a move that does not copy.
   bool discard = false;
+  // simulate(): a move in not begun when births took the room it needs: the allocator refuses it
+  // (no room on the fast tier) and the object stays on the slow tier until its next move.
+  bool predicted_failed = false;
 };
 
 struct Plan {
@@ -207,6 +210,7 @@ struct Plan {
   double mover_cpu_ns = 0;              // the copies' CPU time per step (clean moves take none)
   double room_wait_ns = 0;              // births waiting for moves out to make their room, per step
   std::uint64_t fallback_bytes = 0;     // births planned fast that find no room in time: slow instead
+  std::uint64_t failed_in_bytes = 0;    // moves in refused for room births took first (predicted_failed)
   // Planned bytes on the fast tier at each boundary 0..layers, once that boundary's moves are
   // handed out (as if each were done at once), and the room kept for small objects beside them.
   std::vector<std::uint64_t> fast_bytes_by_boundary;
@@ -250,8 +254,9 @@ Result<Plan> make_plan(std::string_view policy, const PlanInputs& inputs);
 // plays it: one mover takes the moves in order from the end of the layer they follow; moves and
 // layers' slow traffic share the slow tier; a layer waits for a move of its objects under way; a
 // boundary's births come after its moves are handed out and find the room of a move out only
-// when that move ends (they wait for it, or fall back past inputs.room_wait_ns). The budget at a
-// boundary is checked as if its moves were done.
+// when that move ends (they wait for it, or fall back past inputs.room_wait_ns), and a move in
+// that has not begun when births take the room it needs fails (the allocator refuses it; the
+// object stays slow). The budget at a boundary is checked as if its moves were done.
 std::string simulate(Plan& plan, const PlanInputs& inputs);
 
 // The plan with the moves in that simulate() predicts late left out: their objects stay where they
