@@ -296,9 +296,13 @@ int main(int argc, char** argv) {
           "  {}: over the run {} moves dropped stale (their step had ended), {} planned keys not alive\n",
           r.tiers, stats.migration.stale_dropped, stats.migration.missing);
       const MigrationPerStep part = measured_part(r, steps);
-      fmt::print("  {}: measured steps: mover CPU {:.1f} ms a step for {:.1f} MiB copied ({:.3f} ms a MiB)\n",
-                 r.tiers, part.mover_cpu_ms, part.copied_mib,
-                 part.copied_mib > 0 ? part.mover_cpu_ms / part.copied_mib : 0.0);
+      fmt::print(
+          "  {}: measured steps: mover CPU {:.1f} ms a step for {:.1f} MiB copied ({:.3f} ms a MiB); mover "
+          "busy "
+          "{:.1f} ms a step in moves (planned {:.1f})\n",
+          r.tiers, part.mover_cpu_ms, part.copied_mib,
+          part.copied_mib > 0 ? part.mover_cpu_ms / part.copied_mib : 0.0, part.mover_busy_ms,
+          r.runtime->plan() != nullptr ? r.runtime->plan()->mover_busy_ns / 1e6 : 0.0);
       if (!r.runtime->replan_result().empty()) fmt::print("  {}: {}\n", r.tiers, r.runtime->replan_result());
       if (!stats.migration.last_failure.empty())
         fmt::print("  {}: the last failed move: {}\n", r.tiers, stats.migration.last_failure);

@@ -14,6 +14,7 @@ struct MigrationPerStep {
   double in_mib = 0, out_mib = 0, copied_mib = 0;  // moved into / out of the fast tier; copied
   double late_dropped = 0, failed = 0;             // moves
   double mover_cpu_ms = 0;                         // the mover thread's CPU time
+  double mover_busy_ms = 0;                        // its wall time in moves
 };
 
 // The counts from `before` to `now`, divided by `steps` (taken as 1 when below it).
@@ -23,8 +24,8 @@ inline MigrationPerStep migration_per_step(const migrator::ExecutorStats& before
   const migrator::ExecutorStats d = migrator::since(now, before);
   const auto per = [n](std::uint64_t count) { return static_cast<double>(count) / n; };
   constexpr double kMiB = 1 << 20;
-  return {per(d.bytes_in) / kMiB, per(d.bytes_out) / kMiB, per(d.copied_bytes) / kMiB,
-          per(d.late_dropped),    per(d.failed_moves),     per(d.mover_cpu_ns) / 1e6};
+  return {per(d.bytes_in) / kMiB, per(d.bytes_out) / kMiB,   per(d.copied_bytes) / kMiB, per(d.late_dropped),
+          per(d.failed_moves),    per(d.mover_cpu_ns) / 1e6, per(d.mover_busy_ns) / 1e6};
 }
 
 }  // namespace tensortier::bench

@@ -870,7 +870,8 @@ TEST(Executor, CountsBetweenTwoSnapshotsUndoAccumulate) {
                       {&now.missing, &added.missing},
                       {&now.off_plan_steps, &added.off_plan_steps},
                       {&now.off_plan_dropped, &added.off_plan_dropped},
-                      {&now.mover_cpu_ns, &added.mover_cpu_ns}}) {
+                      {&now.mover_cpu_ns, &added.mover_cpu_ns},
+                      {&now.mover_busy_ns, &added.mover_busy_ns}}) {
     *a = v * 7;
     *n += v * 7;
     ++v;
@@ -892,12 +893,14 @@ TEST(Executor, CountsBetweenTwoSnapshotsUndoAccumulate) {
   EXPECT_EQ(d.off_plan_steps, added.off_plan_steps);
   EXPECT_EQ(d.off_plan_dropped, added.off_plan_dropped);
   EXPECT_EQ(d.mover_cpu_ns, added.mover_cpu_ns);
+  EXPECT_EQ(d.mover_busy_ns, added.mover_busy_ns);
   EXPECT_EQ(d.last_failure, "the latest");
   ExecutorStats back = before;
   accumulate(back, d);
   EXPECT_EQ(back.steps, now.steps);
   EXPECT_EQ(back.bytes_out, now.bytes_out);
   EXPECT_EQ(back.mover_cpu_ns, now.mover_cpu_ns);
+  EXPECT_EQ(back.mover_busy_ns, now.mover_busy_ns);
   EXPECT_EQ(back.off_plan_dropped, now.off_plan_dropped);
 }
 

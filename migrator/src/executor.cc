@@ -2,6 +2,8 @@
 
 #include <time.h>
 
+#include <chrono>
+
 #include <tbb/concurrent_queue.h>
 
 namespace tensortier::migrator {
@@ -31,6 +33,7 @@ void accumulate(ExecutorStats& total, const ExecutorStats& part) {
   total.off_plan_steps += part.off_plan_steps;
   total.off_plan_dropped += part.off_plan_dropped;
   total.mover_cpu_ns += part.mover_cpu_ns;
+  total.mover_busy_ns += part.mover_busy_ns;
   if (!part.last_failure.empty()) total.last_failure = part.last_failure;
   if (part.steps != 0) {
     total.last_step_bytes_in = part.last_step_bytes_in;
@@ -57,6 +60,7 @@ ExecutorStats since(const ExecutorStats& now, const ExecutorStats& before) {
   d.off_plan_steps -= before.off_plan_steps;
   d.off_plan_dropped -= before.off_plan_dropped;
   d.mover_cpu_ns -= before.mover_cpu_ns;
+  d.mover_busy_ns -= before.mover_busy_ns;
   return d;
 }
 
@@ -212,8 +216,12 @@ void Executor::run() {
     MoveOptions options;
     options.segment = job.segment;
     options.discard_unless_pinned_after = job.discard_unless_pinned_after;
+    const auto move_start = std::chrono::steady_clock::now();
     Result<MoveResult> moved = move_(job.id, job.to, options);
+    const auto busy_ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - move_start);
     std::lock_guard lock(stats_mutex_);
+    stats_.mover_busy_ns += static_cast<std::uint64_t>(busy_ns.count());
     if (!moved && moved.status().code() == StatusCode::kNotFound) {
       ++stats_.missing;  // freed since the move was handed out: nothing to move
     } else if (!moved) {

@@ -1114,6 +1114,7 @@ std::string simulate_over(Plan& plan, const PlanInputs& in) {
   plan.peak_fast_bytes = plan.bytes_in = plan.bytes_out = plan.clean_out_bytes = plan.slow_access_bytes = 0;
   plan.discard_bytes = 0;
   plan.mover_cpu_ns = 0;
+  plan.mover_busy_ns = 0;
   plan.room_wait_ns = 0;
   plan.fallback_bytes = 0;
   plan.failed_in_bytes = 0;
@@ -1264,6 +1265,7 @@ std::string simulate_over(Plan& plan, const PlanInputs& in) {
         const double start_ns = std::max(mover_free_ns, clock_ns);
         const double end_ns = std::max(slow_busy_ns, start_ns) + ns;
         mover_free_ns = slow_busy_ns = end_ns;
+        plan.mover_busy_ns += end_ns - start_ns;
         (m.to == in.fast ? plan.bytes_in : plan.bytes_out) += m.bytes;
         if (m.to == in.fast) {
           pending[m.key] = Pending{start_ns, end_ns, it->second};

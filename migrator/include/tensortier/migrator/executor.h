@@ -59,6 +59,7 @@ struct ExecutorStats {
   std::uint64_t off_plan_steps = 0;  // steps found to be of another kind than the plan's (set_off_plan)
   std::uint64_t off_plan_dropped = 0;  // queued moves of such a step, dropped
   std::uint64_t mover_cpu_ns = 0;      // CPU time of the mover thread
+  std::uint64_t mover_busy_ns = 0;     // wall time the mover spent in moves (copies, charges, waits)
   std::string last_failure;            // why the latest failed move failed
   // The last completed step's share of the above.
   std::uint64_t last_step_bytes_in = 0, last_step_bytes_out = 0, last_step_failed = 0, last_step_late = 0;

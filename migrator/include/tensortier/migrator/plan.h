@@ -208,6 +208,7 @@ struct Plan {
   std::uint64_t slow_access_bytes = 0;  // declared bytes the layers find on the slow tier
   double predicted_extra_ns = 0;        // unhidden move time + slow accesses + mover CPU, per step
   double mover_cpu_ns = 0;              // the copies' CPU time per step (clean moves take none)
+  double mover_busy_ns = 0;             // the mover's time in copies per step, slow-tier waits included
   double room_wait_ns = 0;              // births waiting for moves out to make their room, per step
   std::uint64_t fallback_bytes = 0;     // births planned fast that find no room in time: slow instead
   std::uint64_t failed_in_bytes = 0;    // moves in refused for room births took first (predicted_failed)
