@@ -511,9 +511,11 @@ TEST(Threaded, StressHelpersAllocateMoveAndFreeBesideProfiledAndPlainSteps) {
 // A fork() in the middle of a profiled step (with a sampler thread, and a policy's mover once
 // one runs): the child has none of the parent's threads. Its calls into the runtime must fail
 // at once naming fork, not hang (step_end used to wait forever for the sampler), and it must be
-// able to destroy the runtime and exit. The parent carries on.
+// able to destroy the runtime and exit (with the copy threads of RuntimeOptions::copy_threads
+// too, which it does not have either). The parent carries on.
 TEST(Threaded, AChildAfterForkIsRefusedAndDoesNotHang) {
   RuntimeOptions options("fast=dram:256MiB");
+  options.copy_threads = 2;
   options.profile.step = 0;
   options.profile.sample_interval_us = 100;
   auto created = Runtime::create(options);

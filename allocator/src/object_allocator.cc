@@ -2,6 +2,8 @@
 // object_allocator.h).
 #include "tensortier/allocator/object_allocator.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <condition_variable>
 #include <cstring>
@@ -60,9 +62,10 @@ ObjectAllocator::ObjectAllocator(std::vector<std::unique_ptr<Tier>> tiers)
 }
 
 // Helper threads of our own, not a TBB arena: TBB hands its tasks over inside libtbb, which the
-// thread sanitizer cannot see, so every split copy was reported as a data race (and one 13 MiB
-// copy took minutes under it); a mutex and condition variables here are seen. One copy at a time:
-// the parts of a copy go to whichever of the caller and the helpers is free first.
+// thread sanitizer cannot see, so every split copy was reported as a data race (and the test of
+// three split copies ran 220 s under it); a mutex and condition variables here are seen. One copy
+// at a time: the parts of a copy go to whichever of the caller and the helpers is free first (in
+// a child after fork(), the caller alone takes them all).
 class ObjectAllocator::CopyPool {
  public:
   explicit CopyPool(unsigned helpers) {
@@ -78,6 +81,8 @@ class ObjectAllocator::CopyPool {
   }
   CopyPool(const CopyPool&) = delete;
   CopyPool& operator=(const CopyPool&) = delete;
+  // In a child after fork() the helpers are the parent's threads: none to wake or join here.
+  bool forked() const { return getpid() != pid_; }
 
   // Runs part(i) for every i below `parts`, the calling thread among the workers; returns when
   // all have ended.
@@ -122,6 +127,7 @@ class ObjectAllocator::CopyPool {
   std::size_t parts_ = 0, next_ = 0, left_ = 0;
   bool stop_ = false;
   std::vector<std::thread> threads_;
+  const pid_t pid_ = getpid();
 };
 
 void ObjectAllocator::set_copy_threads(unsigned threads) {
@@ -149,6 +155,10 @@ unsigned ObjectAllocator::copy(void* to, const void* from, std::size_t bytes) {
 }
 
 ObjectAllocator::~ObjectAllocator() {
+  // A child after fork(): the copy pool's threads are the parent's; joining them would wait
+  // forever, so the pool is left, not destroyed (its copies ran on the calling thread alone).
+  if (copy_pool_ != nullptr && copy_pool_->forked())
+    (void)copy_pool_.release();  // NOLINT(bugprone-unused-return-value): leaked on purpose
   for (auto& [id, live] : live_) {
     if (live.chunk != nullptr || live.range.arena != 0) continue;
     const Range& r = live.range;

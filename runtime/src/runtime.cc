@@ -266,11 +266,17 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
             : fmt::format("copies of {} or more split over {} threads, the cores the layers leave spare ({})",
                           format_bytes(ObjectAllocator::kSplitCopyBytes), copy_threads, machine);
   } else {
+    // More threads than CPUs copy no faster: at most one a CPU (a million asked would be a
+    // million threads).
+    const std::uint32_t asked = copy_threads;
+    copy_threads = std::min(copy_threads, share.cpus);
+    const std::string capped =
+        asked > copy_threads ? fmt::format(" {} asked, at most one a CPU;", asked) : std::string();
     runtime->copy_threads_note_ =
         copy_threads == 1
-            ? fmt::format("copies on the mover alone (copy_threads 1; {})", machine)
-            : fmt::format("copies of {} or more split over {} threads (copy_threads; {})",
-                          format_bytes(ObjectAllocator::kSplitCopyBytes), copy_threads, machine);
+            ? fmt::format("copies on the mover alone (copy_threads 1;{} {})", capped, machine)
+            : fmt::format("copies of {} or more split over {} threads (copy_threads;{} {})",
+                          format_bytes(ObjectAllocator::kSplitCopyBytes), copy_threads, capped, machine);
   }
   if (!runtime->policy_.empty()) spdlog::info("{}", runtime->copy_threads_note_);
   runtime->allocator_.set_copy_threads(copy_threads);

@@ -155,7 +155,7 @@ struct RuntimeOptions {
   // Threads a move's copy is split over (ObjectAllocator::set_copy_threads): the mover and helpers
   // on the cores the training threads leave spare. 0: from this machine (cpu_share and
   // copy_threads_for), and where no core is spare beyond the mover's own, 1, said in one line
-  // when a policy is set. n: n threads, whatever the machine has.
+  // when a policy is set. n: n threads, at most one a CPU of the process's affinity mask.
   std::uint32_t copy_threads = 0;
 };
 
