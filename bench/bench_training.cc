@@ -297,9 +297,8 @@ int main(int argc, char** argv) {
           r.tiers, stats.migration.stale_dropped, stats.migration.missing);
       const MigrationPerStep part = measured_part(r, steps);
       fmt::print(
-          "  {}: measured steps: mover CPU {:.1f} ms a step for {:.1f} MiB copied ({:.3f} ms a MiB); mover "
-          "busy "
-          "{:.1f} ms a step in moves (planned {:.1f})\n",
+          "  {}: measured steps: mover CPU {:.1f} ms a step for {:.1f} MiB copied ({:.3f} ms a MiB); "
+          "mover busy {:.1f} ms a step in moves (planned {:.1f})\n",
           r.tiers, part.mover_cpu_ms, part.copied_mib,
           part.copied_mib > 0 ? part.mover_cpu_ms / part.copied_mib : 0.0, part.mover_busy_ms,
           r.runtime->plan() != nullptr ? r.runtime->plan()->mover_busy_ns / 1e6 : 0.0);

@@ -503,8 +503,7 @@ std::uint64_t ObjectAllocator::releasable_bytes_locked(TierIndex t) const {
   for (const auto& [key, group] : groups_) {
     if (key.second != t) continue;
     for (const std::unique_ptr<Chunk>& chunk : group.chunks) {
-      const Range& r = chunk->range;
-      if (chunk->live == 0 && !r.moving && r.pins == 0) bytes += r.bytes;
+      if (chunk->releasable()) bytes += chunk->range.bytes;
     }
   }
   return bytes;
@@ -539,8 +538,8 @@ void ObjectAllocator::release_cache_locked(TierIndex t, std::uint64_t need_bytes
     if (key.second != t) continue;
     const GroupId group_id = key.first;  // lambdas cannot capture structured bindings before clang 16
     std::erase_if(group.chunks, [&](const std::unique_ptr<Chunk>& chunk) {
+      if (!chunk->releasable()) return false;
       const Range& r = chunk->range;
-      if (chunk->live != 0 || r.moving || r.pins != 0) return false;
       if (release_observer_) release_observer_(SpanView{group_id, as_uint(r.base), r.bytes, t, true});
       table_.erase(r.slot);
       release_range(t, r.owner, r.base, r.bytes);

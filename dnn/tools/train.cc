@@ -238,8 +238,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 100))
       ->capture_default_str();
   app.add_option("--copy-threads", o.copy_threads,
-                 "Threads a move's copy of 4 MiB or more is split over (0: the cores the layers leave spare, "
-                 "OMP_NUM_THREADS below the CPUs; 1 where none is)")
+                 "Threads a move's copy of 4 MiB or more is split over, at most one a CPU (0: the cores the "
+                 "layers leave spare, OMP_NUM_THREADS below the CPUs; 1 where fewer than two are)")
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();
   app.add_option("--trace", o.trace,

@@ -252,32 +252,32 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
   runtime->trial_steps_ = options.trial_steps;
   runtime->measured_mover_steps_ = options.measured_mover_steps;
   runtime->short_lived_arena_ = options.short_lived_arena;
-  std::uint32_t copy_threads = options.copy_threads;
   const CpuShare share = cpu_share();
   const std::string machine = fmt::format("{} CPUs, {} for the layers", share.cpus, share.training_threads);
-  if (copy_threads == 0) {
+  std::uint32_t copy_threads = 0;
+  std::string why;  // follows what the copies take: why that many
+  if (options.copy_threads == 0) {
     copy_threads = copy_threads_for(share.cpus, share.training_threads);
-    runtime->copy_threads_note_ =
-        copy_threads == 1
-            ? fmt::format(
-                  "copies on the mover alone: fewer than two cores spare for copy threads ({}; "
-                  "OMP_NUM_THREADS two or more below the CPUs leaves them)",
-                  machine)
-            : fmt::format("copies of {} or more split over {} threads, the cores the layers leave spare ({})",
-                          format_bytes(ObjectAllocator::kSplitCopyBytes), copy_threads, machine);
+    why = copy_threads == 1 ? fmt::format(
+                                  ": fewer than two cores spare for copy threads ({}; OMP_NUM_THREADS "
+                                  "two or more below the CPUs leaves them)",
+                                  machine)
+                            : fmt::format(", the cores the layers leave spare ({})", machine);
   } else {
     // More threads than CPUs copy no faster: at most one a CPU (a million asked would be a
     // million threads).
-    const std::uint32_t asked = copy_threads;
-    copy_threads = std::min(copy_threads, share.cpus);
-    const std::string capped =
-        asked > copy_threads ? fmt::format(" {} asked, at most one a CPU;", asked) : std::string();
-    runtime->copy_threads_note_ =
-        copy_threads == 1
-            ? fmt::format("copies on the mover alone (copy_threads 1;{} {})", capped, machine)
-            : fmt::format("copies of {} or more split over {} threads (copy_threads;{} {})",
-                          format_bytes(ObjectAllocator::kSplitCopyBytes), copy_threads, capped, machine);
+    copy_threads = std::min(options.copy_threads, share.cpus);
+    why = fmt::format(" (copy_threads {};{} {})", copy_threads,
+                      options.copy_threads > copy_threads
+                          ? fmt::format(" {} asked, at most one a CPU;", options.copy_threads)
+                          : std::string(),
+                      machine);
   }
+  runtime->copy_threads_note_ =
+      (copy_threads == 1 ? std::string("copies on the mover alone")
+                         : fmt::format("copies of {} or more split over {} threads",
+                                       format_bytes(ObjectAllocator::kSplitCopyBytes), copy_threads)) +
+      why;
   if (!runtime->policy_.empty()) spdlog::info("{}", runtime->copy_threads_note_);
   runtime->allocator_.set_copy_threads(copy_threads);
   return runtime;

@@ -302,7 +302,8 @@ class Runtime {
   // (RuntimeOptions::measured_mover_steps), one line; empty before. Training thread.
   const std::string& replan_result() const { return replan_result_; }
   // Threads a move's copy is split over (RuntimeOptions::copy_threads) and why, one line: "copies
-  // on the mover alone: no core spare ..." or "copies of 4 MiB or more split over N threads ...".
+  // on the mover alone: fewer than two cores spare ..." or "copies of 4 MiB or more split over N
+  // threads ...".
   // Set by create(); thread-safe.
   const std::string& copy_threads_note() const { return copy_threads_note_; }
   // The mover's CPU per byte copied that the plan was made again with; 0 before (or never).

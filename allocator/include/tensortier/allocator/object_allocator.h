@@ -396,6 +396,8 @@ class ObjectAllocator {
     SlotBitmap<kGroupChunkBytes / kSmallAlignmentBytes> slots;  // which 64-byte slots are taken
     std::size_t live = 0;                                       // live small objects in it
     std::uint64_t live_bytes = 0;
+    // Empty, and neither moving nor pinned: cache that release_cache_locked may let go.
+    bool releasable() const { return live == 0 && !range.moving && range.pins == 0; }
   };
   struct GroupState {
     std::vector<std::unique_ptr<Chunk>> chunks;
