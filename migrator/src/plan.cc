@@ -112,13 +112,20 @@ Plan cheapest_of(const PlanInputs& in, std::size_t count, std::size_t fallback, 
   return best;
 }
 
-// Sentinel with migration intervals of `n` layers. `region` bytes of the budget hold the short-
-// lived objects.
-Plan sentinel_with(const PlanInputs& in, std::uint32_t n, std::uint64_t region) {
+}  // namespace
+
+Plan sentinel_with(const PlanInputs& in, std::uint32_t n, std::uint64_t region, SentinelCount count) {
+  const bool by_layer = count != SentinelCount::kPerInterval;
+  const bool by_occupancy = count == SentinelCount::kPerLayerByHeld;
+  n = std::max(1U, n);
   Plan plan;
   plan.policy = "sentinel";
   plan.interval_layers = n;
   plan.region_bytes = region;
+  plan.variant = !by_layer ? "fast sets held to the budget over each interval"
+                 : by_occupancy
+                     ? "fast sets held to the budget at each layer, ranked by uses per byte-layer held"
+                     : "fast sets held to the budget at each layer";
   const std::uint32_t intervals = (in.layers + n - 1) / n;
   const std::uint64_t reserved = in.small_reserve_bytes + region;
   const std::uint64_t room = in.fast_budget_bytes > reserved ? in.fast_budget_bytes - reserved : 0;
@@ -144,8 +151,41 @@ Plan sentinel_with(const PlanInputs& in, std::uint32_t n, std::uint64_t region) 
     const std::uint32_t first = k * n, last = std::min(in.layers, (k + 1) * n);  // layers [first, last)
     return o.born < last && o.freed > first;
   };
+  // Fast bytes held at each layer (by_layer) or in each interval; with by_layer, the layer an
+  // object's count in the previous interval's set ends at.
+  std::vector<std::uint64_t> held(by_layer ? in.layers : intervals, 0);
+  std::vector<std::uint32_t> counted_to(by_layer ? in.objects.size() : 0, 0);
   for (std::uint32_t k = 0; k < intervals; ++k) {
-    std::uint64_t fast = 0;
+    const std::uint32_t first = k * n, last = std::min(in.layers, (k + 1) * n);
+    // What object i takes of `held` in F_k. By layer: the layers of the interval it is alive in,
+    // from where its count in F_{k-1} ended if it was there; when it outlives the interval and
+    // the next one does not need it, it leaves after its last use here (the move out between the
+    // intervals' sets goes then), so its count ends there (a later set that keeps it counts the
+    // layers after; one that dies within the interval holds its room until it dies).
+    auto span = [&](std::size_t i) {
+      if (!by_layer) return std::pair{k, k + 1};
+      const PlanObject& o = in.objects[i];
+      std::uint32_t lo = o.persistent ? first : std::max(first, o.born);
+      if (k > 0 && fast_in[k - 1].contains(i)) lo = std::min(lo, counted_to[i]);
+      std::uint32_t hi = o.persistent ? last : std::min(last, o.freed);
+      const bool next_needs =
+          k + 1 == intervals ? o.persistent && fast_in[0].contains(i) : used[k + 1].contains(i);
+      if (!next_needs && (o.persistent || o.freed > last)) {
+        auto after = std::lower_bound(o.uses.begin(), o.uses.end(), last);
+        if (after != o.uses.begin() && *(after - 1) >= first) hi = *(after - 1) + 1;
+      }
+      return std::pair{lo, std::max(lo, hi)};
+    };
+    auto take = [&](std::size_t i) {  // into F_k where it fits at every layer (interval) it takes
+      const auto [lo, hi] = span(i);
+      const std::uint64_t bytes = in.objects[i].bytes;
+      for (std::uint32_t s = lo; s < hi; ++s) {
+        if (held[s] + bytes > room) return;
+      }
+      for (std::uint32_t s = lo; s < hi; ++s) held[s] += bytes;
+      if (by_layer) counted_to[i] = hi;
+      fast_in[k].insert(i);
+    };
     for (std::uint32_t j : {k, k + 1}) {
       const bool wrap = j == intervals;  // the next step's first interval: persistent objects only
       if (j > intervals) continue;
@@ -153,14 +193,15 @@ Plan sentinel_with(const PlanInputs& in, std::uint32_t n, std::uint64_t region) 
       for (const auto& [i, uses] : used[wrap ? 0 : j]) {
         const PlanObject& o = in.objects[i];
         if ((wrap && !o.persistent) || !alive_in(o, k) || fast_in[k].contains(i)) continue;
-        ranked.emplace_back(-static_cast<double>(uses) / static_cast<double>(o.bytes), i);
+        double score = static_cast<double>(uses) / static_cast<double>(o.bytes);
+        if (by_occupancy) {
+          const auto [lo, hi] = span(i);
+          score /= static_cast<double>(std::max(1U, hi - lo));
+        }
+        ranked.emplace_back(-score, i);
       }
       std::sort(ranked.begin(), ranked.end());
-      for (const auto& [score, i] : ranked) {
-        if (fast + in.objects[i].bytes > room) continue;
-        fast += in.objects[i].bytes;
-        fast_in[k].insert(i);
-      }
+      for (const auto& [score, i] : ranked) take(i);
     }
     // Room left over keeps what interval k-1 held and k does not use, soonest next use first:
     // moving it out only to move it back costs two copies for nothing.
@@ -173,11 +214,7 @@ Plan sentinel_with(const PlanInputs& in, std::uint32_t n, std::uint64_t region) 
         stay.emplace_back(next != o.uses.end() ? *next : std::uint64_t{in.layers} + 1, i);
       }
       std::sort(stay.begin(), stay.end());
-      for (const auto& [use, i] : stay) {
-        if (fast + in.objects[i].bytes > room) continue;
-        fast += in.objects[i].bytes;
-        fast_in[k].insert(i);
-      }
+      for (const auto& [use, i] : stay) take(i);
     }
   }
   // Per object: where it is in each interval it lives in, and the moves between.
@@ -229,6 +266,8 @@ Plan sentinel_with(const PlanInputs& in, std::uint32_t n, std::uint64_t region) 
   return plan;
 }
 
+namespace {
+
 Result<Plan> sentinel(const PlanInputs& in) {
   // The short-lived region: their lifetimes packed by the offset planner.
   std::vector<PlannedBuffer> short_lived;
@@ -253,18 +292,21 @@ Result<Plan> sentinel(const PlanInputs& in) {
     }
     const std::uint64_t region_bytes = with_region ? region->region_bytes : 0;
     for (std::uint32_t n = 1; n <= std::max(1U, in.layers); ++n) {
-      Plan plan = sentinel_with(variant, n, region_bytes);
-      if (!simulate(plan, in).empty()) continue;
-      if (!have || plan.predicted_extra_ns <= best.predicted_extra_ns) {
-        best = std::move(plan);
-        have = true;
+      for (const SentinelCount count :
+           {SentinelCount::kPerInterval, SentinelCount::kPerLayer, SentinelCount::kPerLayerByHeld}) {
+        Plan plan = sentinel_with(variant, n, region_bytes, count);
+        if (!simulate(plan, in).empty()) continue;
+        if (!have || plan.predicted_extra_ns <= best.predicted_extra_ns) {
+          best = std::move(plan);
+          have = true;
+        }
       }
     }
   }
   if (!have) {  // nothing fits: everything managed, one interval (what does not fit stays slow)
     PlanInputs variant = in;
     for (PlanObject& o : variant.objects) o.short_lived = false;
-    best = sentinel_with(variant, std::max(1U, in.layers), 0);
+    best = sentinel_with(variant, std::max(1U, in.layers), 0, SentinelCount::kPerInterval);
     (void)simulate(best, in);
   }
   if (best.region_bytes != 0) {

@@ -36,9 +36,11 @@
 //                         interval: an object used in interval k is fast during k and, prefetched,
 //                         during k-1, moved in when k-1 starts and out after its last use in the
 //                         last interval that needs it; what does not fit stays slow (hottest kept
-//                         fast). The interval length is the one whose predicted cost (move time the
-//                         intervals' compute cannot hide, plus slow accesses) is least; where the
-//                         budget cannot hold the region, the short-lived objects are managed too;
+//                         fast; an interval's set held to the budget over the whole interval or at
+//                         each layer: SentinelCount). The interval length and count are those
+//                         whose predicted cost (move time the intervals' compute cannot hide, plus
+//                         slow accesses) is least; where the budget cannot hold the region, the
+//                         short-lived objects are managed too;
 //   oracle                full knowledge of the step's accesses: the plan the simulator predicts
 //                         cheapest among an exact model's (residency_model.h: a mixed-integer
 //                         program over which objects are fast at each boundary, solved by
@@ -189,7 +191,7 @@ struct Plan {
   std::map<ObjectKey, TierIndex> start;  // where each persistent object is when a step begins
   std::map<ObjectKey, TierIndex> birth;  // where each object born in the step is allocated
   std::vector<PlannedMove> moves;        // by after_layer; at one, outs before ins (the mover's order)
-  std::string variant;                   // the oracle: whose plan it chose
+  std::string variant;  // the oracle: whose plan it chose; sentinel: how it counted its fast sets
   // Page-granular: objects larger than kSegmentBytes are planned segment by segment, under part
   // keys (in start, birth and moves; every segment of an object is born on one tier), and the
   // executor moves their segments apart (MoveOptions::segment). 0: whole objects.
@@ -248,6 +250,28 @@ PlanInputs in_segments(const PlanInputs& inputs);
 
 // The plan `policy` makes. Errors: kInvalidArgument naming an unknown policy and the known ones.
 Result<Plan> make_plan(std::string_view policy, const PlanInputs& inputs);
+
+// How sentinel holds an interval's fast set to the budget, and ranks the objects it offers it.
+enum class SentinelCount {
+  // An object in the set of interval k holds its bytes for the whole of k (Sentinel's paper).
+  kPerInterval,
+  // At each layer: an object holds its bytes over the layers it is alive in and fast, from its
+  // birth or its move in to its death or, where the next interval does not need it, its move out
+  // after its last use; objects that are not fast at the same layers share the room.
+  kPerLayer,
+  // kPerLayer, with candidates ranked by uses per byte per layer held instead of per byte, so
+  // short stays come first.
+  kPerLayerByHeld,
+};
+
+// Sentinel's plan with migration intervals of `interval_layers` layers (at least 1), its
+// predictions not filled: objects marked short_lived fast for their whole life in a region of
+// `region_bytes` kept out of the budget; the others fast in the intervals that use them (hottest
+// first) and, prefetched, in the interval before, while they fit as `count` counts. The
+// "sentinel" policy tries every interval length and count, with and without the region, and keeps
+// the valid plan simulate() predicts cheapest.
+Plan sentinel_with(const PlanInputs& inputs, std::uint32_t interval_layers, std::uint64_t region_bytes,
+                   SentinelCount count);
 
 // Plays the plan over one step (and into the next): fills its predictions and returns "" when it
 // is valid, else what is wrong (a move of an object not alive then, a layer boundary where the
