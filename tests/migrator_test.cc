@@ -23,14 +23,21 @@ namespace {
 
 constexpr std::uint64_t kMiB = 1 << 20;
 
-// Ten layers; two persistent objects used early and late, and a chain of activations.
-PlanInputs chain_inputs(std::uint64_t budget) {
+// `layers` layers of `layer_ns` each, a fast budget, moves at 10 GB/s each way and slow accesses
+// at 0.5 ns a byte: the rates most hand-made inputs here share.
+PlanInputs plain_inputs(std::uint32_t layers, std::uint64_t budget, std::uint64_t layer_ns = 1'000'000) {
   PlanInputs in;
-  in.layers = 10;
-  in.layer_ns.assign(10, 1'000'000);  // 1 ms each
+  in.layers = layers;
+  in.layer_ns.assign(layers, layer_ns);
   in.fast_budget_bytes = budget;
   in.move_in_gbps = in.move_out_gbps = 10;
   in.slow_access_ns_per_byte = 0.5;
+  return in;
+}
+
+// Ten layers; two persistent objects used early and late, and a chain of activations.
+PlanInputs chain_inputs(std::uint64_t budget) {
+  PlanInputs in = plain_inputs(10, budget);
   in.objects.push_back(
       {1, 4 * kMiB, 0, 10, true, false, {0, 9}, {9}, {}, false});  // weights: first and last layer
   in.objects.push_back({2, 4 * kMiB, 0, 10, true, false, {4, 5}, {5}, {}, false});  // weights: the middle
@@ -76,12 +83,7 @@ TEST(Plan, EveryPolicyIsValidAtEveryBudgetThatHoldsTheShortLived) {
 // Eight layers; four persistent 4 MiB objects, each used by two layers in turn (0-1, 2-3, ...):
 // with room for two, a plan swaps one out and the next in at the same boundaries.
 PlanInputs rotating_inputs() {
-  PlanInputs in;
-  in.layers = 8;
-  in.layer_ns.assign(8, 2'000'000);
-  in.fast_budget_bytes = 9 * kMiB;
-  in.move_in_gbps = in.move_out_gbps = 10;
-  in.slow_access_ns_per_byte = 0.5;
+  PlanInputs in = plain_inputs(8, 9 * kMiB, 2'000'000);
   for (std::uint32_t i = 0; i < 4; ++i)
     in.objects.push_back({i + 1, 4 * kMiB, 0, 8, true, false, {2 * i, 2 * i + 1}, {2 * i + 1}, {}, false});
   in.peak_bytes = 16 * kMiB;
@@ -138,12 +140,7 @@ TEST(Plan, SentinelMovesPersistentObjectsInBeforeTheirLayersAndBeatsFirstTouch) 
 // one that dies before the next is born, and one moved out after its last use before another is
 // born; counted per interval, the second of each pair stays slow.
 TEST(Plan, SentinelCountsAnIntervalsFastSetAtEachLayer) {
-  PlanInputs in;
-  in.layers = 6;
-  in.layer_ns.assign(6, 1'000'000);
-  in.fast_budget_bytes = 8 * kMiB;
-  in.move_in_gbps = in.move_out_gbps = 10;
-  in.slow_access_ns_per_byte = 0.5;
+  PlanInputs in = plain_inputs(6, 8 * kMiB);
   // Interval 0 (layers 0-1): a dies before b is born. Interval 1 (layers 2-3): d, alive to the
   // step's end, is last used by layer 2; e is born at 3. Interval 2 (layers 4-5): f, last used by
   // layer 4, dies with the step, so it holds its room when g is born at 5 (no move out of it).
@@ -177,12 +174,7 @@ TEST(Plan, SentinelCountsAnIntervalsFastSetAtEachLayer) {
 // Ranked by uses per byte-layer held, four one-layer stays go before one object held over the
 // whole interval; ranked per byte, the long stay (more uses per byte) takes the room first.
 TEST(Plan, SentinelRankedByHeldBytesPutsShortStaysFirst) {
-  PlanInputs in;
-  in.layers = 4;
-  in.layer_ns.assign(4, 1'000'000);
-  in.fast_budget_bytes = 8 * kMiB;
-  in.move_in_gbps = in.move_out_gbps = 10;
-  in.slow_access_ns_per_byte = 0.5;
+  PlanInputs in = plain_inputs(4, 8 * kMiB);
   in.objects.push_back({20, 6 * kMiB, 0, 4, false, false, {0, 3}, {0}, {}, false});  // 2 uses in 4 layers
   for (std::uint32_t l = 0; l < 4; ++l)
     in.objects.push_back({21 + l, 5 * kMiB, l, l + 1, false, false, {l}, {l}, {}, false});  // 1 use, 1 layer
@@ -755,12 +747,7 @@ TEST(Plan, ReactivePromotesOnlyWhatALayerJustUsed) {
 // reactive keeps all of it slow), an object is born whole on one tier, and promotions and
 // demotions move segments, named by part keys.
 TEST(Plan, Reactive2mKeepsPartOfAnObjectFastAndMovesSegments) {
-  PlanInputs in;
-  in.layers = 4;
-  in.layer_ns.assign(4, 1'000'000);
-  in.move_in_gbps = in.move_out_gbps = 10;
-  in.slow_access_ns_per_byte = 0.5;
-  in.fast_budget_bytes = 6 * kMiB;
+  PlanInputs in = plain_inputs(4, 6 * kMiB);
   const std::uint64_t big = 9 * kMiB + 4096;  // segments of 2, 2, 2, 2 and 1 MiB + 4 KiB
   in.objects.push_back({1, big, 0, 4, true, false, {0, 1, 2, 3}, {3}, {}, false});
   in.objects.push_back({step_key(0), 3 * kMiB, 1, 3, false, false, {1, 2}, {1}, {}, false});
