@@ -402,8 +402,9 @@ class SlowWindows final : public StepObserver, public RuntimeAware {
 TEST(Policies, TheTrialJudgesLateMovesOneByOne) {
   const TrainRun reference = train("resnet18", "fast-only", "", 0, nullptr, 0, 3, 18);
   SlowWindows slow;
-  // Optane-server's per-core rates at 10%: moves slow enough beside the layers for late ones.
-  const TrainRun run = train("resnet18", "sentinel", "10%", 0, &slow, 0, 3, 18,
+  // Optane-server's per-core rates at 5% (sentinel's plans at 10% now have too few late moves for
+  // the case): moves slow enough beside the layers for late ones.
+  const TrainRun run = train("resnet18", "sentinel", "5%", 0, &slow, 0, 3, 18,
                              "fast=dram:1GiB,slow=emulated:optane-server:4GiB");
   EXPECT_EQ(run.losses, reference.losses);
   EXPECT_EQ(run.params, reference.params);

@@ -190,6 +190,26 @@ TEST(Plan, SentinelRankedByHeldBytesPutsShortStaysFirst) {
   EXPECT_EQ(per_held.slow_access_bytes, 12 * kMiB);  // the long stay read twice where it is
 }
 
+// Ranked by uses per layer held (each use touches all of an object's pages), the object used at
+// every layer of its stay goes first whatever its size; ranked per byte too, a smaller one used
+// less often goes first and leaves the larger slow.
+TEST(Plan, SentinelRankedByHotHeldPutsDenseUseFirst) {
+  PlanInputs in = plain_inputs(2, 7 * kMiB);
+  in.objects.push_back({30, 6 * kMiB, 0, 2, false, false, {0, 1}, {0}, {}, false});  // used at both layers
+  in.objects.push_back({31, 2 * kMiB, 0, 2, false, false, {0}, {0}, {}, false});     // used at one
+  in.peak_bytes = 8 * kMiB;
+  Plan per_byte = sentinel_with(in, 2, 0, SentinelCount::kPerLayerByHeld);
+  Plan hot = sentinel_with(in, 2, 0, SentinelCount::kPerLayerByHotHeld);
+  ASSERT_EQ(simulate(per_byte, in), "");
+  ASSERT_EQ(simulate(hot, in), "");
+  EXPECT_EQ(per_byte.birth.at(30), in.slow);
+  EXPECT_EQ(per_byte.birth.at(31), in.fast);
+  EXPECT_EQ(per_byte.slow_access_bytes, 12 * kMiB);
+  EXPECT_EQ(hot.birth.at(30), in.fast);
+  EXPECT_EQ(hot.birth.at(31), in.slow);
+  EXPECT_EQ(hot.slow_access_bytes, 2 * kMiB);
+}
+
 // The policy keeps the cheapest valid plan of every interval length and count.
 TEST(Plan, SentinelKeepsTheCheapestIntervalAndCount) {
   for (std::uint64_t budget : {8 * kMiB, 6 * kMiB}) {
@@ -200,8 +220,8 @@ TEST(Plan, SentinelKeepsTheCheapestIntervalAndCount) {
     for (PlanObject& o : in.objects) o.short_lived = false;  // the variant without the region
     int valid = 0;
     for (std::uint32_t n = 1; n <= in.layers; ++n) {
-      for (SentinelCount count :
-           {SentinelCount::kPerInterval, SentinelCount::kPerLayer, SentinelCount::kPerLayerByHeld}) {
+      for (SentinelCount count : {SentinelCount::kPerInterval, SentinelCount::kPerLayer,
+                                  SentinelCount::kPerLayerByHeld, SentinelCount::kPerLayerByHotHeld}) {
         Plan plan = sentinel_with(in, n, 0, count);
         if (!simulate(plan, in).empty()) continue;
         ++valid;

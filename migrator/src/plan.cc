@@ -116,16 +116,18 @@ Plan cheapest_of(const PlanInputs& in, std::size_t count, std::size_t fallback, 
 
 Plan sentinel_with(const PlanInputs& in, std::uint32_t n, std::uint64_t region, SentinelCount count) {
   const bool by_layer = count != SentinelCount::kPerInterval;
-  const bool by_occupancy = count == SentinelCount::kPerLayerByHeld;
+  const bool by_occupancy =
+      count == SentinelCount::kPerLayerByHeld || count == SentinelCount::kPerLayerByHotHeld;
+  const bool per_byte = count != SentinelCount::kPerLayerByHotHeld;
   n = std::max(1U, n);
   Plan plan;
   plan.policy = "sentinel";
   plan.interval_layers = n;
   plan.region_bytes = region;
-  plan.variant = !by_layer ? "fast sets held to the budget over each interval"
-                 : by_occupancy
-                     ? "fast sets held to the budget at each layer, ranked by uses per byte-layer held"
-                     : "fast sets held to the budget at each layer";
+  plan.variant = !by_layer       ? "fast sets held to the budget over each interval"
+                 : !by_occupancy ? "fast sets held to the budget at each layer"
+                 : per_byte ? "fast sets held to the budget at each layer, ranked by uses per byte-layer held"
+                            : "fast sets held to the budget at each layer, ranked by uses per layer held";
   const std::uint32_t intervals = (in.layers + n - 1) / n;
   const std::uint64_t reserved = in.small_reserve_bytes + region;
   const std::uint64_t room = in.fast_budget_bytes > reserved ? in.fast_budget_bytes - reserved : 0;
@@ -193,7 +195,7 @@ Plan sentinel_with(const PlanInputs& in, std::uint32_t n, std::uint64_t region, 
       for (const auto& [i, uses] : used[wrap ? 0 : j]) {
         const PlanObject& o = in.objects[i];
         if ((wrap && !o.persistent) || !alive_in(o, k) || fast_in[k].contains(i)) continue;
-        double score = static_cast<double>(uses) / static_cast<double>(o.bytes);
+        double score = static_cast<double>(uses) / (per_byte ? static_cast<double>(o.bytes) : 1.0);
         if (by_occupancy) {
           const auto [lo, hi] = span(i);
           score /= static_cast<double>(std::max(1U, hi - lo));
@@ -292,8 +294,8 @@ Result<Plan> sentinel(const PlanInputs& in) {
     }
     const std::uint64_t region_bytes = with_region ? region->region_bytes : 0;
     for (std::uint32_t n = 1; n <= std::max(1U, in.layers); ++n) {
-      for (const SentinelCount count :
-           {SentinelCount::kPerInterval, SentinelCount::kPerLayer, SentinelCount::kPerLayerByHeld}) {
+      for (const SentinelCount count : {SentinelCount::kPerInterval, SentinelCount::kPerLayer,
+                                        SentinelCount::kPerLayerByHeld, SentinelCount::kPerLayerByHotHeld}) {
         Plan plan = sentinel_with(variant, n, region_bytes, count);
         if (!simulate(plan, in).empty()) continue;
         if (!have || plan.predicted_extra_ns <= best.predicted_extra_ns) {

@@ -262,6 +262,9 @@ enum class SentinelCount {
   // kPerLayer, with candidates ranked by uses per byte per layer held instead of per byte, so
   // short stays come first.
   kPerLayerByHeld,
+  // kPerLayer, ranked by uses per layer held: a use reads or writes all of an object, so its uses
+  // are each of its pages' accesses (Sentinel's hotness, per page), over the layers it holds them.
+  kPerLayerByHotHeld,
 };
 
 // Sentinel's plan with migration intervals of `interval_layers` layers (at least 1), its
