@@ -161,7 +161,8 @@ TEST_P(PolicyTest, TrainsBitIdenticallyToFastOnlyWithinTheBudget) {
   const TrainRun reference = train(model, "fast-only", "");
   ASSERT_EQ(reference.losses.size(), static_cast<std::size_t>(kSteps));
   EXPECT_LT(reference.losses.back(), reference.losses.front() * 1.5);  // a real run
-  int budgets_with_moves = 0, budgets_with_clean_outs = 0, budgets_with_dead_moves = 0;
+  int budgets_with_moves = 0, budgets_with_clean_outs = 0, budgets_with_dead_moves = 0,
+      budgets_with_discards = 0;
   for (const char* budget : {"100%", "50%", "20%", "10%"}) {
     SCOPED_TRACE(fmt::format("{} {} at {}", model, policy, budget));
     // The policy itself, every step (the trial, which may swap in first-touch, is tested below).
@@ -180,9 +181,11 @@ TEST_P(PolicyTest, TrainsBitIdenticallyToFastOnlyWithinTheBudget) {
     }
     // Moves of dead bytes copy nothing: the losses above stay identical only if no such move
     // came before a read of those bytes (the overwrites the profile found, and the pin check).
+    // One copies all the same where the mover reaches it after a layer pinned its object, and a
+    // plan with a handful of them may lose them all so in a run: some budget must discard.
     if (run.planned_discard_bytes > 0) {
       ++budgets_with_dead_moves;
-      EXPECT_GT(run.stats.migration.discarded_moves, 0u) << "the plan moves dead bytes; none was discarded";
+      if (run.stats.migration.discarded_moves > 0) ++budgets_with_discards;
     }
     if (std::string(policy) == "sentinel" && std::string(budget) != "100%") {
       // Whether a plan moves at a budget depends on the measured layer times and bandwidths (a
@@ -207,6 +210,9 @@ TEST_P(PolicyTest, TrainsBitIdenticallyToFastOnlyWithinTheBudget) {
   }
   if (std::string(policy) == "sentinel" || std::string(policy) == "oracle") {
     EXPECT_GT(budgets_with_dead_moves, 0) << "no " << policy << " plan at any budget moved dead bytes";
+  }
+  if (budgets_with_dead_moves > 0) {
+    EXPECT_GT(budgets_with_discards, 0) << policy << "'s plans move dead bytes, but no run discarded any";
   }
 }
 
