@@ -220,8 +220,7 @@ TEST(Plan, SentinelKeepsTheCheapestIntervalAndCount) {
     for (PlanObject& o : in.objects) o.short_lived = false;  // the variant without the region
     int valid = 0;
     for (std::uint32_t n = 1; n <= in.layers; ++n) {
-      for (SentinelCount count : {SentinelCount::kPerInterval, SentinelCount::kPerLayer,
-                                  SentinelCount::kPerLayerByHeld, SentinelCount::kPerLayerByHotHeld}) {
+      for (SentinelCount count : kSentinelCounts) {
         Plan plan = sentinel_with(in, n, 0, count);
         if (!simulate(plan, in).empty()) continue;
         ++valid;

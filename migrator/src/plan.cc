@@ -294,8 +294,7 @@ Result<Plan> sentinel(const PlanInputs& in) {
     }
     const std::uint64_t region_bytes = with_region ? region->region_bytes : 0;
     for (std::uint32_t n = 1; n <= std::max(1U, in.layers); ++n) {
-      for (const SentinelCount count : {SentinelCount::kPerInterval, SentinelCount::kPerLayer,
-                                        SentinelCount::kPerLayerByHeld, SentinelCount::kPerLayerByHotHeld}) {
+      for (const SentinelCount count : kSentinelCounts) {
         Plan plan = sentinel_with(variant, n, region_bytes, count);
         if (!simulate(plan, in).empty()) continue;
         if (!have || plan.predicted_extra_ns <= best.predicted_extra_ns) {

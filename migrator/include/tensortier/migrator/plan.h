@@ -61,6 +61,7 @@
 // Thread safety: pure functions; a Plan is a value.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <limits>
@@ -266,6 +267,10 @@ enum class SentinelCount {
   // are each of its pages' accesses (Sentinel's hotness, per page), over the layers it holds them.
   kPerLayerByHotHeld,
 };
+// Every count, in the order the "sentinel" policy tries them.
+inline constexpr std::array<SentinelCount, 4> kSentinelCounts{
+    SentinelCount::kPerInterval, SentinelCount::kPerLayer, SentinelCount::kPerLayerByHeld,
+    SentinelCount::kPerLayerByHotHeld};
 
 // Sentinel's plan with migration intervals of `interval_layers` layers (at least 1), its
 // predictions not filled: objects marked short_lived fast for their whole life in a region of
