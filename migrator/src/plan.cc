@@ -178,8 +178,9 @@ Plan sentinel_with(const PlanInputs& in, std::uint32_t n, std::uint64_t region, 
       }
       return std::pair{lo, std::max(lo, hi)};
     };
-    auto take = [&](std::size_t i) {  // into F_k where it fits at every layer (interval) it takes
-      const auto [lo, hi] = span(i);
+    // Into F_k where it fits at every layer (interval) of its span(i).
+    auto take = [&](std::size_t i, std::pair<std::uint32_t, std::uint32_t> taken) {
+      const auto [lo, hi] = taken;
       const std::uint64_t bytes = in.objects[i].bytes;
       for (std::uint32_t s = lo; s < hi; ++s) {
         if (held[s] + bytes > room) return;
@@ -191,19 +192,18 @@ Plan sentinel_with(const PlanInputs& in, std::uint32_t n, std::uint64_t region, 
     for (std::uint32_t j : {k, k + 1}) {
       const bool wrap = j == intervals;  // the next step's first interval: persistent objects only
       if (j > intervals) continue;
-      std::vector<std::pair<double, std::size_t>> ranked;
+      // (-score, object, its span): an object's span stays what it is while F_k fills.
+      std::vector<std::tuple<double, std::size_t, std::pair<std::uint32_t, std::uint32_t>>> ranked;
       for (const auto& [i, uses] : used[wrap ? 0 : j]) {
         const PlanObject& o = in.objects[i];
         if ((wrap && !o.persistent) || !alive_in(o, k) || fast_in[k].contains(i)) continue;
+        const auto taken = span(i);
         double score = static_cast<double>(uses) / (per_byte ? static_cast<double>(o.bytes) : 1.0);
-        if (by_occupancy) {
-          const auto [lo, hi] = span(i);
-          score /= static_cast<double>(std::max(1U, hi - lo));
-        }
-        ranked.emplace_back(-score, i);
+        if (by_occupancy) score /= static_cast<double>(std::max(1U, taken.second - taken.first));
+        ranked.emplace_back(-score, i, taken);
       }
       std::sort(ranked.begin(), ranked.end());
-      for (const auto& [score, i] : ranked) take(i);
+      for (const auto& [score, i, taken] : ranked) take(i, taken);
     }
     // Room left over keeps what interval k-1 held and k does not use, soonest next use first:
     // moving it out only to move it back costs two copies for nothing.
@@ -216,7 +216,7 @@ Plan sentinel_with(const PlanInputs& in, std::uint32_t n, std::uint64_t region, 
         stay.emplace_back(next != o.uses.end() ? *next : std::uint64_t{in.layers} + 1, i);
       }
       std::sort(stay.begin(), stay.end());
-      for (const auto& [use, i] : stay) take(i);
+      for (const auto& [use, i] : stay) take(i, span(i));
     }
   }
   // Per object: where it is in each interval it lives in, and the moves between.
@@ -284,32 +284,25 @@ Result<Plan> sentinel(const PlanInputs& in) {
   if (!region) return region.status();
   // With the region (Sentinel's way), and, where the budget is too small for it, without (the
   // short-lived objects then managed per interval like the rest); the valid plan predicted
-  // cheapest wins, ties to the longer interval (fewer moves).
-  Plan best;
-  bool have = false;
-  for (const bool with_region : {true, false}) {
-    PlanInputs variant = in;
-    if (!with_region) {
-      for (PlanObject& o : variant.objects) o.short_lived = false;
-    }
-    const std::uint64_t region_bytes = with_region ? region->region_bytes : 0;
-    for (std::uint32_t n = 1; n <= std::max(1U, in.layers); ++n) {
-      for (const SentinelCount count : kSentinelCounts) {
-        Plan plan = sentinel_with(variant, n, region_bytes, count);
-        if (!simulate(plan, in).empty()) continue;
-        if (!have || plan.predicted_extra_ns <= best.predicted_extra_ns) {
-          best = std::move(plan);
-          have = true;
-        }
-      }
-    }
-  }
-  if (!have) {  // nothing fits: everything managed, one interval (what does not fit stays slow)
-    PlanInputs variant = in;
-    for (PlanObject& o : variant.objects) o.short_lived = false;
-    best = sentinel_with(variant, std::max(1U, in.layers), 0, SentinelCount::kPerInterval);
-    (void)simulate(best, in);
-  }
+  // cheapest wins, ties to the plan without the region, then to the longer interval (fewer
+  // moves), then to the later count: the plans are offered in that order, as cheapest_of keeps
+  // the first of equals. Where none is valid: everything managed in one interval, counted as the
+  // paper counts (what does not fit stays slow).
+  PlanInputs managed = in;
+  for (PlanObject& o : managed.objects) o.short_lived = false;
+  const std::uint32_t lengths = std::max(1U, in.layers);
+  const std::size_t counts = kSentinelCounts.size();
+  const std::size_t per_region = std::size_t{lengths} * counts;
+  auto make = [&](std::size_t i) {
+    const bool with_region = i >= per_region;
+    const std::size_t j = i % per_region;
+    const auto n = static_cast<std::uint32_t>(lengths - j / counts);
+    const SentinelCount count = kSentinelCounts[counts - 1 - j % counts];
+    return with_region ? sentinel_with(in, n, region->region_bytes, count)
+                       : sentinel_with(managed, n, 0, count);
+  };
+  const std::size_t fallback = counts - 1;  // no region, one interval, kSentinelCounts[0]
+  Plan best = cheapest_of(in, 2 * per_region, fallback, make);
   if (best.region_bytes != 0) {
     for (std::size_t i = 0; i < short_lived_keys.size(); ++i)
       best.region_offsets.emplace(short_lived_keys[i], region->offsets[i]);
