@@ -124,10 +124,10 @@ Plan sentinel_with(const PlanInputs& in, std::uint32_t n, std::uint64_t region, 
   plan.policy = "sentinel";
   plan.interval_layers = n;
   plan.region_bytes = region;
-  plan.variant = !by_layer       ? "fast sets held to the budget over each interval"
-                 : !by_occupancy ? "fast sets held to the budget at each layer"
-                 : per_byte ? "fast sets held to the budget at each layer, ranked by uses per byte-layer held"
-                            : "fast sets held to the budget at each layer, ranked by uses per layer held";
+  plan.variant = by_layer ? "fast sets held to the budget at each layer"
+                          : "fast sets held to the budget over each interval";
+  if (by_occupancy)
+    plan.variant += per_byte ? ", ranked by uses per byte-layer held" : ", ranked by uses per layer held";
   const std::uint32_t intervals = (in.layers + n - 1) / n;
   const std::uint64_t reserved = in.small_reserve_bytes + region;
   const std::uint64_t room = in.fast_budget_bytes > reserved ? in.fast_budget_bytes - reserved : 0;
