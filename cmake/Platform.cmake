@@ -2,6 +2,7 @@
 set(CMAKE_CXX_STANDARD 20)
 set(CMAKE_CXX_STANDARD_REQUIRED ON)
 set(CMAKE_CXX_EXTENSIONS OFF)
+set(CMAKE_C_STANDARD 11)  # the C programs that test the C API (tests/c/)
 set(CMAKE_POSITION_INDEPENDENT_CODE ON)
 set(BUILD_SHARED_LIBS ON)  # libtensortier*.so: consumers need none of our private dependencies
 set(CMAKE_INSTALL_RPATH "$ORIGIN")  # libtensortier.so finds libtensortier_allocator.so beside it
@@ -13,8 +14,8 @@ endif()
 # Warnings for our own targets only (third-party headers are SYSTEM includes).
 add_library(tensortier_warnings INTERFACE)
 target_compile_options(tensortier_warnings INTERFACE
-  -Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wno-sign-conversion
-  -Wnon-virtual-dtor -Wold-style-cast -Woverloaded-virtual -Wimplicit-fallthrough
+  -Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wno-sign-conversion -Wimplicit-fallthrough
+  $<$<COMPILE_LANGUAGE:CXX>:-Wnon-virtual-dtor -Wold-style-cast -Woverloaded-virtual>
   $<$<BOOL:${TENSORTIER_WERROR}>:-Werror>)
 
 if(TENSORTIER_SANITIZE STREQUAL "address")

@@ -235,6 +235,14 @@ TEST(FaultTracker, OnlyOneAtATimeAndWatchRejectsUnalignedSpans) {
   auto second = FaultTracker::install(runtime_lookup, o.rt.get());
   ASSERT_FALSE(second);
   EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
+  // The refused one leaves the first installed: its watched spans' faults are still its own (a
+  // second runtime's profile once cleared the first's, and the next fault killed the process).
+  ASSERT_TRUE(first.value()->watch(o.spans[0]).is_ok());
+  static_cast<volatile char*>(o.objects[0].address)[0] = 1;
+  const auto touched = first.value()->collect();
+  ASSERT_EQ(touched.size(), 1u);
+  EXPECT_EQ(touched[0].units_written, 1u);
+  first.value()->unwatch_all();
   SpanView bad = o.spans[0];
   bad.base += 8;
   EXPECT_EQ(first.value()->watch(bad).code(), StatusCode::kInvalidArgument);

@@ -999,6 +999,7 @@ Result<PlanInputs> inputs_from_profile(const profiler::StepProfile& profile, Tie
     p.freed = freed;
     p.persistent = !o.born_at_layer && !o.freed_at_layer;
     p.short_lived = o.lifetime == profiler::LifetimeClass::kShort;
+    p.host_pinned = o.host_pinned;
     index.emplace(o.id, in.objects.size());
     in.objects.push_back(std::move(p));
   }
@@ -1096,6 +1097,7 @@ Result<Plan> make_plan(std::string_view policy, const PlanInputs& in) {
   plan.fast = in.fast;
   plan.slow = in.slow;
   plan.fast_budget_bytes = in.fast_budget_bytes;
+  (void)leave_in_place(plan, in);
   (void)simulate(plan, in);  // predictions; fast-only may pass a budget it was never meant to keep
   return plan;
 }

@@ -339,10 +339,14 @@ FaultTracker::~FaultTracker() {
   // not yet been given the signal (the kernel delivers it when the thread next runs, with the
   // handler installed then). With ours still there, that fault is retried (first_decline) and
   // goes on, the page being accessible now; a real fault is passed on to the handler before ours.
-  g_active.store(nullptr);
-  // A handler that found this tracker before the store above may still be reading its spans'
-  // state: wait for it before they are freed (handlers take microseconds).
-  while (g_in_handler.load() != 0) std::this_thread::yield();
+  // Only where this one is installed: a tracker whose install found another one there must leave
+  // that one active (clearing it left the other profile's faults to nobody: a crash).
+  FaultTracker* self = this;
+  if (g_active.compare_exchange_strong(self, nullptr)) {
+    // A handler that found this tracker before the exchange may still be reading its spans'
+    // state: wait for it before they are freed (handlers take microseconds).
+    while (g_in_handler.load() != 0) std::this_thread::yield();
+  }
   async_.reset();
 }
 

@@ -86,7 +86,8 @@ std::string to_json(const StepProfile& p, int indent) {
                        {"small", o.small},
                        {"born_at_layer", optional_layer(o.born_at_layer)},
                        {"freed_at_layer", optional_layer(o.freed_at_layer)},
-                       {"lifetime", to_string(o.lifetime)}});
+                       {"lifetime", to_string(o.lifetime)},
+                       {"host_pinned", o.host_pinned}});
   }
   json layers = json::array();
   for (const LayerProfile& l : p.layers) {

@@ -106,7 +106,7 @@ void StepProfiler::on_allocate(const ObjectInfo& object, const SpanView& span) {
   o.group = object.group;
   o.tier = object.tier;
   o.small = object.small;
-  o.born_at_layer = layers_begun_;
+  if (step_begun_) o.born_at_layer = layers_begun_;  // else alive before the step
   objects_.insert_or_assign(object.id, std::move(o));
   pending_.push_back(span);
   live_bytes_ += object.bytes;
@@ -120,11 +120,30 @@ void StepProfiler::on_free(ObjectId id, const SpanView& span) {
   std::lock_guard lock(mutex_);
   auto it = objects_.find(id);
   if (it == objects_.end()) return;
-  it->second.freed_at_layer = layers_begun_;
   live_bytes_ -= it->second.bytes;
+  if (step_begun_) {
+    it->second.freed_at_layer = layers_begun_;
+  } else {
+    objects_.erase(it);  // gone before the step began: not part of it
+  }
   if (!span.is_group) {
     std::erase_if(pending_, [&](const SpanView& s) { return s.base == span.base; });
     tracker_->unwatch(span.base);
+  }
+}
+
+void StepProfiler::on_step_begin(std::uint64_t /*step*/) {
+  std::lock_guard lock(mutex_);
+  step_begun_ = true;
+  // The peak is the step's: what was alive when it began, and from there on.
+  profile_.peak_live_bytes = live_bytes_;
+  profile_.peak_at_layer = 0;
+}
+
+void StepProfiler::on_host_pin(std::span<const ObjectId> ids) {
+  std::lock_guard lock(mutex_);
+  for (ObjectId id : ids) {
+    if (auto it = objects_.find(id); it != objects_.end()) it->second.host_pinned = true;
   }
 }
 

@@ -1,10 +1,12 @@
 // The C API (tensortier.h) over the C++ Runtime.
 #include "tensortier/tensortier.h"
 
+#include <algorithm>
 #include <cstring>
 #include <exception>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "tensortier/runtime.h"
 
@@ -14,10 +16,18 @@ struct tt_runtime {
 
 namespace {
 
-thread_local std::string last_error;
+// The thread's last error, in a buffer with no destructor: a std::string here would be destroyed
+// when exit() ends the main thread's thread-locals, before the atexit handlers that may still call
+// the API run (and read or write it). Longer messages are cut, marked with "...".
+constexpr std::size_t kErrorBytes = 2048;
+thread_local char last_error[kErrorBytes];
 
 tt_status report(const tensortier::Status& status) {
-  last_error = status.is_ok() ? "" : status.message();
+  const std::string& message = status.is_ok() ? std::string() : status.message();
+  const std::size_t n = std::min(message.size(), kErrorBytes - 1);
+  std::memcpy(last_error, message.data(), n);
+  last_error[n] = '\0';
+  if (n < message.size()) std::memcpy(last_error + kErrorBytes - 4, "...", 4);
   return static_cast<tt_status>(status.code());
 }
 
@@ -142,6 +152,58 @@ tt_status tt_layer_end(tt_runtime* runtime) {
   });
 }
 
+tt_status tt_object_id(const tt_runtime* runtime, const void* address, uint64_t* out) {
+  return guarded("tt_object_id", [&]() -> tt_status {
+    if (runtime == nullptr || out == nullptr) return null_argument("tt_object_id");
+    auto info = runtime->runtime->object(address);
+    if (!info) return report(info.status());
+    *out = info->id;
+    return report(tensortier::Status::ok());
+  });
+}
+
+tt_status tt_address_of(const tt_runtime* runtime, uint64_t id, void** out) {
+  return guarded("tt_address_of", [&]() -> tt_status {
+    if (runtime == nullptr || out == nullptr) return null_argument("tt_address_of");
+    auto address = runtime->runtime->address_of(id);
+    if (!address) return report(address.status());
+    *out = address.value();
+    return report(tensortier::Status::ok());
+  });
+}
+
+tt_status tt_layer_begin_ids(tt_runtime* runtime, const char* name, const uint64_t* reads, size_t read_count,
+                             const uint64_t* writes, size_t write_count, void** addresses) {
+  return guarded("tt_layer_begin_ids", [&]() -> tt_status {
+    if (runtime == nullptr || (reads == nullptr && read_count != 0) ||
+        (writes == nullptr && write_count != 0))
+      return null_argument("tt_layer_begin_ids");
+    std::vector<void*> found(read_count + write_count);
+    tensortier::Status s = runtime->runtime->layer_begin(name != nullptr ? name : "", {reads, read_count},
+                                                         {writes, write_count}, found);
+    if (s.is_ok() && addresses != nullptr) std::copy(found.begin(), found.end(), addresses);
+    return report(s);
+  });
+}
+
+tt_status tt_pin(tt_runtime* runtime, const uint64_t* ids, size_t count, void** addresses) {
+  return guarded("tt_pin", [&]() -> tt_status {
+    if (runtime == nullptr || (ids == nullptr && count != 0)) return null_argument("tt_pin");
+    std::vector<void*> found(count);
+    tensortier::Status s = runtime->runtime->pin_objects({ids, count}, found);
+    if (s.is_ok() && addresses != nullptr) std::copy(found.begin(), found.end(), addresses);
+    return report(s);
+  });
+}
+
+tt_status tt_unpin(tt_runtime* runtime, const uint64_t* ids, size_t count) {
+  return guarded("tt_unpin", [&]() -> tt_status {
+    if (runtime == nullptr || (ids == nullptr && count != 0)) return null_argument("tt_unpin");
+    runtime->runtime->unpin_objects({ids, count});
+    return report(tensortier::Status::ok());
+  });
+}
+
 size_t tt_tier_count(const tt_runtime* runtime) {
   return runtime == nullptr ? 0 : runtime->runtime->tier_count();
 }
@@ -191,7 +253,7 @@ tt_status tt_profile_json(const tt_runtime* runtime, char* buffer, size_t capaci
 }
 
 const char* tt_last_error(void) {
-  return last_error.c_str();
+  return last_error;
 }
 
 }  // extern "C"

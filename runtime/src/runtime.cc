@@ -23,6 +23,18 @@
 namespace tensortier {
 namespace {
 
+// The profile's names of the objects with these keys, comma-separated, the first few.
+std::string object_names(const profiler::StepProfile& profile, std::span<const ObjectKey> keys) {
+  std::string names;
+  std::size_t shown = 0;
+  for (const profiler::ObjectProfile& o : profile.objects) {
+    if (std::ranges::find(keys, o.key) == keys.end()) continue;
+    if (shown++ == 4) return names + ", ...";
+    names += (names.empty() ? "" : ", ") + o.name;
+  }
+  return names;
+}
+
 std::uint64_t now_ns() {
   return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                         std::chrono::steady_clock::now().time_since_epoch())
@@ -421,7 +433,9 @@ Result<MoveResult> Runtime::move(ObjectId id, TierIndex to, const MoveOptions& o
     std::lock_guard lock(move_gate_mutex_);
     if (moves_blocked_) {
       return unavailable(
-          fmt::format("move of object {}: a step is being profiled; moves wait until it ends", id));
+          fmt::format("move of object {}: a step is being profiled (from the end of the step before it); "
+                      "moves wait until it ends",
+                      id));
     }
     ++moves_in_flight_;
   }
@@ -447,6 +461,16 @@ Status Runtime::set_profile_options(const profiler::ProfileOptions& options) {
   TENSORTIER_RETURN_IF_ERROR(profiler::validate(options));
   if (in_step_) return failed_precondition("set_profile_options inside a step (call it between steps)");
   profile_options_ = options;
+  // A profile begun at the last step's end ran with the old options: the next step decides anew.
+  if (profiler_ != nullptr) {
+    {
+      std::lock_guard lock(alloc_events_mutex_);
+      remove_observer(profiler_.get());
+      profiler_.reset();
+    }
+    std::lock_guard gate(move_gate_mutex_);
+    moves_blocked_ = false;
+  }
   return Status::ok();
 }
 
@@ -466,7 +490,7 @@ bool Runtime::profile_due() const {
   return !profiles_.contains(last_signature_) && !profile_failed_.contains(last_signature_);
 }
 
-void Runtime::start_profile() {
+void Runtime::start_profile(bool at_step_begin) {
   if (!counters_ && profile_options_.counters) counters_ = profiler::Counters::open();
   {  // no move may touch the profiled step: turn new ones away, wait for those in flight
     std::unique_lock gate(move_gate_mutex_);
@@ -486,8 +510,15 @@ void Runtime::start_profile() {
   auto started = profiler::StepProfiler::start(profile_options_, lookup, this, steps_completed_.load(), live,
                                                counters_.get());
   if (!started) {
-    spdlog::warn("step {} is not profiled: {}", steps_completed_.load(), started.status().message());
-    profile_failed_.insert(last_signature_);
+    // At a step's end (the window before the profiled step), a profile of another runtime in this
+    // process may still hold the fault tracker: the step tries again when it begins.
+    if (!at_step_begin) {
+      spdlog::debug("the profile of step {} starts when it begins: {}", steps_completed_.load(),
+                    started.status().message());
+    } else {
+      spdlog::warn("step {} is not profiled: {}", steps_completed_.load(), started.status().message());
+      profile_failed_.insert(last_signature_);
+    }
     std::lock_guard gate(move_gate_mutex_);
     moves_blocked_ = false;
     return;
@@ -604,6 +635,12 @@ void Runtime::start_migration(const profiler::StepProfile& profile) {
   }
   if (std::string problem = migrator::simulate(plan.value(), inputs.value()); !problem.empty())
     spdlog::warn("policy '{}': {}", policy_, problem);
+  if (!plan->left_in_place.empty()) {
+    spdlog::info(
+        "policy {}: {} objects stay where they are born ({}): code outside the layers touched them "
+        "unpinned in the profiled step (pin_objects, tt_pin let them move)",
+        policy_, plan->left_in_place.size(), object_names(profile, plan->left_in_place));
+  }
   if (clean_moves_) allocator_.set_keep_shadows(true);
   // Births wait for the plan's moves out of the fast tier (queued or under way) that would make
   // their room; running_ is the executor now handing out moves (a retired one lives on).
@@ -907,14 +944,12 @@ Status Runtime::step_begin() {
   layers_begun_.store(0, std::memory_order_release);
   step_ordinal_.store(0, std::memory_order_relaxed);
   training_thread_.store(static_cast<std::uintptr_t>(pthread_self()), std::memory_order_relaxed);
-  const bool profiled = profile_due();
+  // Started when the step before ended (begin_profile_window), or now where it was asked for since.
+  if (profiler_ == nullptr && profile_due()) begin_profile_window(/*at_step_begin=*/true);
+  const bool profiled = profiler_ != nullptr;
   step_profiled_ = profiled;
   if (executor_ != nullptr) executor_->set_paused(profiled);  // the profiled step runs unplanned
-  if (profiled) {
-    profiling_for_ = profile_requested_ ? std::nullopt : std::optional<std::uint64_t>(last_signature_);
-    profile_requested_ = false;
-    start_profile();
-  }
+  if (profiled) allocator_.reset_peak_live_bytes();
   in_step_.store(true, std::memory_order_release);
   notify([&](StepObserver& o) { o.on_step_begin(steps_completed_.load()); });
   step_start_ns_ = now_ns();
@@ -948,7 +983,18 @@ Status Runtime::step_end() {
     last_step_late_moves_ = step_late_moves_;
   }
   notify([&](StepObserver& o) { o.on_step_end(StepEndEvent{step, signature_, duration_ns}); });
+  // A profile due for the next step starts now: the host code between the two steps (a loader
+  // filling the batch) is profiled too, and a plan leaves what it touches unpinned in place.
+  if (profile_due()) begin_profile_window(/*at_step_begin=*/false);
   return Status::ok();
+}
+
+void Runtime::begin_profile_window(bool at_step_begin) {
+  const bool requested = profile_requested_;
+  start_profile(at_step_begin);
+  if (profiler_ == nullptr) return;  // at a step's end: tried again when the step begins
+  profiling_for_ = requested ? std::nullopt : std::optional<std::uint64_t>(last_signature_);
+  profile_requested_ = false;
 }
 
 Status Runtime::layer_begin(std::string_view name, std::span<const void* const> reads,
@@ -1070,6 +1116,7 @@ Status Runtime::pin_objects(std::span<const ObjectId> ids, std::span<void*> addr
   }
   for (std::size_t i = 0; i < ids.size(); ++i) addresses[i] = found[i].address;
   allocator_.drop_shadows(ids);  // host code may write any of them
+  notify([&](StepObserver& o) { o.on_host_pin(ids); });
   return Status::ok();
 }
 

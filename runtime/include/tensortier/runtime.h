@@ -27,8 +27,10 @@
 //   TENSORTIER_PROFILE=off | <step>      off, or which step of a run to profile (0-based)
 //   TENSORTIER_PROFILE_GRANULARITY=4KiB | 2MiB
 //   TENSORTIER_PROFILE_JSON=<path>       write each profile there as JSON (docs/PROFILE.md)
-// While a step is profiled, object pages are protected between the layers' accesses: a program
-// must not hand object memory to the kernel (read(2) into a tensor) during that step.
+// The profile's window opens when the step before the profiled one ends, so the host code between
+// the two (a loader filling the batch) is profiled too. While it is open, object pages are
+// protected between the layers' accesses: a program must not hand object memory to the kernel
+// (read(2) into a tensor) then.
 //
 // Objects move (move(), and the migrator): each one's key is the same in every step of one kind
 // (ObjectKey: an object allocated in a step by the training thread is keyed by its allocation
@@ -37,7 +39,9 @@
 // waits (counted as a late move) only for a move of its own objects already in flight: a copy at
 // most RuntimeOptions::layer_move_wait, a NUMA-node (move_pages) migration until it completes. Host code that
 // touches object bytes outside a layer must not race a move of that object: inside a step, mark it as a
-// layer; anywhere, pin_objects() around it. No move runs while a step is profiled.
+// layer; anywhere, pin_objects() around it. No move runs while a step is profiled (from the end of
+// the step before it). A program that touches objects outside its layers without pins is safe
+// under a policy where the profiled step saw it: plans leave every object touched so in place.
 //
 // Emulated slow tiers are charged in every layer: each declared read and write of an object
 // placed on one costs its bytes at the slow tier's bandwidth instead of DRAM's (CostModel),
@@ -313,7 +317,10 @@ class Runtime {
   Runtime(std::vector<std::unique_ptr<Tier>> tiers, std::string spec, std::string source,
           profiler::ProfileOptions profile_options);
   bool profile_due() const;
-  void start_profile();
+  // Starts the profile of the coming step: at the end of the step before it, or at its begin
+  // (where it was asked for since, or another runtime's profile held the fault tracker then).
+  void begin_profile_window(bool at_step_begin);
+  void start_profile(bool at_step_begin);
   void finish_profile(std::uint64_t step_duration_ns);
   // Plans `policy_` from the profile and starts its executor; on failure, says why and runs on
   // without migration.

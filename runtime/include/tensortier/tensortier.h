@@ -2,10 +2,18 @@
  * FFI.
  *
  * Every call returns a tt_status; on failure, tt_last_error() gives a message for people that
- * names the problem and what to do (thread-local, valid until the thread's next tensortier call).
- * Thread safety is that of the C++ API: allocation, free and stats from any thread; step and
- * layer marks from the one training thread. A tt_runtime owns all memory it handed out; destroy
- * it with tt_runtime_destroy.
+ * names the problem and what to do (thread-local, valid until the thread's next tensortier call,
+ * and for the whole life of the process: atexit handlers may read it).
+ * Thread safety is that of the C++ API: allocation, free, moves, pins, lookups and stats from any
+ * thread; step and layer marks from the one training thread. A tt_runtime owns all memory it
+ * handed out; destroy it with tt_runtime_destroy.
+ *
+ * Objects move. An object is named for good by its id (tt_object_id); its address holds until a
+ * move to or from a memkind heap tier (pmem, daxkmem) gives it a new one. Code that touches an
+ * object's bytes outside the layer marks (a loader filling the batch between steps) pins it:
+ * tt_pin gives its current address and holds it where it is until tt_unpin. A program that does
+ * not pin is still safe under a policy where the profiled step saw those accesses: the plan then
+ * leaves such objects in place (docs/RELIABILITY.md).
  */
 #ifndef TENSORTIER_TENSORTIER_H
 #define TENSORTIER_TENSORTIER_H
@@ -57,6 +65,24 @@ tt_status tt_step_end(tt_runtime* runtime);
 tt_status tt_layer_begin(tt_runtime* runtime, const char* name, const void* const* reads, size_t read_count,
                          const void* const* writes, size_t write_count);
 tt_status tt_layer_end(tt_runtime* runtime);
+
+/* The id of the live object starting at `address`, and the current address of the object with id
+ * `id`: an object keeps its id for life. */
+tt_status tt_object_id(const tt_runtime* runtime, const void* address, uint64_t* out);
+tt_status tt_address_of(const tt_runtime* runtime, uint64_t id, void** out);
+/* tt_layer_begin by object ids: the layer reads `reads` and writes `writes`; `addresses` (may be
+ * NULL) receives read_count + write_count current addresses, reads first, valid until
+ * tt_layer_end (the layer's objects do not move meanwhile). What a C caller on a tier that moves
+ * objects to new addresses uses. */
+tt_status tt_layer_begin_ids(tt_runtime* runtime, const char* name, const uint64_t* reads, size_t read_count,
+                             const uint64_t* writes, size_t write_count, void** addresses);
+
+/* Host access outside the layer marks: pins the `count` objects (waiting for a move of one of
+ * them already in flight) and writes their current addresses to `addresses` (may be NULL); they
+ * do not move until tt_unpin with the same ids. Pins count: each tt_pin needs its tt_unpin. Any
+ * thread. TT_NOT_FOUND for an id that is not live (nothing is pinned then). */
+tt_status tt_pin(tt_runtime* runtime, const uint64_t* ids, size_t count, void** addresses);
+tt_status tt_unpin(tt_runtime* runtime, const uint64_t* ids, size_t count);
 
 /* Moves the object starting at `address` (a small one: its whole 64 KiB chunk) to tier `tier`
  * (0 = fastest). *out (may be NULL) receives its address afterwards: the same address where the

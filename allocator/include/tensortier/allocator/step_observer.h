@@ -10,7 +10,9 @@
 //   - on_allocate, on_free: any thread that allocates or frees (the runtime serializes them);
 //   - on_release: under the allocator's lock, from whichever call releases memory; it must not
 //     call the allocator;
-//   - on_move: the thread that moved the object, after the move committed.
+//   - on_move: the thread that moved the object, after the move committed;
+//   - on_host_pin: the thread that pinned objects for host code (Runtime::pin_objects), after
+//     the pin.
 // An observer must not call back into the runtime's step or layer marks.
 #pragma once
 
@@ -65,6 +67,9 @@ class StepObserver {
   // Before memory goes back to its tier (ObjectAllocator's release observer).
   virtual void on_release(const SpanView& /*span*/) {}
   virtual void on_move(const MoveResult& /*move*/) {}
+  // Host code pinned these objects to touch them outside the layer marks (a loader filling the
+  // batch): those accesses are announced, and no move runs under them.
+  virtual void on_host_pin(std::span<const ObjectId> /*ids*/) {}
 };
 
 // Where an object about to be allocated should go, asked by the runtime on the allocating thread

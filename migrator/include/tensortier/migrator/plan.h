@@ -118,8 +118,15 @@ struct PlanObject {
   // before such a layer (bytes_dead_at).
   std::vector<std::uint32_t> overwrites;
   // Code the profile saw touch it outside the layers that declare it (host code between layers,
-  // after the last one, or a layer that did not declare it): its bytes are never taken for dead.
+  // before the first one from the end of the step before, after the last one, or a layer that did
+  // not declare it): its bytes are never taken for dead.
   bool accessed_undeclared = false;
+  // Host code pinned it (Runtime::pin_objects) in the profiled step: its accesses outside the
+  // layers wait for moves and stop them.
+  bool host_pinned = false;
+  // Touched where no pin announces it: a move could race that code (a write lost to the copy, a
+  // read of the old address). Every plan leaves it where it is born (leave_in_place).
+  bool stays() const { return accessed_undeclared && !host_pinned; }
 };
 
 struct PlanInputs {
@@ -193,6 +200,8 @@ struct Plan {
   std::map<ObjectKey, TierIndex> birth;  // where each object born in the step is allocated
   std::vector<PlannedMove> moves;        // by after_layer; at one, outs before ins (the mover's order)
   std::string variant;  // the oracle: whose plan it chose; sentinel: how it counted its fast sets
+  // Objects the policy moved that the plan leaves in place instead (leave_in_place), by key.
+  std::vector<ObjectKey> left_in_place;
   // Page-granular: objects larger than kSegmentBytes are planned segment by segment, under part
   // keys (in start, birth and moves; every segment of an object is born on one tier), and the
   // executor moves their segments apart (MoveOptions::segment). 0: whole objects.
@@ -280,6 +289,13 @@ inline constexpr std::array<SentinelCount, 4> kSentinelCounts{
 // the valid plan simulate() predicts cheapest.
 Plan sentinel_with(const PlanInputs& inputs, std::uint32_t interval_layers, std::uint64_t region_bytes,
                    SentinelCount count);
+
+// Makes the plan move none of the objects that stay (PlanObject::stays): each keeps one tier for
+// its whole life, the fast one where it fits beside the rest of the plan at every boundary it is
+// alive at (largest first), else the slow one. Objects in the short-lived region never move and
+// are left as they are. make_plan applies it to every policy's plan; its predictions are not
+// filled. Returns how many objects it changed (their keys added to Plan::left_in_place).
+std::size_t leave_in_place(Plan& plan, const PlanInputs& inputs);
 
 // Plays the plan over one step (and into the next): fills its predictions and returns "" when it
 // is valid, else what is wrong (a move of an object not alive then, a layer boundary where the

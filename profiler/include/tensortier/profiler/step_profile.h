@@ -44,6 +44,9 @@ struct ObjectProfile {
   std::optional<std::uint32_t> born_at_layer;
   std::optional<std::uint32_t> freed_at_layer;
   LifetimeClass lifetime = LifetimeClass::kPersistent;
+  // Host code pinned it (Runtime::pin_objects) while the step was profiled: its accesses outside
+  // the layers are announced, and no move runs under them.
+  bool host_pinned = false;
 };
 
 // What a layer (or the host code before it) did to one span: an object of a page or more, or

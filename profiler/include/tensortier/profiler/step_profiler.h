@@ -10,6 +10,11 @@
 // faults that follow estimate how often the layer touches each object beyond its first touch.
 // Counters (counters.h) are read at layer begin and end.
 //
+// The runtime starts a profile when the step before the profiled one ends, so the host code
+// between the two steps (a loader filling the batch) is seen too: its accesses count as the host
+// code's before the first layer. Objects allocated then are alive before the step; objects freed
+// then are not part of it.
+//
 // Ownership: the profiler owns its FaultTracker (so at most one StepProfiler exists at a time,
 // process-wide) and its sampler thread; it borrows the Counters, which must outlive it.
 // Destroying it (or finish()) unprotects everything.
@@ -62,7 +67,9 @@ Status validate(const ProfileOptions& options);
 class StepProfiler final : public StepObserver {
  public:
   // Installs the fault tracker and protects every span of the live objects (object, span of it).
-  // Errors: another profile is in progress (kFailedPrecondition), a bad option (kInvalidArgument).
+  // `step`: the number the profiled step will have. Errors: another profile is in progress
+  // (kFailedPrecondition), a bad option (kInvalidArgument), a thread that could not be given an
+  // alternate signal stack, or a sampler thread that could not be started (kUnavailable).
   static Result<std::unique_ptr<StepProfiler>> start(const ProfileOptions& options,
                                                      FaultTracker::Lookup lookup, const void* context,
                                                      std::uint64_t step,
@@ -78,6 +85,8 @@ class StepProfiler final : public StepObserver {
   void on_free(ObjectId id, const SpanView& span) override;
   // Before memory goes back to its tier (ObjectAllocator's release observer): unprotects it.
   void on_release(const SpanView& span) override;
+  void on_step_begin(std::uint64_t step) override;
+  void on_host_pin(std::span<const ObjectId> ids) override;
   void on_layer_begin(const LayerEvent& event) override;
   void on_layer_end(const LayerEndEvent& event) override;
   // Ends the profile: unprotects everything and returns it.
@@ -102,6 +111,7 @@ class StepProfiler final : public StepObserver {
   std::vector<SpanView> pending_;  // spans to protect when the next layer begins
   std::uint32_t layers_begun_ = 0;
   std::uint64_t live_bytes_ = 0;
+  bool step_begun_ = false;  // false between the step before and the profiled one
 
   std::mutex sampler_mutex_;  // held while sampling; guards in_layer_ and stop_
   std::condition_variable sampler_wake_;

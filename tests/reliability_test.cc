@@ -1,0 +1,160 @@
+// What must never be lost or crash (docs/RELIABILITY.md): host code between steps seen by the
+// profile, two runtimes profiling in one process, the C API's object ids and pins.
+#include <cstring>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "tensortier/runtime.h"
+#include "tensortier/tensortier.h"
+#include "test_util.h"
+
+namespace tensortier {
+namespace {
+
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+
+std::unique_ptr<Runtime> make(RuntimeOptions options) {
+  auto rt = Runtime::create(options);
+  EXPECT_TRUE(rt) << rt.status().to_string();
+  return rt ? std::move(rt).value() : nullptr;
+}
+
+// One step of one layer that reads `reads`.
+void one_layer_step(Runtime& rt, const std::vector<ObjectId>& reads) {
+  ASSERT_TRUE(rt.step_begin().is_ok());
+  std::vector<void*> addresses(reads.size());
+  ASSERT_TRUE(rt.layer_begin("layer", reads, {}, addresses).is_ok());
+  ASSERT_TRUE(rt.layer_end().is_ok());
+  ASSERT_TRUE(rt.step_end().is_ok());
+}
+
+const profiler::SpanAccessProfile* access_of(const std::vector<profiler::SpanAccessProfile>& accesses,
+                                             ObjectId id) {
+  for (const auto& a : accesses) {
+    if (!a.is_group && a.id == id) return &a;
+  }
+  return nullptr;
+}
+
+TEST(ProfileWindow, HostCodeBetweenTheStepsIsProfiledAndItsPinsAreRecorded) {
+  auto rt = make(RuntimeOptions("fast=dram:64MiB"));
+  ASSERT_NE(rt, nullptr);
+  const ObjectInfo loose = rt->allocate("loose", kMiB).value();    // written unpinned between steps
+  const ObjectInfo pinned = rt->allocate("pinned", kMiB).value();  // written under pin_objects
+  const ObjectInfo quiet = rt->allocate("quiet", kMiB).value();    // not touched between steps
+  one_layer_step(*rt, {loose.id, pinned.id, quiet.id});            // step 0; step 1 is profiled
+  // Between the steps: the window of step 1's profile is open, and no move runs in it.
+  std::memset(loose.address, 1, kMiB);
+  void* address = nullptr;
+  ASSERT_TRUE(rt->pin_objects(std::span(&pinned.id, 1), std::span(&address, 1)).is_ok());
+  std::memset(address, 2, kMiB);
+  rt->unpin_objects(std::span(&pinned.id, 1));
+  const ObjectInfo late = rt->allocate("late", kMiB).value();  // born between: alive before the step
+  const ObjectInfo gone = rt->allocate("gone", kMiB).value();  // born and freed between: not in it
+  ASSERT_TRUE(rt->free(gone.address).is_ok());
+  EXPECT_EQ(rt->move(quiet.id, 0).status().code(), StatusCode::kUnavailable);
+  one_layer_step(*rt, {loose.id, pinned.id, quiet.id, late.id});
+  const auto profile = rt->profile();
+  ASSERT_NE(profile, nullptr);
+  EXPECT_EQ(profile->step, 1u);
+  const auto& before = profile->layers.at(0).accesses_before;
+  ASSERT_NE(access_of(before, loose.id), nullptr);
+  EXPECT_GT(access_of(before, loose.id)->pages_written, 0u);
+  EXPECT_NE(access_of(before, pinned.id), nullptr);
+  EXPECT_EQ(access_of(before, quiet.id), nullptr);
+  for (const profiler::ObjectProfile& o : profile->objects) {
+    EXPECT_NE(o.id, gone.id) << "an object born and freed before the step is not part of it";
+    EXPECT_EQ(o.host_pinned, o.id == pinned.id) << o.name;
+    if (o.id == late.id) {
+      EXPECT_FALSE(o.born_at_layer.has_value());
+    }
+  }
+  // The plan inputs: the loose object stays where it is, the pinned one may move.
+  auto in = migrator::inputs_from_profile(*profile, 0, 0 + 1, 64 * kMiB);
+  ASSERT_TRUE(in);
+  for (const migrator::PlanObject& o : in->objects) {
+    EXPECT_EQ(o.stays(), o.key == loose.key) << o.key;
+  }
+}
+
+TEST(ProfileWindow, TwoRuntimesSteppingInTurnBothProfile) {
+  // tensortier-bench runs every policy's runtime in one process, steps alternating: the window
+  // of one runtime's profile (from its step's end) covers the other's step, whose profile then
+  // starts when its own step begins.
+  auto a = make(RuntimeOptions("fast=dram:64MiB"));
+  auto b = make(RuntimeOptions("fast=dram:64MiB"));
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  const ObjectInfo xa = a->allocate("x", kMiB).value();
+  const ObjectInfo xb = b->allocate("x", kMiB).value();
+  for (int step = 0; step < 3; ++step) {
+    std::memset(xa.address, step, kMiB);  // between the steps, inside a's window
+    one_layer_step(*a, {xa.id});
+    std::memset(xb.address, step, kMiB);
+    one_layer_step(*b, {xb.id});
+  }
+  ASSERT_NE(a->profile(), nullptr);
+  ASSERT_NE(b->profile(), nullptr);
+  EXPECT_EQ(a->profile()->step, 1u);
+  EXPECT_EQ(b->profile()->step, 1u);
+  EXPECT_NE(access_of(a->profile()->layers.at(0).accesses_before, xa.id), nullptr);
+}
+
+TEST(CApiIds, LayersAndPinsByIdGiveTheCurrentAddress) {
+  tt_runtime* rt = nullptr;
+  ASSERT_EQ(tt_runtime_create("fast=dram:16MiB,slow=emulated:optane:64MiB", &rt), TT_OK) << tt_last_error();
+  void* a = nullptr;
+  ASSERT_EQ(tt_alloc(rt, "a", kMiB, 0, &a), TT_OK);
+  uint64_t id = 0;
+  ASSERT_EQ(tt_object_id(rt, a, &id), TT_OK);
+  void* found = nullptr;
+  ASSERT_EQ(tt_address_of(rt, id, &found), TT_OK);
+  EXPECT_EQ(found, a);
+  void* pinned = nullptr;
+  ASSERT_EQ(tt_pin(rt, &id, 1, &pinned), TT_OK);
+  EXPECT_EQ(pinned, a);
+  ASSERT_EQ(tt_unpin(rt, &id, 1), TT_OK);
+  ASSERT_EQ(tt_step_begin(rt), TT_OK);
+  void* addresses[1] = {nullptr};
+  ASSERT_EQ(tt_layer_begin_ids(rt, "l", &id, 1, nullptr, 0, addresses), TT_OK) << tt_last_error();
+  EXPECT_EQ(addresses[0], a);
+  ASSERT_EQ(tt_layer_end(rt), TT_OK);
+  ASSERT_EQ(tt_step_end(rt), TT_OK);
+  const uint64_t missing = id + 1000;
+  EXPECT_EQ(tt_pin(rt, &missing, 1, nullptr), TT_NOT_FOUND);
+  EXPECT_NE(std::strstr(tt_last_error(), "not live"), nullptr) << tt_last_error();
+  EXPECT_EQ(tt_address_of(rt, missing, &found), TT_NOT_FOUND);
+  EXPECT_EQ(tt_pin(rt, nullptr, 1, nullptr), TT_INVALID_ARGUMENT);
+  tt_runtime_destroy(rt);
+}
+
+TEST(CApiIds, ACallerOnAHeapTierFollowsAMoveById) {
+  // A move to a memkind heap tier (pmem) gives the object a new address: layer marks by id find
+  // it there; the old address is refused, never read.
+  testing::TempDir dir;
+  tt_runtime* rt = nullptr;
+  const std::string spec = "fast=dram:16MiB,slow=pmem:" + dir.path() + ":64MiB";
+  ASSERT_EQ(tt_runtime_create(spec.c_str(), &rt), TT_OK) << tt_last_error();
+  void* a = nullptr;
+  ASSERT_EQ(tt_alloc(rt, "a", kMiB, 0, &a), TT_OK);
+  std::memset(a, 7, kMiB);
+  uint64_t id = 0;
+  ASSERT_EQ(tt_object_id(rt, a, &id), TT_OK);
+  void* moved = nullptr;
+  ASSERT_EQ(tt_move(rt, a, 1, &moved), TT_OK) << tt_last_error();
+  ASSERT_NE(moved, a);
+  ASSERT_EQ(tt_step_begin(rt), TT_OK);
+  const void* stale[] = {a};
+  EXPECT_EQ(tt_layer_begin(rt, "by address", stale, 1, nullptr, 0), TT_NOT_FOUND);
+  void* addresses[1] = {nullptr};
+  ASSERT_EQ(tt_layer_begin_ids(rt, "by id", &id, 1, nullptr, 0, addresses), TT_OK) << tt_last_error();
+  EXPECT_EQ(addresses[0], moved);
+  EXPECT_EQ(static_cast<const unsigned char*>(addresses[0])[kMiB - 1], 7);
+  ASSERT_EQ(tt_layer_end(rt), TT_OK);
+  ASSERT_EQ(tt_step_end(rt), TT_OK);
+  tt_runtime_destroy(rt);
+}
+
+}  // namespace
+}  // namespace tensortier
