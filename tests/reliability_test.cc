@@ -1,6 +1,8 @@
 // What must never be lost or crash (docs/RELIABILITY.md): host code between steps seen by the
 // profile, two runtimes profiling in one process, the C API's object ids and pins.
+#include <atomic>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -99,6 +101,39 @@ TEST(ProfileWindow, TwoRuntimesSteppingInTurnBothProfile) {
   EXPECT_EQ(a->profile()->step, 1u);
   EXPECT_EQ(b->profile()->step, 1u);
   EXPECT_NE(access_of(a->profile()->layers.at(0).accesses_before, xa.id), nullptr);
+}
+
+TEST(SmallObjects, AThreadMovingItsOwnNeverLosesAnotherThreadsWrites) {
+  // Each thread writes its own small objects (unpinned: nobody else moves them) and moves them
+  // back and forth; a move takes the whole chunk, so chunks shared between threads lost the
+  // writes another thread made during the copy.
+  auto rt = make(RuntimeOptions("fast=dram:64MiB,slow=emulated:optane:256MiB"));
+  ASSERT_NE(rt, nullptr);
+  constexpr int kThreads = 4, kObjects = 40, kRounds = 60;
+  constexpr std::size_t kBytes = 1000;
+  std::atomic<int> lost{0};
+  std::atomic<int> failed_moves{0};
+  auto work = [&](int thread) {
+    std::vector<ObjectInfo> mine;
+    for (int i = 0; i < kObjects; ++i) mine.push_back(rt->allocate("small", kBytes).value());
+    for (int round = 0; round < kRounds; ++round) {
+      const auto value = static_cast<unsigned char>(thread * 64 + round % 64);
+      for (const ObjectInfo& o : mine) std::memset(o.address, value, kBytes);
+      for (const ObjectInfo& o : mine) {
+        if (!rt->move(o.id, static_cast<TierIndex>(round % 2))) ++failed_moves;
+      }
+      for (const ObjectInfo& o : mine) {
+        const auto* bytes = static_cast<const unsigned char*>(o.address);
+        if (bytes[0] != value || bytes[kBytes - 1] != value) ++lost;
+      }
+    }
+    for (const ObjectInfo& o : mine) ASSERT_TRUE(rt->free(o.address).is_ok());
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) threads.emplace_back(work, t);
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(lost.load(), 0);
+  EXPECT_EQ(failed_moves.load(), 0);
 }
 
 TEST(CApiIds, LayersAndPinsByIdGiveTheCurrentAddress) {

@@ -28,6 +28,13 @@ std::uintptr_t as_uint(const void* p) {
   return reinterpret_cast<std::uintptr_t>(p);
 }
 
+// The calling thread as a chunk's maker: a number of its own, from 1, never reused.
+std::uint32_t this_thread_maker() {
+  static std::atomic<std::uint32_t> next{1};
+  thread_local const std::uint32_t mine = next.fetch_add(1, std::memory_order_relaxed);
+  return mine;
+}
+
 // Rolls a failed move_pages migration back: the pages go back to `node`. The bytes are right
 // wherever the pages are; a page that will not go back leaves the object on two nodes, which
 // costs only speed, so that is logged (once per failed rollback) rather than failed.
@@ -501,7 +508,7 @@ std::uint64_t ObjectAllocator::releasable_bytes_locked(TierIndex t) const {
   const TierState& state = tier_state_[t];
   std::uint64_t bytes = state.usage.cached_bytes + state.usage.shadow_bytes;
   for (const auto& [key, group] : groups_) {
-    if (key.second != t) continue;
+    if (key.tier != t) continue;
     for (const std::unique_ptr<Chunk>& chunk : group.chunks) {
       if (chunk->releasable()) bytes += chunk->range.bytes;
     }
@@ -535,8 +542,8 @@ void ObjectAllocator::release_cache_locked(TierIndex t, std::uint64_t need_bytes
   if (enough()) return;
   // Empty group chunks on this tier are cache too (not while they move or are pinned).
   for (auto& [key, group] : groups_) {
-    if (key.second != t) continue;
-    const GroupId group_id = key.first;  // lambdas cannot capture structured bindings before clang 16
+    if (key.tier != t) continue;
+    const GroupId group_id = key.group;  // lambdas cannot capture structured bindings before clang 16
     std::erase_if(group.chunks, [&](const std::unique_ptr<Chunk>& chunk) {
       if (!chunk->releasable()) return false;
       const Range& r = chunk->range;
@@ -583,7 +590,8 @@ Status ObjectAllocator::set_budget(TierIndex t, std::uint64_t bytes) {
 Result<ObjectAllocator::Range> ObjectAllocator::place_small(Live& live, TierIndex t) {
   const std::size_t bytes = round_up(live.info.bytes, kSmallAlignmentBytes);
   const std::size_t count = bytes / kSmallAlignmentBytes;
-  GroupState* group = &groups_[{live.info.group, t}];
+  const std::uint32_t maker = this_thread_maker();
+  GroupState* group = &groups_[{live.info.group, t, maker}];
   Chunk* chunk = nullptr;
   std::optional<std::size_t> first;
   const std::size_t chunks = group->chunks.size();
@@ -606,11 +614,12 @@ Result<ObjectAllocator::Range> ObjectAllocator::place_small(Live& live, TierInde
       give_back_range(t, range->base, range->bytes, range->owner);
       return slot.status();
     }
-    group = &groups_[{live.info.group, t}];
+    group = &groups_[{live.info.group, t, maker}];
     auto fresh = std::make_unique<Chunk>();
     fresh->range = range.value();
     fresh->range.slot = slot.value();
     fresh->group = live.info.group;
+    fresh->maker = maker;
     first = fresh->slots.take(count);
     chunk = fresh.get();
     group->chunks.push_back(std::move(fresh));
@@ -1304,12 +1313,11 @@ void ObjectAllocator::commit_move(ObjectId id, Live* live, Chunk* chunk, MoveMet
     table_.set_tier(r.slot, to);
   }
   if (chunk != nullptr) {  // the chunk joins its group's chunks on the destination
-    const GroupId group = chunk->group;
-    auto& source = groups_[{group, from}].chunks;
+    auto& source = groups_[{chunk->group, from, chunk->maker}].chunks;
     auto it = std::find_if(source.begin(), source.end(),
                            [&](const std::unique_ptr<Chunk>& c) { return c.get() == chunk; });
     if (it != source.end()) {
-      groups_[{group, to}].chunks.push_back(std::move(*it));
+      groups_[{chunk->group, to, chunk->maker}].chunks.push_back(std::move(*it));
       source.erase(it);
     }
   }

@@ -5,9 +5,12 @@
 // - An object of kPageBytes or more gets its own pages (size rounded up to whole pages; 2 MiB
 //   aligned with transparent huge pages from 2 MiB up), so protecting or moving it touches no
 //   other object.
-// - A smaller object is packed with others of the same group (a caller-given lifetime class) in
-//   that group's shared chunks of kGroupChunkBytes, in 64-byte slots. The chunk, not the small
-//   object, is the unit of placement: lookup() of an address inside one returns the group span.
+// - A smaller object is packed with others of the same group (a caller-given lifetime class) that
+//   the same thread allocated, in that group's shared chunks of kGroupChunkBytes, in 64-byte
+//   slots. The chunk, not the small object, is the unit of placement: lookup() of an address
+//   inside one returns the group span, and a move of a small object moves its whole chunk. Small
+//   objects of two threads never share a chunk, so a thread that moves its own small objects
+//   never moves another thread's under it (a write of that thread would be lost to the copy).
 //   A freed object's slots are reused at once, while other objects in its chunk live (first fit
 //   in the chunk; the group's chunks are tried next fit from the last one used, so a new chunk is
 //   taken only when none has room, and the cost of an allocation does not grow with them).
@@ -390,9 +393,10 @@ class ObjectAllocator {
       return std::min(kSegmentBytes, bytes - k * kSegmentBytes);
     }
   };
-  struct Chunk {  // shared pages of one group
+  struct Chunk {  // shared pages of one group, of the small objects one thread allocated
     Range range;
     GroupId group = kDefaultGroup;
+    std::uint32_t maker = 0;  // the allocating thread (this_thread_maker())
     SlotBitmap<kGroupChunkBytes / kSmallAlignmentBytes> slots;  // which 64-byte slots are taken
     std::size_t live = 0;                                       // live small objects in it
     std::uint64_t live_bytes = 0;
@@ -488,7 +492,13 @@ class ObjectAllocator {
   std::vector<TierState> tier_state_;                     // by TierIndex
   std::unordered_map<ObjectId, Live> live_;               // every live object, and any freed while moving
   std::unordered_map<const void*, ObjectId> by_address_;  // live objects by start address
-  std::map<std::pair<GroupId, TierIndex>, GroupState> groups_;  // small-object chunks by placement
+  struct GroupKey {
+    GroupId group = kDefaultGroup;
+    TierIndex tier = 0;       // placement
+    std::uint32_t maker = 0;  // allocating thread
+    auto operator<=>(const GroupKey&) const = default;
+  };
+  std::map<GroupKey, GroupState> groups_;  // small-object chunks by group, placement and maker
   struct Arena {
     Range range;                                  // whole, as taken from its tier
     std::map<std::uint64_t, std::uint64_t> live;  // offset -> end of each live object in it
