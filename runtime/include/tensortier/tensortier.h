@@ -84,7 +84,8 @@ tt_status tt_layer_begin_ids(tt_runtime* runtime, const char* name, const uint64
 tt_status tt_pin(tt_runtime* runtime, const uint64_t* ids, size_t count, void** addresses);
 tt_status tt_unpin(tt_runtime* runtime, const uint64_t* ids, size_t count);
 
-/* Moves the object starting at `address` (a small one: its whole 64 KiB chunk) to tier `tier`
+/* Moves the object starting at `address` (a small one: its whole 64 KiB chunk, the small objects of
+ * its group that the same thread allocated) to tier `tier`
  * (0 = fastest). *out (may be NULL) receives its address afterwards: the same address where the
  * two tiers move in place (dram, numa, emulated), a new one where a memkind heap tier (pmem,
  * daxkmem) is involved. On failure the object is where it was, bytes intact. Thread-safe; not
