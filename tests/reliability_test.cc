@@ -1,7 +1,11 @@
 // What must never be lost or crash (docs/RELIABILITY.md): host code between steps seen by the
 // profile, two runtimes profiling in one process, the C API's object ids and pins.
+#include <sys/wait.h>
+#include <unistd.h>
 #include <atomic>
+
 #include <cstring>
+#include <map>
 #include <thread>
 #include <vector>
 
@@ -134,6 +138,62 @@ TEST(SmallObjects, AThreadMovingItsOwnNeverLosesAnotherThreadsWrites) {
   for (std::thread& t : threads) t.join();
   EXPECT_EQ(lost.load(), 0);
   EXPECT_EQ(failed_moves.load(), 0);
+}
+
+// A child forked while other threads move, allocate and free: what it reads and whether it can
+// allocate. Its exit code: 0 all well, 3 an object's bytes were not whole, 4 an allocation or a
+// free failed; killed by SIGALRM where it hung.
+int child_after_fork(Runtime& rt, const ObjectInfo& moving, unsigned char value) {
+  alarm(3);
+  const auto* bytes = static_cast<const unsigned char*>(moving.address);
+  for (std::size_t i = 0; i < moving.bytes; i += 4096) {
+    if (bytes[i] != value) return 3;
+  }
+  for (std::size_t size : {std::size_t{100}, kMiB}) {
+    auto made = rt.allocate("in the child", size);
+    if (!made) return 4;
+    std::memset(made->address, 1, size);
+    if (!rt.free(made->address).is_ok()) return 4;
+  }
+  return 0;
+}
+
+TEST(Fork, AChildForkedDuringMovesHasEveryObjectWholeAndCanAllocate) {
+  // A child forked between a move's two remaps read zeros, and one forked while another thread
+  // held the allocator's lock hung at its first allocation.
+  auto rt = make(RuntimeOptions("fast=dram:64MiB,slow=emulated:optane:256MiB"));
+  ASSERT_NE(rt, nullptr);
+  const ObjectInfo moving = rt->allocate("moving", 4 * kMiB).value();
+  constexpr unsigned char kValue = 0x5a;
+  std::memset(moving.address, kValue, moving.bytes);
+  std::atomic<bool> stop{false};
+  std::thread mover([&] {
+    for (TierIndex to = 1; !stop.load(); to ^= 1) (void)rt->move(moving.id, to);
+  });
+  std::thread churn([&] {  // holds the allocator's lock often
+    while (!stop.load()) {
+      auto small = rt->allocate("churn", 200);
+      auto large = rt->allocate("churn", 256 << 10);
+      if (small) (void)rt->free(small->address);
+      if (large) (void)rt->free(large->address);
+    }
+  });
+  std::map<int, int> outcomes;  // exit code (or 100 + signal) -> children
+  constexpr int kChildren = 100;
+  for (int i = 0; i < kChildren; ++i) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) _exit(child_after_fork(*rt, moving, kValue));
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ++outcomes[WIFEXITED(status) ? WEXITSTATUS(status) : 100 + WTERMSIG(status)];
+  }
+  stop = true;
+  mover.join();
+  churn.join();
+  EXPECT_EQ(outcomes[0], kChildren) << "3: bytes not whole, 4: allocation failed, 114: hung (SIGALRM): "
+                                    << ::testing::PrintToString(outcomes);
+  EXPECT_GT(rt->stats().moves, 0u);
 }
 
 TEST(CApiIds, LayersAndPinsByIdGiveTheCurrentAddress) {

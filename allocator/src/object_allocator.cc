@@ -941,6 +941,7 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
     Live* live = nullptr;
     bool timed_out = false;
     while (true) {  // looked up afresh after every wait: it may be freed meanwhile
+      if (fork_hold_) return unavailable(fmt::format("move of object {}: a fork() is under way", id));
       auto it = live_.find(id);
       if (it == live_.end() || it->second.range.free_pending)
         return not_found(fmt::format("move of object {}: no such live object", id));
@@ -1003,6 +1004,7 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
                                        s.message(), tiers_[r.tier]->name()));
     }
     r.moving = true;
+    ++moves_copying_;
     r.abort_move = false;
     // Pages migrated by the kernel keep their address and bytes under concurrent use, and a
     // half-undone migration would leave pages on the wrong node: such a move always completes.
@@ -1029,6 +1031,7 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
   tier_state_[result.from].usage.leaving_bytes -= bytes;
   r.moving = false;
   moved_or_unpinned_.notify_all();
+  --moves_copying_;  // prepare_fork waits for this under the lock: the commit below is done first
   const bool freed = r.free_pending;
   const bool aborted = r.abort_move && r.abortable;
   r.abort_move = false;
@@ -1132,6 +1135,7 @@ Result<MoveResult> ObjectAllocator::move_segment(std::unique_lock<std::mutex>& l
   std::size_t bytes = 0;
   std::optional<CachedRange> cached_destination;
   {
+    if (fork_hold_) return unavailable(fmt::format("move of object {}: a fork() is under way", id));
     Live& live = live_.at(id);
     Range& r = live.range;
     const std::uint64_t count = segment_count(r.bytes);
@@ -1172,6 +1176,7 @@ Result<MoveResult> ObjectAllocator::move_segment(std::unique_lock<std::mutex>& l
                                        s.message(), tiers_[result.from]->name()));
     }
     r.moving = true;
+    ++moves_copying_;
     r.abort_move = false;
     r.abortable = result.method != MoveMethod::kMovePages;
     tier_state_[to].usage.in_flight_bytes += bytes;
@@ -1192,6 +1197,7 @@ Result<MoveResult> ObjectAllocator::move_segment(std::unique_lock<std::mutex>& l
   tier_state_[result.from].usage.leaving_bytes -= bytes;
   r.moving = false;
   moved_or_unpinned_.notify_all();
+  --moves_copying_;
   const bool aborted = r.abort_move && r.abortable;
   r.abort_move = false;
   void* old_pages = nullptr;
@@ -1324,6 +1330,20 @@ void ObjectAllocator::commit_move(ObjectId id, Live* live, Chunk* chunk, MoveMet
   result.address = chunk != nullptr ? result.address : static_cast<void*>(r.base);
   result.moved = true;
   if (r.free_pending) retire(id, r);  // freed while moving: released now, on its new tier
+}
+
+void ObjectAllocator::prepare_fork() {
+  std::unique_lock lock(mutex_);
+  fork_hold_ = true;
+  // A move's copy commits (or rolls back) under the lock: once none is under way, the child sees
+  // every object whole, where the table says.
+  moved_or_unpinned_.wait(lock, [this] { return moves_copying_ == 0; });
+  lock.release();  // held across fork(); after_fork lets it go
+}
+
+void ObjectAllocator::after_fork() {
+  fork_hold_ = false;
+  mutex_.unlock();
 }
 
 Result<PinResult> ObjectAllocator::pin(std::span<const ObjectId> ids, std::span<PinnedObject> out,

@@ -17,6 +17,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "fork_guard.h"
 #include "tensortier/allocator/tier_spec.h"
 #include "tensortier/allocator/topology.h"
 
@@ -308,9 +309,11 @@ Runtime::Runtime(std::vector<std::unique_ptr<Tier>> tiers, std::string spec, std
   // Called under the allocator's lock: observers_mutex_ is the last lock taken anywhere.
   allocator_.set_release_observer(
       [this](const SpanView& span) { notify([&](StepObserver& o) { o.on_release(span); }); });
+  fork_guard::enter(this);
 }
 
 Runtime::~Runtime() {
+  fork_guard::leave(this);
   if (getpid() != pid_) {
     // A child after fork(): the mover and the profiler's sampler are the parent's threads, not
     // here to be stopped or joined (that waited forever). Their objects are left, not destroyed.
@@ -332,10 +335,25 @@ Runtime::~Runtime() {
   }
 }
 
+void Runtime::prepare_fork() {
+  alloc_events_mutex_.lock();
+  allocator_.prepare_fork();
+  observers_mutex_.lock();
+}
+
+void Runtime::after_fork(bool child) {
+  if (child) forked_child_.store(true, std::memory_order_release);
+  observers_mutex_.unlock();
+  allocator_.after_fork();
+  alloc_events_mutex_.unlock();
+}
+
 // Delivers an event to a copy of the observer list taken under observers_mutex_, so an observer
-// may call the runtime (move(), allocate()) from its callback.
+// may call the runtime (move(), allocate()) from its callback. None in a child after fork(): its
+// observers (the profiler, the executor) are the parent's, their threads not here.
 template <typename Event>
 void Runtime::notify(Event&& event) {
+  if (forked_child_.load(std::memory_order_acquire)) return;
   std::array<StepObserver*, kMaxObservers> list{};
   std::size_t count = 0;
   {
@@ -375,7 +393,7 @@ Result<ObjectInfo> Runtime::allocate(std::string_view name, std::size_t bytes, G
   ObjectKey key = 0;
   std::optional<std::uint64_t> arena_offset;
   ArenaId arena = 0;
-  if (in_step_.load(std::memory_order_acquire) &&
+  if (in_step_.load(std::memory_order_acquire) && !forked_child_.load(std::memory_order_acquire) &&
       training_thread_.load(std::memory_order_relaxed) == static_cast<std::uintptr_t>(pthread_self())) {
     key = step_key(step_ordinal_.fetch_add(1, std::memory_order_relaxed));
     if (PlacementAdvisor* advisor = advisor_.load(std::memory_order_acquire); advisor != nullptr) {

@@ -56,9 +56,13 @@
 //   - what other threads may read of the training thread's state (in_step(), the step count,
 //     the current layer index) is atomic.
 // fork(): a child gets a copy of the objects (readable and writable as before, the profiler's
-// protection faults included) but none of the runtime's threads. Its step and layer marks are
-// refused (kFailedPrecondition, naming fork); it may read and write objects, destroy the Runtime
-// (which then leaves the parent's threads alone) and exit, or exec. The parent carries on.
+// protection faults included) but none of the runtime's threads. pthread_atfork handlers hold new
+// moves, wait for the copies under way and take the runtime's allocation locks across the fork,
+// so every object is whole at its address in the child and the child can allocate and free
+// (without events to observers: the profiler and the mover are the parent's). Its step and layer
+// marks are refused (kFailedPrecondition, naming fork); it may read and write objects, allocate
+// and free, destroy the Runtime (which then leaves the parent's threads alone) and exit, or exec.
+// The parent carries on. A fork from inside a runtime call (an observer's callback) deadlocks.
 // Ownership: the Runtime owns all object memory; free() or destroying the Runtime releases it.
 #pragma once
 
@@ -364,6 +368,13 @@ class Runtime {
   // (not_forked), and its destructor leaves the parent's threads alone.
   const pid_t pid_ = getpid();
   Status not_forked(std::string_view call) const;
+  // fork() (fork_guard.cc): prepare_fork takes alloc_events_mutex_, the allocator's lock (its
+  // copies under way done first) and observers_mutex_, in that order; after_fork lets them go. In
+  // the child, allocations and frees send no events from then on (forked_child_).
+  friend struct ForkHandlers;
+  void prepare_fork();
+  void after_fork(bool child);
+  std::atomic<bool> forked_child_{false};
 
   // Observers. observers_mutex_ guards the list only (events go to a copy); it is taken last.
   std::mutex observers_mutex_;

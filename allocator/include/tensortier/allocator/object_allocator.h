@@ -362,6 +362,15 @@ class ObjectAllocator {
   // returns at once, taking no lock.
   void drop_shadows(std::span<const ObjectId> ids);
 
+  // fork(): whoever owns the allocator calls these from its pthread_atfork handlers (the Runtime
+  // does). prepare_fork turns new moves away (kUnavailable: the object stays), waits for the
+  // copies under way to commit or roll back, and returns holding the allocator's lock; after_fork,
+  // in the parent and in the child, lets it go and allows moves again. So a child finds every
+  // object whole at its address (never between a move's two remaps) and can allocate (no lock
+  // held by a thread it does not have). Not from a thread inside an allocator call.
+  void prepare_fork();
+  void after_fork();
+
  private:
   // A range that moves as one: a large object's pages, or a group chunk.
   struct Range {
@@ -516,6 +525,8 @@ class ObjectAllocator {
   std::chrono::nanoseconds room_wait_{0};       // set_room_wait; under mutex_
   PendingOutFn pending_out_;                    // set_room_wait; under mutex_
   std::atomic<unsigned> copy_threads_{1};       // set_copy_threads
+  std::uint32_t moves_copying_ = 0;             // moves between their reserve and their commit; mutex_
+  bool fork_hold_ = false;                      // prepare_fork: new moves are refused; mutex_
   class CopyPool;                               // set_copy_threads' helper threads
   std::unique_ptr<CopyPool> copy_pool_;         // null while copy_threads_ is 1
   // Copies `bytes` from `from` to `to` (set_copy_threads); returns the threads it took.
