@@ -134,7 +134,10 @@ void BM_Move64MiB_CopyThreads(benchmark::State& state, const char* spec) {
   TierIndex target = 1;
   for (auto _ : state) {
     for (unsigned threads : {1U, 2U}) {
-      alloc->set_copy_threads(threads);
+      if (Status s = alloc->set_copy_threads(threads); !s.is_ok()) {
+        state.SkipWithError(s.message().c_str());
+        return;
+      }
       (threads == 1 ? one_s : two_s).push_back(seconds_of([&] {
         auto moved = alloc->move(object.id, target);
         if (!moved || !moved->moved || moved->copy_threads != threads) state.SkipWithError("move failed");

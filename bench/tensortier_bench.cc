@@ -36,6 +36,7 @@
 #include "tensortier/dnn/data.h"
 #include "tensortier/dnn/models.h"
 #include "tensortier/timeline.h"
+#include "tensortier/write_file.h"
 
 #ifndef TENSORTIER_TOOLS_DIR
 #define TENSORTIER_TOOLS_DIR "tools"
@@ -287,20 +288,10 @@ std::pair<int, std::string> run_child(const std::vector<std::string>& argv) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
 }
 
-// Writes `text` to `path` through a temporary and a rename: an interruption leaves the old file
-// or the new one, never half of one.
+// Results, tables and traces are written whole or not at all (an interrupted run leaves the old
+// file or the new one, never half of one).
 Status write_file(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    if (!out.flush())
-      return internal_error(fmt::format("cannot write '{}': {}", tmp.string(), strerrordesc_np(errno)));
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) return internal_error(fmt::format("cannot write '{}': {}", path.string(), ec.message()));
-  return Status::ok();
+  return write_file_replacing(path.string(), text, "the bench's output");
 }
 
 std::string format_seconds(double s) {

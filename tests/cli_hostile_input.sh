@@ -31,6 +31,19 @@ expect_refusal() {
   fi
 }
 
+expect_warning() {  # NAME PATTERN ARGS...: runs to success and warns with PATTERN
+  local name=$1 pattern=$2
+  shift 2
+  local out
+  if ! out=$("$@" 2>&1); then
+    echo "FAIL $name: exit $?:"; echo "$out" | tail -5; failures=$((failures + 1))
+  elif ! grep -qE -- "$pattern" <<<"$out"; then
+    echo "FAIL $name: no /$pattern/ in:"; echo "$out" | tail -5; failures=$((failures + 1))
+  else
+    echo "ok   $name: $(grep -E -- "$pattern" <<<"$out" | head -1)"
+  fi
+}
+
 expect_refusal log-every-0 "--log-every" "$train" "${small[@]}" --log-every 0
 expect_refusal classes-0 "--classes" "$train" "${small[@]}" --classes 0
 expect_refusal classes-negative "--classes" "$train" "${small[@]}" --classes -3
@@ -69,6 +82,44 @@ else
   echo "FAIL profile-json-good: a profile was not written to $work/good.json"
   failures=$((failures + 1))
 fi
+
+# A --trace that cannot be written (a full disk: a file size limit here, as root writes anywhere)
+# fails the run with the cause and leaves a good trace already there as it was.
+traced=(--model mlp --data synthetic --width 4 --batch 4 --synthetic-count 16 --steps 3 --tiers fast=dram:64MiB
+  --trace "$work/trace.json" --trace-from 2 --trace-steps 1)
+if "$train" "${traced[@]}" >/dev/null 2>&1 && [[ -s "$work/trace.json" ]]; then
+  cp "$work/trace.json" "$work/trace.before"
+  expect_refusal trace-disk-full "writing the trace to '$work/trace.json' failed" \
+    bash -c 'trap "" XFSZ; ulimit -f 1; exec "$0" "$@"' "$train" "${traced[@]}"
+  cmp -s "$work/trace.json" "$work/trace.before" || { echo "FAIL: a failed write changed the good trace"; failures=$((failures + 1)); }
+  python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$work/trace.json" || { echo "FAIL: the trace is not JSON"; failures=$((failures + 1)); }
+  ls "$work"/*.tmp >/dev/null 2>&1 && { echo "FAIL: a temporary trace file was left behind"; failures=$((failures + 1)); }
+else
+  echo "FAIL trace-good: no trace was written to $work/trace.json"
+  failures=$((failures + 1))
+fi
+
+# A policy that cannot run is refused, or says why in one line and fails the run: a fast budget
+# the fast tier cannot hold, one below a chunk of small objects, a share below what the profiled
+# step's small objects need, profiling off, a profile at the last step or later.
+policy=(--data synthetic --width 4 --batch 4 --synthetic-count 16 --steps 4
+  --tiers fast=dram:2MiB,slow=emulated:optane:64MiB --policy sentinel)
+expect_refusal budget-over-the-tier "fast budget 64.0 MiB for policy 'sentinel' is more than the fast tier 'fast' holds \(2.00 MiB" \
+  "$train" "${policy[@]}" --model mlp --fast-budget 64MiB
+expect_refusal budget-under-a-chunk "holds not even one 64.0 KiB chunk of small objects: give at least 64.0 KiB" \
+  "$train" "${policy[@]}" --model mlp --fast-budget 4KiB
+expect_refusal budget-share-under-the-small-objects "^policy 'sentinel' does not run: a fast budget of .* is less than the profiled step's small objects need .* give at least" \
+  "$train" "${policy[@]}" --model mlp --fast-budget 0.0001%
+expect_refusal policy-profile-off-env "profiling is off \(TENSORTIER_PROFILE=off" \
+  env TENSORTIER_PROFILE=off "$train" "${policy[@]}" --model mlp --fast-budget 50%
+expect_refusal policy-profile-after-the-last-step "step 4 is profiled .* of a run of 4 training steps" \
+  "$train" "${policy[@]}" --model mlp --fast-budget 50% --profile 4
+# Too few open files to list the threads (`ulimit -n 5`): no profile, no policy, said so; the
+# training runs (it corrupted the heap once: threads without an alternate signal stack).
+expect_refusal policy-no-profile-few-files "^policy 'sentinel' does not run: the profile it plans from could not be made: the process's threads cannot be listed|Too many open files" \
+  bash -c 'ulimit -n 5; exec "$0" "$@"' "$train" "${policy[@]}" --model mlp --fast-budget 50%
+expect_warning budget-share-over-the-tier "is more than the fast tier holds: it keeps the tier's 2.00 MiB" \
+  "$train" "${policy[@]}" --fast-budget 100% --model lenet5
 
 # Fashion-MNIST files that lie: test images of another size, a header whose dims overflow.
 python3 - "$work" <<'PY'
@@ -111,18 +162,6 @@ fi
 # the machine's memory (kept, with a warning), an emulated tier alone (run, with a warning).
 expect_refusal tiers-empty "--tiers.*empty" "$train" "${run[@]}" --tiers ""
 expect_refusal budget-under-a-page "less than one 4 KiB page" "$train" "${run[@]}" --tiers fast=dram:100B
-expect_warning() {  # NAME PATTERN ARGS...: runs to success and warns with PATTERN
-  local name=$1 pattern=$2
-  shift 2
-  local out
-  if ! out=$("$@" 2>&1); then
-    echo "FAIL $name: exit $?:"; echo "$out" | tail -5; failures=$((failures + 1))
-  elif ! grep -qE -- "$pattern" <<<"$out"; then
-    echo "FAIL $name: no /$pattern/ in:"; echo "$out" | tail -5; failures=$((failures + 1))
-  else
-    echo "ok   $name: $(grep -E -- "$pattern" <<<"$out" | head -1)"
-  fi
-}
 expect_warning budget-over-memory "budget of 64.0 TiB is more than this machine's memory" \
   "$train" "${run[@]}" --tiers fast=dram:64TiB
 expect_warning emulated-only "the only tier, 'slow', is emulated" \

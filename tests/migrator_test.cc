@@ -1096,7 +1096,7 @@ TEST(Executor, CountsItsMovesOutFromHandOutToTheirEnd) {
         return r;
       },
       [] { return 0u; });
-  executor.start();
+  ASSERT_TRUE(executor.start().is_ok());
   executor.on_step_begin(1);
   EXPECT_EQ(executor.queued_out_bytes(0), 0u);
   executor.on_layer_end(LayerEndEvent{.index = 0});

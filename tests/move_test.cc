@@ -532,7 +532,7 @@ TEST(Move, CopiesSplitOverThreadsKeepEveryByteInPlace) {
   auto alloc = allocator_for("fast=dram:64MiB,slow=emulated:cxl:256MiB");
   ASSERT_NE(alloc, nullptr);
   EXPECT_EQ(alloc->copy_threads(), 1u);
-  alloc->set_copy_threads(3);
+  ASSERT_TRUE(alloc->set_copy_threads(3).is_ok());
   EXPECT_EQ(alloc->copy_threads(), 3u);
   // Words that differ at every offset: a part copied to another part's place would show.
   auto fill_words = [](void* p, std::size_t bytes, std::uint64_t seed) {
@@ -571,7 +571,7 @@ TEST(Move, CopiesSplitOverThreadsKeepEveryByteInPlace) {
   EXPECT_EQ(moved->copy_threads, 1u) << "under kSplitCopyBytes: the moving thread alone";
   EXPECT_EQ(alloc->usage()[1].split_copies, 1u);
   EXPECT_TRUE(holds_words(small->address, kSmall, 13));
-  alloc->set_copy_threads(1);
+  ASSERT_TRUE(alloc->set_copy_threads(1).is_ok());
   auto alone = alloc->move(big->id, 1);
   ASSERT_TRUE(alone);
   EXPECT_EQ(alone->copy_threads, 1u);

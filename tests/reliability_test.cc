@@ -1,16 +1,21 @@
 // What must never be lost or crash (docs/RELIABILITY.md): host code between steps seen by the
 // profile, two runtimes profiling in one process, the C API's object ids and pins.
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <atomic>
 
 #include <cstring>
 #include <map>
+#include <system_error>
 #include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "tensortier/profiler/fault_tracker.h"
 #include "tensortier/runtime.h"
 #include "tensortier/tensortier.h"
 #include "test_util.h"
@@ -194,6 +199,140 @@ TEST(Fork, AChildForkedDuringMovesHasEveryObjectWholeAndCanAllocate) {
   EXPECT_EQ(outcomes[0], kChildren) << "3: bytes not whole, 4: allocation failed, 114: hung (SIGALRM): "
                                     << ::testing::PrintToString(outcomes);
   EXPECT_GT(rt->stats().moves, 0u);
+}
+
+// While it lives, no thread of this process can be started: the default stack of a new thread is
+// larger than any address space (std::thread then throws std::system_error).
+class NoThreads {
+ public:
+  NoThreads() {
+    pthread_getattr_default_np(&saved_);
+    pthread_attr_t huge;
+    pthread_attr_init(&huge);
+    pthread_attr_setstacksize(&huge, std::size_t{1} << 46);
+    pthread_setattr_default_np(&huge);
+    pthread_attr_destroy(&huge);
+  }
+  ~NoThreads() {
+    pthread_setattr_default_np(&saved_);
+    pthread_attr_destroy(&saved_);
+  }
+  NoThreads(const NoThreads&) = delete;
+  NoThreads& operator=(const NoThreads&) = delete;
+
+ private:
+  pthread_attr_t saved_{};
+};
+
+TEST(ThreadStarts, AThreadThatCannotStartIsAnErrorNeverAnAbort) {
+  // tensortier-train under `ulimit -v` died of an uncaught std::system_error.
+  auto rt = make(RuntimeOptions("fast=dram:64MiB,slow=emulated:optane:256MiB"));
+  ASSERT_NE(rt, nullptr);
+  {
+    NoThreads none;
+    ASSERT_THROW(std::thread([] {}).join(), std::system_error) << "the test's premise";
+    // The profile's sampler thread: the profile is skipped, the step runs.
+    auto live = std::vector<std::pair<ObjectInfo, SpanView>>{};
+    auto profiler = profiler::StepProfiler::start(
+        rt->profile_options(), [](const void*, const void*, SpanView*) { return false; }, nullptr, 0, live,
+        nullptr);
+    ASSERT_FALSE(profiler);
+    EXPECT_EQ(profiler.status().code(), StatusCode::kUnavailable);
+    EXPECT_NE(profiler.status().message().find("sampler thread"), std::string::npos)
+        << profiler.status().message();
+    // The mover: the executor says so and runs nothing.
+    migrator::Executor executor(
+        migrator::Plan{}, 1,
+        [](ObjectId, TierIndex, const MoveOptions&) -> Result<MoveResult> { return MoveResult{}; },
+        [] { return 0U; });
+    const Status started = executor.start();
+    EXPECT_EQ(started.code(), StatusCode::kUnavailable);
+    EXPECT_NE(started.message().find("mover thread"), std::string::npos) << started.message();
+  }
+  // Copy helpers: refused, and copies go on with the moving thread alone.
+  testing::TempDir unused;
+  auto alloc = testing::allocator_for("fast=dram:64MiB,slow=emulated:optane:256MiB");
+  ASSERT_NE(alloc, nullptr);
+  {
+    NoThreads none;
+    EXPECT_EQ(alloc->set_copy_threads(3).code(), StatusCode::kUnavailable);
+  }
+  EXPECT_EQ(alloc->copy_threads(), 1u);
+  const ObjectInfo big = alloc->allocate("big", 8 * kMiB).value();
+  std::memset(big.address, 9, big.bytes);
+  auto moved = alloc->move(big.id, 1);
+  ASSERT_TRUE(moved) << moved.status().to_string();
+  EXPECT_EQ(moved->copy_threads, 1u);
+  EXPECT_EQ(static_cast<const unsigned char*>(big.address)[big.bytes - 1], 9);
+}
+
+TEST(ThreadStarts, APolicyWhoseMoverCannotStartSaysSoAndTrainingGoesOn) {
+  RuntimeOptions options("fast=dram:64MiB,slow=emulated:optane:256MiB");
+  options.policy = "sentinel";
+  options.fast_budget = "50%";
+  options.profile.sample_interval_us = 0;  // no sampler thread: the profile itself needs none
+  auto rt = make(options);
+  ASSERT_NE(rt, nullptr);
+  const ObjectInfo a = rt->allocate("a", 4 * kMiB).value();
+  const ObjectInfo b = rt->allocate("b", 4 * kMiB).value();
+  NoThreads none;
+  for (int step = 0; step < 4; ++step) one_layer_step(*rt, {step % 2 == 0 ? a.id : b.id});
+  EXPECT_NE(rt->profile(), nullptr);
+  EXPECT_EQ(rt->stats().policy, "") << "no mover, no policy";
+  EXPECT_EQ(rt->stats().steps_completed, 4u);
+}
+
+// While it lives, this process can open no file (its soft limit on open files is reached).
+class NoFreeFiles {
+ public:
+  NoFreeFiles() {
+    getrlimit(RLIMIT_NOFILE, &saved_);
+    const int base = open("/dev/null", O_RDONLY);
+    rlimit low = saved_;
+    low.rlim_cur = 64;
+    setrlimit(RLIMIT_NOFILE, &low);
+    if (base >= 0) {
+      fds_.push_back(base);
+      for (int fd; (fd = dup(base)) >= 0;) fds_.push_back(fd);
+    }
+  }
+  ~NoFreeFiles() {
+    for (int fd : fds_) close(fd);
+    setrlimit(RLIMIT_NOFILE, &saved_);
+  }
+  NoFreeFiles(const NoFreeFiles&) = delete;
+  NoFreeFiles& operator=(const NoFreeFiles&) = delete;
+
+ private:
+  rlimit saved_{};
+  std::vector<int> fds_;
+};
+
+TEST(ProfileWindow, ThreadsThatCannotBeListedSkipTheProfileNeverCorruptTheHeap) {
+  // Under `ulimit -n 5` the thread list could not be read, oneDNN's threads got no alternate
+  // signal stack, and the fault frames on their own stacks overwrote their data.
+  auto rt = make(RuntimeOptions("fast=dram:64MiB"));
+  ASSERT_NE(rt, nullptr);
+  const ObjectInfo x = rt->allocate("x", kMiB).value();
+  {
+    NoFreeFiles none;
+    ASSERT_LT(open("/proc/self/task", O_RDONLY | O_DIRECTORY), 0) << "the test's premise";
+    auto tracker =
+        profiler::FaultTracker::install([](const void*, const void*, SpanView*) { return false; }, nullptr);
+    ASSERT_FALSE(tracker);
+    EXPECT_EQ(tracker.status().code(), StatusCode::kUnavailable);
+    EXPECT_NE(tracker.status().message().find("/proc/self/task"), std::string::npos)
+        << tracker.status().message();
+    one_layer_step(*rt, {x.id});
+    one_layer_step(*rt, {x.id});      // the step that was to be profiled
+    std::memset(x.address, 3, kMiB);  // not left protected
+  }
+  EXPECT_EQ(rt->profile(), nullptr);
+  EXPECT_EQ(rt->profiled_steps(), 0u);
+  // A tracker can be installed again once the files are there: the refused one left none behind.
+  auto tracker =
+      profiler::FaultTracker::install([](const void*, const void*, SpanView*) { return false; }, nullptr);
+  EXPECT_TRUE(tracker) << tracker.status().to_string();
 }
 
 TEST(CApiIds, LayersAndPinsByIdGiveTheCurrentAddress) {

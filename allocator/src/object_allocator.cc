@@ -75,17 +75,16 @@ ObjectAllocator::ObjectAllocator(std::vector<std::unique_ptr<Tier>> tiers)
 // a child after fork(), the caller alone takes them all).
 class ObjectAllocator::CopyPool {
  public:
+  // Throws std::system_error where a helper cannot start, after stopping the ones that did.
   explicit CopyPool(unsigned helpers) {
-    for (unsigned i = 0; i < helpers; ++i) threads_.emplace_back([this] { serve(); });
-  }
-  ~CopyPool() {
-    {
-      std::lock_guard lock(mutex_);
-      stop_ = true;
+    try {
+      for (unsigned i = 0; i < helpers; ++i) threads_.emplace_back([this] { serve(); });
+    } catch (...) {
+      stop_and_join();
+      throw;
     }
-    work_.notify_all();
-    for (std::thread& t : threads_) t.join();
   }
+  ~CopyPool() { stop_and_join(); }
   CopyPool(const CopyPool&) = delete;
   CopyPool& operator=(const CopyPool&) = delete;
   // In a child after fork() the helpers are the parent's threads: none to wake or join here.
@@ -127,6 +126,15 @@ class ObjectAllocator::CopyPool {
     }
   }
 
+  void stop_and_join() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    work_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+
   std::mutex run_mutex_;  // one copy at a time
   std::mutex mutex_;      // what follows
   std::condition_variable work_, done_;
@@ -137,10 +145,18 @@ class ObjectAllocator::CopyPool {
   const pid_t pid_ = getpid();
 };
 
-void ObjectAllocator::set_copy_threads(unsigned threads) {
+Status ObjectAllocator::set_copy_threads(unsigned threads) {
   threads = std::max(1U, threads);
-  copy_pool_ = threads > 1 ? std::make_unique<CopyPool>(threads - 1) : nullptr;
+  copy_pool_.reset();
+  copy_threads_.store(1, std::memory_order_release);
+  if (threads == 1) return Status::ok();
+  try {
+    copy_pool_ = std::make_unique<CopyPool>(threads - 1);
+  } catch (const std::system_error& e) {  // the helpers started before it are joined as it unwinds
+    return unavailable(fmt::format("{} copy helper threads could not be started: {}", threads - 1, e.what()));
+  }
   copy_threads_.store(threads, std::memory_order_release);
+  return Status::ok();
 }
 
 unsigned ObjectAllocator::copy(void* to, const void* from, std::size_t bytes) {

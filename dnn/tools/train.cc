@@ -322,6 +322,14 @@ int main(int argc, char** argv) {
   BatchIterator batches(train, o.batch, o.seed);
   const std::size_t total =
       o.steps > 0 ? o.steps : batches.batches_per_epoch() * static_cast<std::size_t>(o.epochs);
+  // A policy plans from the profiled step and runs from the one after it: a profile at the last
+  // step or later leaves it nothing to run.
+  if (!o.policy.empty() && rt.profile_options().step + 1 >= total) {
+    return fail(invalid_argument(fmt::format(
+        "--policy {} runs from the step after the profiled one, and step {} is profiled (--profile, "
+        "TENSORTIER_PROFILE) of a run of {} training steps: profile an earlier step, or train longer",
+        o.policy, rt.profile_options().step, total)));
+  }
   fmt::print("model {} ({} parameters), data {} ({} train / {} test, {}x{}x{}), batch {}, {} steps\n",
              net.name(), net.parameter_count(), o.data, train.count(), test.count(), train.channels,
              train.height, train.width, o.batch, total);
@@ -390,6 +398,14 @@ int main(int argc, char** argv) {
     if (!stats.migration.last_failure.empty())
       fmt::print("  the last failed move: {}\n", stats.migration.last_failure);
   }
+  // Asked for and never run: one line that says why, and the exit status says so.
+  const bool policy_never_ran = !o.policy.empty() && rt.plan() == nullptr;
+  if (policy_never_ran) {
+    fmt::print("{}\n",
+               !rt.policy_failure().empty()
+                   ? rt.policy_failure()
+                   : fmt::format("policy '{}' never ran: no step of the {} was profiled", o.policy, total));
+  }
   if (timeline != nullptr) {
     rt.remove_observer(timeline.get());
     if (timeline->steps_recorded() == 0) {
@@ -431,6 +447,7 @@ int main(int argc, char** argv) {
     fmt::print("tier {}: peak {} of {} budget, {} objects fell back to a slower tier\n", u.name,
                format_bytes(u.peak_mapped_bytes), format_bytes(u.budget_bytes), u.fallbacks_out);
   }
+  if (policy_never_ran) return 1;
   // Asked for and not written: the run's results are above, and the exit status says it failed.
   if (!o.profile_json.empty() && !rt.profile_json_status().is_ok()) return fail(rt.profile_json_status());
   if (!o.profile_json.empty() && rt.profile_json_path().empty()) {

@@ -3,7 +3,10 @@
 #include <time.h>
 
 #include <chrono>
+#include <system_error>
+#include <thread>
 
+#include <fmt/format.h>
 #include <tbb/concurrent_queue.h>
 
 namespace tensortier::migrator {
@@ -83,10 +86,16 @@ Executor::~Executor() {
   stop();
 }
 
-void Executor::start() {
-  if (state() != ExecutorState::kStopped) return;
+Status Executor::start() {
+  if (state() != ExecutorState::kStopped) return Status::ok();
   state_.store(ExecutorState::kRunning, std::memory_order_release);
-  mover_ = std::thread([this] { run(); });
+  try {
+    mover_ = std::thread([this] { run(); });
+  } catch (const std::system_error& e) {  // no thread to be had (a limit on threads or memory)
+    state_.store(ExecutorState::kStopped, std::memory_order_release);
+    return unavailable(fmt::format("its mover thread could not be started: {}", e.what()));
+  }
+  return Status::ok();
 }
 
 void Executor::stop() {

@@ -14,6 +14,7 @@
 #include <bit>
 #include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <ctime>
 #include <thread>
 
@@ -121,10 +122,18 @@ void on_alt_stack_signal(int /*signal*/, siginfo_t* /*info*/, void* context) {
   errno = saved_errno;
 }
 
-// Returns how many threads did not answer (they block real-time signals, or were busy for 1 s).
-std::size_t give_threads_alt_stacks() {
+// Returns how many threads did not answer (they block real-time signals, or were busy for 1 s);
+// an error where the threads cannot be listed or the stacks cannot be mapped, nothing sent then:
+// a profile must not start with threads that may take a fault on their own stack unknown.
+Result<std::size_t> give_threads_alt_stacks() {
   std::lock_guard lock(g_alt_mutex);
-  const std::vector<pid_t> tids = process_threads();
+  std::string why;
+  const std::optional<std::vector<pid_t>> listed = list_process_threads(&why);
+  if (!listed) {
+    return unavailable(fmt::format(
+        "the process's threads cannot be listed to give each an alternate signal stack ({})", why));
+  }
+  const std::vector<pid_t>& tids = *listed;
   if (g_alt_bytes == 0) {
     g_alt_bytes =
         std::max<std::size_t>(std::size_t{256} << 10, 4 * static_cast<std::size_t>(sysconf(_SC_SIGSTKSZ)));
@@ -133,7 +142,11 @@ std::size_t give_threads_alt_stacks() {
   const std::size_t want = std::min(kMaxAltStacks, g_alt_next.load() + tids.size());
   for (std::size_t i = g_alt_count.load(); i < want; ++i) {
     void* stack = mmap(nullptr, g_alt_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (stack == MAP_FAILED) break;
+    if (stack == MAP_FAILED) {
+      return unavailable(
+          fmt::format("no memory for the {} threads' alternate signal stacks ({} KiB each: {})", tids.size(),
+                      g_alt_bytes >> 10, std::strerror(errno)));
+    }
     g_alt_pool[i] = stack;
     g_alt_count.store(i + 1);
   }
@@ -307,7 +320,9 @@ Result<std::unique_ptr<FaultTracker>> FaultTracker::install(Lookup lookup, const
     return failed_precondition(
         "a FaultTracker is already installed (one profile at a time); destroy it first");
   }
-  tracker->threads_without_alt_stack_ = give_threads_alt_stacks();
+  Result<std::size_t> unanswered = give_threads_alt_stacks();
+  if (!unanswered) return unanswered.status();  // the tracker's destructor uninstalls it
+  tracker->threads_without_alt_stack_ = unanswered.value();
   if (options.async_writes) {
     std::string why;
     tracker->async_ = AsyncWrites::open(&why);

@@ -1,16 +1,12 @@
 // StepProfile helpers and its JSON form (docs/PROFILE.md).
 #include "tensortier/profiler/step_profile.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstdio>
-#include <filesystem>
-#include <system_error>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+
+#include "tensortier/write_file.h"
 
 namespace tensortier::profiler {
 namespace {
@@ -128,38 +124,7 @@ std::string to_json(const StepProfile& p, int indent) {
 }
 
 Status write_json(const StepProfile& profile, const std::string& path) {
-  // Written whole to a temporary file beside it, then renamed over it: a failed write (a full
-  // disk) leaves a file already there as it was, and a reader never sees half a profile.
-  if (std::error_code ec; std::filesystem::is_directory(path, ec)) {
-    return invalid_argument(
-        fmt::format("cannot write the profile to '{}': it is a directory; name a file", path));
-  }
-  const std::string tmp = fmt::format("{}.{}.tmp", path, getpid());
-  const std::string text = to_json(profile) + '\n';
-  std::FILE* out = std::fopen(tmp.c_str(), "w");
-  if (out == nullptr) {
-    return unavailable(
-        fmt::format("cannot write the profile to '{}': {}; check the directory exists and is "
-                    "writable",
-                    path, std::generic_category().message(errno)));
-  }
-  const bool written = std::fwrite(text.data(), 1, text.size(), out) == text.size();
-  const int write_errno = errno;
-  const bool flushed = std::fflush(out) == 0 && fsync(fileno(out)) == 0;
-  const int flush_errno = errno;
-  const bool closed = std::fclose(out) == 0;
-  if (!written || !flushed || !closed) {
-    std::remove(tmp.c_str());
-    return unavailable(fmt::format("writing the profile to '{}' failed: {}", path,
-                                   std::generic_category().message(!written ? write_errno : flush_errno)));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int rename_errno = errno;
-    std::remove(tmp.c_str());
-    return unavailable(fmt::format("writing the profile to '{}' failed: {}", path,
-                                   std::generic_category().message(rename_errno)));
-  }
-  return Status::ok();
+  return write_file_replacing(path, to_json(profile) + '\n', "the profile");
 }
 
 }  // namespace tensortier::profiler

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <system_error>
 
 #include <fmt/format.h>
 
@@ -55,7 +56,13 @@ Result<std::unique_ptr<StepProfiler>> StepProfiler::start(
   for (const SpanView& s : pending) {
     if (Status st = p->tracker_->watch(s); !st.is_ok()) p->watch_errors_.push_back(st.message());
   }
-  if (p->options_.sample_interval_us > 0) p->sampler_ = std::thread([raw = p.get()] { raw->sampler_loop(); });
+  if (p->options_.sample_interval_us > 0) {
+    try {
+      p->sampler_ = std::thread([raw = p.get()] { raw->sampler_loop(); });
+    } catch (const std::system_error& e) {  // its destructor unprotects what was protected
+      return unavailable(fmt::format("the profile's sampler thread could not be started: {}", e.what()));
+    }
+  }
   return p;
 }
 

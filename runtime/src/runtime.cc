@@ -146,6 +146,36 @@ Result<FastBudget> parse_fast_budget(std::string_view text, std::string_view wha
   return budget;
 }
 
+// What a policy needs that the tiers and the profile options can say before any step: a profiled
+// step to plan from, and a fast budget (a size) that the fast tier holds and that holds one chunk
+// of small objects. A share is checked once the profile gives the footprint (start_migration).
+Status check_migration(const std::string& policy, const std::string& fast_budget, const Tier& fast,
+                       const profiler::ProfileOptions& profile) {
+  if (policy.empty()) return Status::ok();
+  if (!profile.enabled) {
+    return failed_precondition(fmt::format(
+        "policy '{}' plans from a profiled step, and profiling is off (TENSORTIER_PROFILE=off, or "
+        "RuntimeOptions::profile): turn profiling on, or run without the policy",
+        policy));
+  }
+  if (policy == "fast-only" || policy == "slow-only") return Status::ok();  // keep the tier's own budget
+  const FastBudget parsed = parse_fast_budget(fast_budget, "fast budget").value();  // checked before
+  if (parsed.bytes > fast.budget_bytes()) {
+    return invalid_argument(fmt::format(
+        "fast budget {} for policy '{}' is more than the fast tier '{}' holds ({}, its budget in the tier "
+        "spec): give at most {}, or raise the tier's budget in the spec",
+        format_bytes(parsed.bytes), policy, fast.name(), format_bytes(fast.budget_bytes()),
+        format_bytes(fast.budget_bytes())));
+  }
+  if (parsed.bytes > 0 && parsed.bytes < kGroupChunkBytes) {
+    return invalid_argument(fmt::format(
+        "fast budget {} for policy '{}' holds not even one {} chunk of small objects: give at least {} "
+        "(the profiled step says how much its small objects need)",
+        format_bytes(parsed.bytes), policy, format_bytes(kGroupChunkBytes), format_bytes(kGroupChunkBytes)));
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Result<std::pair<std::string, std::string>> resolve_migration(const RuntimeOptions& options) {
@@ -253,6 +283,8 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
         "run); name a fast tier first in the spec to tier memory",
         tiers.front()->name());
   }
+  TENSORTIER_RETURN_IF_ERROR(
+      check_migration(migration->first, migration->second, *tiers.front(), profile.value()));
   auto runtime = std::unique_ptr<Runtime>(
       new Runtime(std::move(tiers), format_tier_spec(configs), source, std::move(profile).value()));
   runtime->layer_move_wait_ = options.layer_move_wait;
@@ -291,8 +323,12 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
                          : fmt::format("copies of {} or more split over {} threads",
                                        format_bytes(ObjectAllocator::kSplitCopyBytes), copy_threads)) +
       why;
-  if (!runtime->policy_.empty()) spdlog::info("{}", runtime->copy_threads_note_);
-  runtime->allocator_.set_copy_threads(copy_threads);
+  if (Status s = runtime->allocator_.set_copy_threads(copy_threads); !s.is_ok()) {
+    runtime->copy_threads_note_ = "copies on the mover alone: " + s.message();
+    spdlog::warn("{}", runtime->copy_threads_note_);
+  } else if (!runtime->policy_.empty()) {
+    spdlog::info("{}", runtime->copy_threads_note_);
+  }
   return runtime;
 }
 
@@ -536,6 +572,8 @@ void Runtime::start_profile(bool at_step_begin) {
     } else {
       spdlog::warn("step {} is not profiled: {}", steps_completed_.load(), started.status().message());
       profile_failed_.insert(last_signature_);
+      if (!policy_.empty() && executor_ == nullptr && last_profile_ == nullptr && policy_failure_.empty())
+        fail_policy("the profile it plans from could not be made: " + started.status().message());
     }
     std::lock_guard gate(move_gate_mutex_);
     moves_blocked_ = false;
@@ -601,17 +639,20 @@ void Runtime::finish_profile(std::uint64_t step_duration_ns) {
     std::lock_guard gate(move_gate_mutex_);
     moves_blocked_ = false;
   }
-  if (!policy_.empty() && executor_ == nullptr) start_migration(*last_profile_);
+  // Once: a policy that could not start does not try again on a later kind's profile.
+  if (!policy_.empty() && executor_ == nullptr && policy_failure_.empty()) start_migration(*last_profile_);
+}
+
+void Runtime::fail_policy(std::string_view why) {
+  policy_failure_ = fmt::format("policy '{}' does not run: {}", policy_, why);
+  spdlog::warn("{}", policy_failure_);
 }
 
 void Runtime::start_migration(const profiler::StepProfile& profile) {
   const TierIndex fast = 0, slow = static_cast<TierIndex>(allocator_.tier_count() - 1);
   const FastBudget parsed = parse_fast_budget(fast_budget_, "fast budget").value();  // checked in create()
   auto inputs = migrator::inputs_from_profile(profile, fast, slow, allocator_.tier(fast).budget_bytes());
-  if (!inputs) {
-    spdlog::warn("policy '{}' does not run: {}", policy_, inputs.status().message());
-    return;
-  }
+  if (!inputs) return fail_policy(inputs.status().message());
   // A share is of the step's peak footprint as a tier holds it: whole pages, small objects' chunks.
   const std::uint64_t footprint = inputs->peak_bytes + inputs->small_reserve_bytes;
   std::uint64_t budget = allocator_.tier(fast).budget_bytes();
@@ -622,8 +663,27 @@ void Runtime::start_migration(const profiler::StepProfile& profile) {
   }
   // The references run on the tiers as they are: fast-only with all of the fast tier (the
   // baseline every other policy is measured against), slow-only with nothing planned fast.
-  if (policy_ == "fast-only" || policy_ == "slow-only") budget = allocator_.tier(fast).budget_bytes();
-  budget = std::max<std::uint64_t>(budget, kGroupChunkBytes);
+  const std::uint64_t tier_budget = allocator_.tier(fast).budget_bytes();
+  if (policy_ == "fast-only" || policy_ == "slow-only") budget = tier_budget;
+  if (budget > tier_budget) {
+    spdlog::warn(
+        "policy {}: a fast budget of {} ({} of the profiled peak footprint {}) is more than the fast "
+        "tier holds: it keeps the tier's {}",
+        policy_, format_bytes(budget), fast_budget_, format_bytes(footprint), format_bytes(tier_budget));
+    budget = tier_budget;
+  }
+  // Small objects are not planned: their chunks need room on the fast tier whatever the plan.
+  const std::uint64_t least = std::max<std::uint64_t>(inputs->small_reserve_bytes, kGroupChunkBytes);
+  if (budget < least) {
+    fail_policy(fmt::format(
+        "a fast budget of {} ({}) is less than the profiled step's small objects need on the fast tier ({} "
+        "of chunks): give at least {} ({:.2f}% of the profiled peak footprint {})",
+        format_bytes(budget), fast_budget_.empty() ? "the tier's" : fast_budget_, format_bytes(least),
+        format_bytes(least),
+        100.0 * static_cast<double>(least) / static_cast<double>(std::max<std::uint64_t>(1, footprint)),
+        format_bytes(footprint)));
+    return;
+  }
   inputs->fast_budget_bytes = budget;
   if (const CostModel* model = allocator_.tier(slow).cost_model(); model != nullptr) {
     inputs->move_in_gbps = model->slow_read_gbps();
@@ -647,10 +707,7 @@ void Runtime::start_migration(const profiler::StepProfile& profile) {
   }
   inputs->room_wait_ns = static_cast<double>(room_wait_.count());
   auto plan = migrator::make_plan(policy_, inputs.value());
-  if (!plan) {
-    spdlog::warn("policy '{}' does not run: {}", policy_, plan.status().message());
-    return;
-  }
+  if (!plan) return fail_policy(plan.status().message());
   if (std::string problem = migrator::simulate(plan.value(), inputs.value()); !problem.empty())
     spdlog::warn("policy '{}': {}", policy_, problem);
   if (!plan->left_in_place.empty()) {
@@ -716,8 +773,12 @@ std::uint64_t Runtime::make_executor(migrator::Plan plan) {
 }
 
 void Runtime::start_executor(std::string_view otherwise) {
-  if (Status s = add_observer(executor_.get()); !s.is_ok()) {
-    spdlog::warn("policy '{}' {}: {}", policy_, otherwise, s.message());
+  // Its thread first (it waits for the steps' events): where it cannot start, nothing is undone.
+  Status s = executor_->start();
+  if (s.is_ok()) s = add_observer(executor_.get());
+  if (!s.is_ok()) {
+    policy_failure_ = fmt::format("policy '{}' {}: {}", policy_, otherwise, s.message());
+    spdlog::warn("{}", policy_failure_);
     executor_.reset();
     return;
   }
@@ -726,7 +787,6 @@ void Runtime::start_executor(std::string_view otherwise) {
     std::lock_guard lock(retired_mutex_);
     running_.store(executor_.get(), std::memory_order_release);
   }
-  executor_->start();
 }
 
 void Runtime::open_arena(const migrator::Plan& plan) {
@@ -1134,7 +1194,12 @@ Status Runtime::pin_objects(std::span<const ObjectId> ids, std::span<void*> addr
   }
   for (std::size_t i = 0; i < ids.size(); ++i) addresses[i] = found[i].address;
   allocator_.drop_shadows(ids);  // host code may write any of them
-  notify([&](StepObserver& o) { o.on_host_pin(ids); });
+  {
+    // As allocations: the profiler (an observer only while it records) is destroyed under this
+    // lock, so an event from another thread never reaches one that is gone.
+    std::lock_guard lock(alloc_events_mutex_);
+    notify([&](StepObserver& o) { o.on_host_pin(ids); });
+  }
   return Status::ok();
 }
 

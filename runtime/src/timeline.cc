@@ -1,11 +1,9 @@
 #include "tensortier/timeline.h"
 
-#include <cerrno>
-#include <cstring>  // strerrordesc_np: thread-safe, unlike strerror
-#include <fstream>
-
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+
+#include "tensortier/write_file.h"
 
 namespace tensortier {
 
@@ -112,13 +110,7 @@ std::string TimelineRecorder::json() const {
 }
 
 Status TimelineRecorder::write(const std::string& path) const {
-  std::ofstream out(path, std::ios::trunc);
-  if (!out)
-    return internal_error(fmt::format("timeline: cannot write '{}': {}", path, strerrordesc_np(errno)));
-  out << json() << '\n';
-  if (!out.flush())
-    return internal_error(fmt::format("timeline: writing '{}' failed: {}", path, strerrordesc_np(errno)));
-  return Status::ok();
+  return write_file_replacing(path, json() + '\n', "the trace");
 }
 
 }  // namespace tensortier

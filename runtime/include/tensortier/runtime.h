@@ -303,6 +303,10 @@ class Runtime {
   RuntimeStats stats() const;
   // The plan the migration executor runs; null before it starts (or with no policy).
   const migrator::Plan* plan() const { return executor_ ? &executor_->plan() : nullptr; }
+  // Why the policy asked for (RuntimeOptions::policy) does not run, one line naming it (also
+  // logged as a warning when it happens); empty while it runs or has not been planned yet, and
+  // with no policy. Training thread.
+  const std::string& policy_failure() const { return policy_failure_; }
   // What the trial of the plan found (RuntimeOptions::trial_steps), one line; empty while none
   // has ended. Training thread.
   const std::string& trial_result() const { return trial_result_; }
@@ -329,6 +333,9 @@ class Runtime {
   // Plans `policy_` from the profile and starts its executor; on failure, says why and runs on
   // without migration.
   void start_migration(const profiler::StepProfile& profile);
+  // Records and logs why the policy does not run (policy_failure()).
+  void fail_policy(std::string_view why);
+  std::string policy_failure_;
   template <typename Event>
   void notify(Event&& event);
 
@@ -379,8 +386,8 @@ class Runtime {
   // Observers. observers_mutex_ guards the list only (events go to a copy); it is taken last.
   std::mutex observers_mutex_;
   std::vector<StepObserver*> observers_;
-  // Held across an allocation or free and its event, and while a profile starts, so the profiler
-  // sees each object exactly once.
+  // Held across an allocation or free and its event, a host pin's event, and while a profile
+  // starts or ends, so the profiler sees each object exactly once and no event reaches it gone.
   std::mutex alloc_events_mutex_;
   // No move runs while a step is profiled: moves_blocked_ turns them away, and a profile starts
   // only when the moves in flight have ended.

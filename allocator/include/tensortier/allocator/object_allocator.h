@@ -354,9 +354,10 @@ class ObjectAllocator {
   // threads leave spare; the runtime sets it (RuntimeOptions::copy_threads). An emulated tier's
   // charge for the move is its cost model's either way. 1 (the default): every copy on the moving
   // thread alone. Counted in TierUsage::split_copies. Call it before other threads use the
-  // allocator (not thread-safe against moves under way); copy_threads() is.
+  // allocator (not thread-safe against moves under way); copy_threads() is. Errors: kUnavailable
+  // where a helper thread cannot be started; copies are then on the moving thread alone.
   static constexpr std::size_t kSplitCopyBytes = std::size_t{4} << 20;
-  void set_copy_threads(unsigned threads);
+  Status set_copy_threads(unsigned threads);
   unsigned copy_threads() const { return copy_threads_.load(std::memory_order_acquire); }
   // Drops the shadows of these objects (ids that are not live are skipped); with shadows off it
   // returns at once, taking no lock.
@@ -405,7 +406,7 @@ class ObjectAllocator {
   struct Chunk {  // shared pages of one group, of the small objects one thread allocated
     Range range;
     GroupId group = kDefaultGroup;
-    std::uint32_t maker = 0;  // the allocating thread (this_thread_maker())
+    std::uint32_t maker = 0;                                    // the allocating thread (this_thread_maker())
     SlotBitmap<kGroupChunkBytes / kSmallAlignmentBytes> slots;  // which 64-byte slots are taken
     std::size_t live = 0;                                       // live small objects in it
     std::uint64_t live_bytes = 0;

@@ -89,7 +89,8 @@ class Executor final : public StepObserver, public PlacementAdvisor {
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
 
-  void start();
+  // Starts the mover thread. Errors: kUnavailable where no thread can be started (nothing runs).
+  Status start();
   void stop();
   void set_paused(bool paused);
   // The step in progress is not of the kind the plan was made for (its layers differ from the
