@@ -14,6 +14,7 @@
 
 #include "stats.h"
 #include "tensortier/allocator/object_allocator.h"
+#include "tensortier/runtime.h"
 
 namespace {
 
@@ -194,6 +195,73 @@ void BM_DeadMove8MiB_vs_Copy(benchmark::State& state, const char* spec) {
   state.counters["dead_cpu_ms"] = bench::median(dead_cpu_ms);
 }
 
+// Rounds of a chunk's worth of 48-byte objects in one group, one survivor a round: an allocation's
+// cost must not grow with the chunks (each used to be searched). The first and the last rounds'
+// median times (the test ObjectAllocator.SmallObjectsOfMixedLifetimesReuseTheirChunksSpace checks
+// the memory).
+void BM_SmallMixedLifetimes(benchmark::State& state) {
+  constexpr int kRounds = 300, kWindow = 50;
+  constexpr int kPerRound = static_cast<int>(kGroupChunkBytes / kSmallAlignmentBytes);
+  std::vector<double> first_us, last_us;
+  for (auto _ : state) {
+    auto alloc = make("fast=dram:1GiB");
+    std::vector<ObjectInfo> survivors, round;
+    for (int r = 0; r < kRounds; ++r) {
+      const double s = seconds_of([&] {
+        round.clear();
+        for (int i = 0; i < kPerRound; ++i) round.push_back(alloc->allocate("mixed", 48, 7).value());
+        for (int i = 0; i < kPerRound; ++i) {
+          if (i == (r * 37) % kPerRound) {
+            survivors.push_back(round[static_cast<std::size_t>(i)]);
+          } else if (!alloc->free(round[static_cast<std::size_t>(i)].address).is_ok()) {
+            state.SkipWithError("free failed");
+          }
+        }
+      });
+      if (r >= 10 && r < 10 + kWindow) first_us.push_back(s * 1e6);
+      if (r >= kRounds - kWindow) last_us.push_back(s * 1e6);
+    }
+  }
+  state.counters["first_round_us"] = bench::median(first_us);
+  state.counters["last_round_us"] = bench::median(last_us);
+  state.counters["last_over_first"] = bench::median(last_us) / bench::median(first_us);
+}
+
+// A layer on a host loop that reads and writes 16 MiB, with the object on DRAM and then on the
+// emulated optane-server tier (alternating): the measured difference against the charge the model
+// predicts (the test Emulation.SlowTierLayersAreChargedWhatTheModelPredicts checks the booking).
+void BM_SlowLayerCharge(benchmark::State& state) {
+  constexpr std::size_t kBytes = 16 << 20;
+  RuntimeOptions options("fast=dram:256MiB,slow=emulated:optane-server:256MiB");
+  options.profile.enabled = false;
+  auto rt = Runtime::create(options).value();
+  const ObjectInfo a = rt->allocate("a", kBytes).value();
+  const ObjectId ids[] = {a.id};
+  auto layer_s = [&] {
+    return seconds_of([&] {
+      void* addresses[2] = {};
+      (void)rt->step_begin();
+      (void)rt->layer_begin("rw", ids, ids, addresses);
+      auto* p = static_cast<float*>(addresses[0]);
+      for (std::size_t i = 0; i < kBytes / sizeof(float); ++i) p[i] = p[i] * 0.5F + 1.0F;
+      (void)rt->layer_end();
+      (void)rt->step_end();
+    });
+  };
+  std::vector<double> extra_ms;
+  for (auto _ : state) {
+    if (!rt->move(a.id, 0)) state.SkipWithError("move to DRAM failed");
+    const double fast_s = layer_s();
+    if (!rt->move(a.id, 1)) state.SkipWithError("move to the emulated tier failed");
+    extra_ms.push_back((layer_s() - fast_s) * 1e3);
+  }
+  const double predicted_ms =
+      static_cast<double>(rt->tier(1).cost_model()->layer_charge_ns(kBytes, kBytes)) / 1e6;
+  state.counters["extra_ms"] = bench::median(extra_ms);
+  state.counters["predicted_ms"] = predicted_ms;
+  state.counters["extra_over_predicted"] = bench::median(extra_ms) / predicted_ms;
+}
+
 }  // namespace
 
 BENCHMARK_CAPTURE(BM_Alloc64MiB_SteadyState, dram, "fast=dram:1GiB")->Unit(benchmark::kMicrosecond);
@@ -216,4 +284,6 @@ BENCHMARK_CAPTURE(BM_DeadMove8MiB_vs_Copy, dram_emulated_optane_server,
                   "a=dram:1GiB,b=emulated:optane-server:1GiB")
     ->Unit(benchmark::kMillisecond)
     ->Iterations(40);
+BENCHMARK(BM_SmallMixedLifetimes)->Iterations(3)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_SlowLayerCharge)->Iterations(5)->Unit(benchmark::kMillisecond);
 BENCHMARK_MAIN();

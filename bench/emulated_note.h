@@ -9,13 +9,14 @@
 
 namespace tensortier::bench {
 
-// "tier 'NAME': emulated, <preset description>" for each emulated tier of the runtime, else "".
+// "tier 'NAME': emulated, <preset description>, <DRAM reference and its source>" for each emulated
+// tier of the runtime, else "".
 inline std::string emulated_note(const Runtime& rt) {
   std::string note;
   for (TierIndex t = 0; t < rt.tier_count(); ++t) {
     if (const CostModel* model = rt.tier(t).cost_model(); model != nullptr)
-      note += fmt::format("{}tier '{}': emulated, {}", note.empty() ? "" : "; ", rt.tier(t).name(),
-                          model->describe());
+      note += fmt::format("{}tier '{}': emulated, {}, {}", note.empty() ? "" : "; ", rt.tier(t).name(),
+                          model->describe(), model->reference());
   }
   return note;
 }

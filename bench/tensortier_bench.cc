@@ -11,10 +11,13 @@
 // extra rows, and the emulated preset that claims to model the slow node is set beside it.
 // matrix.h has the bookkeeping; machine.h the machine record.
 #include <fcntl.h>
+#include <sys/file.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -256,6 +259,7 @@ std::string which(const std::string& name) {
 std::pair<int, std::string> run_child(const std::vector<std::string>& argv) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return {-1, ""};
+  const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) {
     close(fds[0]);
@@ -263,6 +267,9 @@ std::pair<int, std::string> run_child(const std::vector<std::string>& argv) {
     return {-1, ""};
   }
   if (pid == 0) {
+    // The task dies with this process (kill -9 included), not left running on its own.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);  // it died already, before the line above
     dup2(fds[1], STDOUT_FILENO);
     std::vector<char*> args;
     for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
@@ -461,6 +468,43 @@ Result<MatrixConfig> matrix_from(const Cli& cli) {
   return c;
 }
 
+// Takes the lock of --out (its file .lock, flock: let go by the kernel when this process ends,
+// kill -9 included) and writes this process's pid there. Errors name the run that holds it.
+Status lock_out_dir(const fs::path& out) {
+  const fs::path path = out / ".lock";
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);  // kept open: the lock
+  if (fd < 0) return unavailable(fmt::format("cannot open '{}': {}", path.string(), strerrordesc_np(errno)));
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    char pid[32] = {};
+    const ssize_t n = pread(fd, pid, sizeof pid - 1, 0);
+    close(fd);
+    return unavailable(
+        fmt::format("--out '{}' is in use by another tensortier-bench (pid {}): wait for it to end, or give "
+                    "another --out",
+                    out.string(), n > 0 ? std::string(pid, static_cast<std::size_t>(n)) : "unknown"));
+  }
+  const std::string pid = std::to_string(getpid());
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size()))
+    spdlog::warn("tensortier-bench: could not write the pid to '{}'", path.string());
+  return Status::ok();
+}
+
+// What is wrong with the shape of a results file read back (empty: nothing): the fields a run
+// reads of it, before it reads them.
+std::string results_shape_problem(const json& results) {
+  if (!results.is_object()) return fmt::format("it is a JSON {}, not an object", results.type_name());
+  for (const char* key : {"config", "tasks"}) {
+    if (!results.contains(key)) return fmt::format("it has no \"{}\"", key);
+  }
+  const json& tasks = results.at("tasks");
+  if (!tasks.is_object()) return fmt::format("its \"tasks\" is a JSON {}, not an object", tasks.type_name());
+  for (const auto& [id, task] : tasks.items()) {
+    if (!task.is_object())
+      return fmt::format("its task '{}' is a JSON {}, not an object", id, task.type_name());
+  }
+  return "";
+}
+
 int parent_main(const Cli& cli, const std::vector<std::string>& args) {
   spdlog::set_level(spdlog::level::warn);
   auto matrix = matrix_from(cli);
@@ -477,6 +521,12 @@ int parent_main(const Cli& cli, const std::vector<std::string>& args) {
                ec ? ec.message() : strerrordesc_np(errno));
     return 2;
   }
+  // One run at a time on a directory: a second one would run the same tasks beside the first,
+  // skewing both's timings. The lock goes with the process, however it ends.
+  if (Status s = lock_out_dir(out); !s.is_ok()) {
+    fmt::print(stderr, "tensortier-bench: {}\n", s.message());
+    return 2;
+  }
   const fs::path results_path = out / "results.json";
   json results;
   if (fs::exists(results_path) && !cli.fresh) {
@@ -488,6 +538,14 @@ int parent_main(const Cli& cli, const std::vector<std::string>& args) {
           stderr,
           "tensortier-bench: '{}' is not a results file ({}): give another --out, or --fresh to replace it\n",
           results_path.string(), e.what());
+      return 2;
+    }
+    if (std::string wrong = results_shape_problem(results); !wrong.empty()) {
+      fmt::print(
+          stderr,
+          "tensortier-bench: '{}' is not a results file of tensortier-bench ({}): give another --out, or "
+          "--fresh to replace it\n",
+          results_path.string(), wrong);
       return 2;
     }
     if (!results.contains("config") || results.at("config") != bench::to_json(c)) {
@@ -681,5 +739,14 @@ int main(int argc, char** argv) {
                  "Stop after this many tasks, as an interrupted run would (for tests)")
       ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
-  return parent_main(cli, std::vector<std::string>(argv + 1, argv + argc));
+  try {
+    return parent_main(cli, std::vector<std::string>(argv + 1, argv + argc));
+  } catch (const json::exception& e) {  // a task's record of the wrong shape, past the checks above
+    fmt::print(
+        stderr,
+        "tensortier-bench: '{}/results.json' has a record of the wrong shape ({}): give another --out, or "
+        "--fresh to replace it\n",
+        cli.out, e.what());
+    return 2;
+  }
 }

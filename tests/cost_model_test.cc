@@ -101,5 +101,60 @@ TEST(CostModel, DramBandwidthIsMeasuredPositiveAndStable) {
   EXPECT_EQ(dram_bandwidth().read_gbps, first.read_gbps);  // computed once per process
 }
 
+TEST(DramReference, ACachedOneIsUsedOnlyWhereNothingSaysItIsStale) {
+  const BandwidthConditions now{"cpu", 1 << 30, 2, "6.1.0"};
+  const std::int64_t t = 1'800'000'000;
+  const CachedBandwidth quiet{{30.0, 60.0, 2, ""}, now, t - 3600};
+  EXPECT_EQ(bandwidth_cache_stale(quiet, now, t, std::nullopt), "");
+  // A probe now at most 20% faster: the cache stands (a loaded probe is slower, never replaces it).
+  EXPECT_EQ(bandwidth_cache_stale(quiet, now, t, FastBandwidth{35.9, 71.9, 2, ""}), "");
+  EXPECT_EQ(bandwidth_cache_stale(quiet, now, t, FastBandwidth{11.2, 16.8, 2, ""}), "");
+  // Measured under load: 11.2 / 16.8 cached against 35.9 / 72.4 quiet (the issue's host).
+  const CachedBandwidth loaded{{11.2, 16.8, 2, ""}, now, t - 3600};
+  const std::string why = bandwidth_cache_stale(loaded, now, t, FastBandwidth{35.9, 72.4, 2, ""});
+  EXPECT_NE(why.find("measured under load: read 11.2 GB/s cached, 35.9 GB/s in a probe now"),
+            std::string::npos)
+      << why;
+  EXPECT_NE(bandwidth_cache_stale(quiet, now, t, FastBandwidth{30.0, 72.1, 2, ""}).find("write"),
+            std::string::npos);
+  // None, other conditions, a day old (or from the future): measured again.
+  EXPECT_EQ(bandwidth_cache_stale(std::nullopt, now, t, std::nullopt), "no cached reference");
+  for (const BandwidthConditions& other :
+       {BandwidthConditions{"other", 1 << 30, 2, "6.1.0"},
+        BandwidthConditions{"cpu", std::uint64_t{2} << 30, 2, "6.1.0"},
+        BandwidthConditions{"cpu", 1 << 30, 4, "6.1.0"}, BandwidthConditions{"cpu", 1 << 30, 2, "6.18.0"}}) {
+    EXPECT_NE(bandwidth_cache_stale(CachedBandwidth{{30.0, 60.0, 2, ""}, other, t}, now, t, std::nullopt), "")
+        << other.cpu_model << " " << other.threads << " " << other.kernel;
+  }
+  EXPECT_EQ(bandwidth_cache_stale(CachedBandwidth{{30, 60, 2, ""}, now, t - kBandwidthCacheMaxAgeS - 1}, now,
+                                  t, std::nullopt),
+            "it is more than a day old");
+  EXPECT_NE(bandwidth_cache_stale(CachedBandwidth{{30, 60, 2, ""}, now, t + 100}, now, t, std::nullopt), "");
+}
+
+TEST(DramReference, CacheEntriesRoundTripAndBadOnesAreNone) {
+  const CachedBandwidth entry{{35.9, 72.4, 2, ""}, {"AMD EPYC", 25276203008, 2, "6.18.44"}, 1'800'000'000};
+  const auto back = parse_bandwidth_cache(bandwidth_cache_text(entry));
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->bandwidth.read_gbps, 35.9);
+  EXPECT_EQ(back->bandwidth.write_gbps, 72.4);
+  EXPECT_EQ(back->conditions.cpu_model, "AMD EPYC");
+  EXPECT_EQ(back->conditions.memory_bytes, 25276203008u);
+  EXPECT_EQ(back->conditions.threads, 2u);
+  EXPECT_EQ(back->conditions.kernel, "6.18.44");
+  EXPECT_EQ(back->measured_at_s, 1'800'000'000);
+  // An entry of before the date and kernel were kept: read, and stale (no date).
+  const auto old = parse_bandwidth_cache(
+      R"({"cpu_model": "AMD EPYC", "memory_bytes": 1, "threads": 2, "read_gbps": 5, "write_gbps": 6})");
+  ASSERT_TRUE(old);
+  EXPECT_EQ(old->measured_at_s, 0);
+  for (const char* bad :
+       {"", "[]", "{", R"({"read_gbps": "fast"})",
+        R"({"cpu_model": "x", "memory_bytes": 1, "threads": 2, "read_gbps": -5, "write_gbps": 6})",
+        R"({"cpu_model": "x", "memory_bytes": 1, "threads": 0, "read_gbps": 5, "write_gbps": 6})"}) {
+    EXPECT_FALSE(parse_bandwidth_cache(bad)) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace tensortier

@@ -268,52 +268,29 @@ TEST(Policies, StepsOfAnotherKindRunUnplanned) {
   }
 }
 
-// Slows a step by 300 ms (its first layer) when the step before it had moves, or had none.
-class SlowDown final : public StepObserver {
- public:
-  explicit SlowDown(bool when_moving) : when_moving_(when_moving) {}
-  void on_step_begin(std::uint64_t step) override {
-    previous_moved_ = moves_.exchange(0) != 0;
-    step_ = step;
-  }
-  void on_layer_begin(const LayerEvent& event) override {
-    if (event.index == 0 && step_ >= 3 && previous_moved_ == when_moving_)
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  }
-  void on_move(const MoveResult& move) override {
-    if (move.moved) moves_.fetch_add(1);
-  }
-
- private:
-  const bool when_moving_;
-  std::atomic<std::uint64_t> moves_{0};
-  bool previous_moved_ = false;
-  std::uint64_t step_ = 0;
-};
-
-// The trial (RuntimeOptions::trial_steps, 2 here): steps 3-4 under the plan, 6-7 under it without
-// its late moves where it has any, 9-10 with the late moves judged worth it where some are and some
-// not, then 2 with no moves (each phase after an unmeasured step); the fastest goes on. Steps after a step
-// that moved, or after one that did not, are made slower by 300 ms (more than moving costs or saves here,
-// even under the sanitizers), and the swaps change no result.
-TEST(Policies, TheTrialKeepsWhicheverOfMovingAndNotMovingIsFaster) {
+// The trial (RuntimeOptions::trial_steps, 2 here) in a training run: its phases run one after
+// another, the plans swapped under the training change no result, and the plan that goes on is the
+// one its verdict names. Which phase wins depends on this machine's times, so it is not checked
+// here: PlanTrial's tests give the times and check the choice (tests/migrator_test.cc).
+TEST(Policies, TheTrialRunsItsPhasesAndSwitchingPlansChangesNoResult) {
   const TrainRun reference = train("resnet18", "fast-only", "", 0, nullptr, 0, 2, 15);
-  for (const bool moving_is_slow : {true, false}) {
-    SCOPED_TRACE(moving_is_slow ? "moving made slow" : "not moving made slow");
-    SlowDown slow(/*when_moving=*/moving_is_slow);
-    const TrainRun run = train("resnet18", "sentinel", "20%", 0, &slow, 0, 2, 15);
-    EXPECT_EQ(run.losses, reference.losses);
-    EXPECT_EQ(run.params, reference.params);
-    ASSERT_FALSE(run.trial_result.empty()) << "the trial did not end within 15 steps";
-    EXPECT_GT(run.stats.migration.moves, 0u) << "the moves of the plan's trial steps are counted";
-    if (moving_is_slow) {
-      EXPECT_NE(run.variant.find("no moves"), std::string::npos) << run.trial_result;
-      EXPECT_NE(run.trial_result.find("does not pay"), std::string::npos) << run.trial_result;
-    } else {
-      EXPECT_EQ(run.variant.find("no moves"), std::string::npos) << run.trial_result;
-      EXPECT_NE(run.trial_result.find("its plan runs"), std::string::npos) << run.trial_result;
-    }
-  }
+  const TrainRun run = train("resnet18", "sentinel", "20%", 0, nullptr, 0, 2, 15);
+  EXPECT_EQ(run.losses, reference.losses);
+  EXPECT_EQ(run.params, reference.params);
+  ASSERT_FALSE(run.trial_result.empty()) << "the trial did not end within 15 steps";
+  EXPECT_GT(run.stats.migration.moves, 0u) << "the moves of the plan's trial steps are counted";
+  const bool none = run.trial_result.find("does not pay") != std::string::npos;
+  EXPECT_EQ(run.variant.find("no moves") != std::string::npos, none)
+      << run.trial_result << " / " << run.variant;
+  EXPECT_EQ(run.variant.find("chosen by the trial") != std::string::npos,
+            run.trial_result.find("runs as made") == std::string::npos)
+      << run.trial_result << " / " << run.variant;
+  // At 5% on optane-server the plan has late moves: the phase without them runs too.
+  const TrainRun late = train("resnet18", "sentinel", "5%", 0, nullptr, 0, 2, 18,
+                              "fast=dram:1GiB,slow=emulated:optane-server:4GiB");
+  EXPECT_EQ(late.losses, train("resnet18", "fast-only", "", 0, nullptr, 0, 2, 18).losses);
+  ASSERT_FALSE(late.trial_result.empty()) << "the trial did not end within 18 steps";
+  EXPECT_NE(late.trial_result.find("with its late moves left out"), std::string::npos) << late.trial_result;
   // No trial: the plan runs as made.
   const TrainRun untried = train("resnet18", "sentinel", "20%", 0, nullptr, 0, /*trial_steps=*/0);
   EXPECT_TRUE(untried.trial_result.empty());
@@ -351,83 +328,6 @@ TEST(Policies, APlanIsMadeAgainWithTheMoversCpuAsMeasured) {
   const TrainRun off = train("resnet18", "sentinel", "20%", 0, nullptr, 0, /*trial_steps=*/0);
   EXPECT_TRUE(off.replan_result.empty());
   EXPECT_EQ(off.measured_mover_cpu_ns_per_byte, 0.0);
-}
-
-// Slows layers by which plan of the trial runs: in the phase with the plan as made, the layers a
-// chosen late move can change (`slowed_with`); in the phase without the late moves, those of
-// another (`slowed_without`, windows apart); the first layer of every step with no moves by 300 ms.
-class SlowWindows final : public StepObserver, public RuntimeAware {
- public:
-  void on_step_begin(std::uint64_t /*step*/) override {
-    const migrator::Plan* plan = runtime->plan();
-    const std::string variant = plan != nullptr ? plan->variant : "";
-    phase_ = variant.find("no moves") != std::string::npos              ? Phase::kNone
-             : variant.find("judged one by one") != std::string::npos   ? Phase::kJudged
-             : variant.find("late moves left out") != std::string::npos ? Phase::kWithout
-                                                                        : Phase::kMade;
-    if (phase_ != Phase::kMade || plan == nullptr || chosen) return;
-    // The windows judge_late_moves judges each late move on (its times here are not used).
-    const auto layers = static_cast<std::uint32_t>(runtime->last_step_layers().size());
-    const std::vector<double> none(layers, 0.0);
-    const std::vector<migrator::LateMoveVerdict> late = migrator::judge_late_moves(*plan, layers, none, none);
-    for (const migrator::LateMoveVerdict& a : late) {
-      for (const migrator::LateMoveVerdict& b : late) {
-        if (a.last_layer < b.first_layer || b.last_layer < a.first_layer) {
-          slowed_with = a;
-          slowed_without = b;
-          with_move = plan->moves[a.move];
-          without_move = plan->moves[b.move];
-          chosen = true;
-          return;
-        }
-      }
-    }
-  }
-  void on_layer_begin(const LayerEvent& event) override {
-    const auto in = [&](const migrator::LateMoveVerdict& v) {
-      return chosen && event.index >= v.first_layer && event.index <= v.last_layer;
-    };
-    if ((phase_ == Phase::kMade && in(slowed_with)) || (phase_ == Phase::kWithout && in(slowed_without)))
-      std::this_thread::sleep_for(std::chrono::milliseconds(60));
-    if (phase_ == Phase::kNone && event.index == 0)
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  }
-
-  bool chosen = false;
-  migrator::LateMoveVerdict slowed_with, slowed_without;
-  migrator::PlannedMove with_move, without_move;
-
- private:
-  enum class Phase { kMade, kWithout, kJudged, kNone };
-  Phase phase_ = Phase::kMade;
-};
-
-// The trial judges late moves one by one: a late move whose layers were slower with the late moves
-// than without is left out of the judged phase's plan, one whose layers were faster is kept; with
-// both plans made slower than it, the judged plan goes on, and no result changes.
-TEST(Policies, TheTrialJudgesLateMovesOneByOne) {
-  const TrainRun reference = train("resnet18", "fast-only", "", 0, nullptr, 0, 3, 18);
-  SlowWindows slow;
-  // Optane-server's per-core rates at 5% (sentinel's plans at 10% now have too few late moves for
-  // the case): moves slow enough beside the layers for late ones.
-  const TrainRun run = train("resnet18", "sentinel", "5%", 0, &slow, 0, 3, 18,
-                             "fast=dram:1GiB,slow=emulated:optane-server:4GiB");
-  EXPECT_EQ(run.losses, reference.losses);
-  EXPECT_EQ(run.params, reference.params);
-  ASSERT_TRUE(slow.chosen)
-      << "the plan has no two late moves whose layers are apart: the case proves nothing";
-  ASSERT_FALSE(run.trial_result.empty()) << "the trial did not end within 18 steps";
-  EXPECT_NE(run.trial_result.find("judged one by one"), std::string::npos) << run.trial_result;
-  ASSERT_NE(run.variant.find("judged one by one"), std::string::npos) << run.trial_result;
-  const auto has = [&](const migrator::PlannedMove& m) {
-    return std::ranges::any_of(run.moves, [&](const migrator::PlannedMove& r) {
-      return r.key == m.key && r.to == m.to && r.after_layer == m.after_layer && r.needed_by == m.needed_by;
-    });
-  };
-  EXPECT_FALSE(has(slow.with_move)) << "object " << slow.with_move.key
-                                    << "'s late move: its layers were slower with it, left out";
-  EXPECT_TRUE(has(slow.without_move))
-      << "object " << slow.without_move.key << "'s late move: its layers were faster with it, kept";
 }
 
 // Plans from the profiles of real steps: valid (within budget, every move of a live object), none

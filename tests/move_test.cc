@@ -313,10 +313,13 @@ TEST(Move, ALayerWaitsForAMovePagesMigrationPastItsBound) {
   fill(obj->address, 1 << 20, 6);
   const ObjectId ids[] = {obj->id};
   std::atomic<bool> in_flight{false};
-  // The hook runs after the pages migrated, before the commit: it holds the move in flight.
+  // The hook runs after the pages migrated, before the commit: it holds the move in flight until
+  // the pin waits for it, and then past the pin's 5 ms bound (a sleep lasts at least that long,
+  // whatever the load).
   alloc->set_move_failure_hook([&](ObjectId, TierIndex) {
     in_flight = true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    while (alloc->pins_waiting() == 0) std::this_thread::yield();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
     return false;
   });
   std::thread mover([&] { EXPECT_TRUE(alloc->move(obj->id, 1)); });
@@ -327,7 +330,8 @@ TEST(Move, ALayerWaitsForAMovePagesMigrationPastItsBound) {
   ASSERT_TRUE(pin) << pin.status().to_string();
   EXPECT_EQ(pin->late_moves, 1u);
   EXPECT_EQ(pin->aborted_moves, 0u);
-  EXPECT_GE(pin->wait_ns, 100'000'000u) << "the layer stopped waiting at its 5 ms bound";
+  EXPECT_EQ(pinned[0].tier, 1u) << "the layer stopped waiting at its 5 ms bound, before the commit";
+  EXPECT_GE(pin->wait_ns, 20'000'000u);
   EXPECT_EQ(pinned[0].tier, 1u) << "the layer ran before the migration committed";
   EXPECT_EQ(pinned[0].address, obj->address);
   EXPECT_TRUE(holds(obj->address, 1 << 20, 6));
@@ -827,55 +831,39 @@ TEST(Pins, NoMoveDuringAProfiledStep) {
   EXPECT_TRUE(rt.value()->move(a->id, 1));
 }
 
-// A layer that reads and writes one object on a host loop; its time with the object on the
-// emulated tier minus its time on DRAM is the charge the model predicts.
-TEST(Emulation, SlowTierLayersCostWhatTheModelPredicts) {
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-  GTEST_SKIP() << "a timing check: under a sanitizer the layers' own time is too slow and noisy to compare";
-#endif
+// A layer that reads and writes one object on the emulated tier is charged what the model
+// predicts for its declared bytes, on that tier alone, and waits at least that long. (How close
+// its measured time comes to the model is a timing: bench_allocator's BM_SlowLayerCharge.)
+TEST(Emulation, SlowTierLayersAreChargedWhatTheModelPredicts) {
   auto rt = runtime_for("fast=dram:256MiB,slow=emulated:optane-server:256MiB");
   ASSERT_NE(rt, nullptr);
   const std::size_t bytes = 16 << 20;
   auto a = rt->allocate("a", bytes);
   ASSERT_TRUE(a);
-  auto run_layer = [&]() -> std::uint64_t {
-    EXPECT_TRUE(rt->step_begin().is_ok());
+  auto run_layer = [&] {
+    ASSERT_TRUE(rt->step_begin().is_ok());
     const ObjectId ids[] = {a->id};
     void* addresses[2] = {};
-    const auto start = steady_now_ns();
-    EXPECT_TRUE(rt->layer_begin("rw", ids, ids, addresses).is_ok());
+    ASSERT_TRUE(rt->layer_begin("rw", ids, ids, addresses).is_ok());
     auto* p = static_cast<float*>(addresses[0]);
-    for (std::size_t i = 0; i < bytes / sizeof(float); ++i) p[i] = p[i] * 0.5F + 1.0F;
-    EXPECT_TRUE(rt->layer_end().is_ok());
-    const auto ns = steady_now_ns() - start;
-    EXPECT_TRUE(rt->step_end().is_ok());
-    return ns;
+    for (std::size_t i = 0; i < bytes / sizeof(float); i += 1024) p[i] = p[i] * 0.5F + 1.0F;
+    ASSERT_TRUE(rt->layer_end().is_ok());
+    ASSERT_TRUE(rt->step_end().is_ok());
   };
-  auto median_of = [&](int n) {
-    std::vector<double> t;
-    for (int i = 0; i < n; ++i) t.push_back(static_cast<double>(run_layer()));
-    return bench::median(t);
-  };
+  for (int i = 0; i < 3; ++i) run_layer();  // on DRAM: no charge
+  EXPECT_EQ(rt->stats().emulated_charge_ns, 0u);
+  EXPECT_EQ(rt->stats().last_step_slow_bytes, 0u);
+  ASSERT_TRUE(rt->move(a->id, 1));
+  for (int i = 0; i < 5; ++i) run_layer();
   const CostModel& model = *rt->tier(1).cost_model();
-  const auto predicted = static_cast<double>(model.layer_charge_ns(bytes, bytes));
-  EXPECT_GT(predicted, 0);
-  // Up to four rounds: a round that a neighbour on this shared machine disturbed is measured
-  // again (a model that is off fails all four).
-  double fast = 0, slow = 0;
-  for (int round = 0; round < 4; ++round) {
-    if (round > 0) {
-      ASSERT_TRUE(rt->move(a->id, 0));
-    }
-    fast = median_of(5);
-    ASSERT_TRUE(rt->move(a->id, 1));
-    slow = median_of(5);
-    if (std::abs(slow - fast - predicted) <= 0.1 * predicted) break;
-  }
-  EXPECT_NEAR(slow - fast, predicted, 0.1 * predicted) << "fast " << fast << " ns, slow " << slow << " ns";
+  const std::uint64_t predicted = model.layer_charge_ns(bytes, bytes);
+  ASSERT_GT(predicted, 0u);
   const RuntimeStats stats = rt->stats();
-  EXPECT_GE(stats.tier_emulated_charge_ns[1], 5 * static_cast<std::uint64_t>(predicted) - 5);
+  EXPECT_EQ(stats.tier_emulated_charge_ns[1], 5 * predicted) << "the model's charge, booked on its tier";
   EXPECT_EQ(stats.tier_emulated_charge_ns[0], 0u);
-  EXPECT_GE(stats.last_step_emulated_charge_ns, static_cast<std::uint64_t>(predicted));
+  EXPECT_EQ(stats.last_step_slow_bytes, 2 * bytes) << "a read and a write of the object, declared";
+  // A wait lasts at least what it waits for: the layer's charged time is never short of the model's.
+  EXPECT_GE(stats.last_step_emulated_charge_ns, predicted);
   EXPECT_EQ(rt->last_step_layers()[0].emulated_charge_ns, stats.last_step_emulated_charge_ns);
 }
 

@@ -153,9 +153,7 @@ TEST(ObjectAllocator, SmallObjectsOfMixedLifetimesReuseTheirChunksSpace) {
   constexpr int kPerRound = static_cast<int>(kGroupChunkBytes / kSmallAlignmentBytes);  // a chunk's worth
   std::vector<ObjectInfo> survivors;
   std::vector<ObjectInfo> round;
-  std::vector<double> round_ns;
   for (int r = 0; r < kRounds; ++r) {
-    const auto start = std::chrono::steady_clock::now();
     round.clear();
     for (int i = 0; i < kPerRound; ++i) {
       auto o = alloc->allocate("mixed", 48, /*group=*/7);
@@ -169,8 +167,6 @@ TEST(ObjectAllocator, SmallObjectsOfMixedLifetimesReuseTheirChunksSpace) {
       if (i == keep) continue;
       ASSERT_TRUE(alloc->free(round[static_cast<std::size_t>(i)].address).is_ok());
     }
-    round_ns.push_back(
-        std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count());
   }
   for (std::size_t r = 0; r < survivors.size(); ++r) {
     const auto* p = static_cast<const unsigned char*>(survivors[r].address);
@@ -181,15 +177,8 @@ TEST(ObjectAllocator, SmallObjectsOfMixedLifetimesReuseTheirChunksSpace) {
   // A round's objects fill one chunk; the survivors (300 x 64 bytes) take part of a second.
   EXPECT_LE(usage.peak_mapped_bytes, 3 * kGroupChunkBytes)
       << "mapped " << usage.mapped_bytes << " bytes for " << usage.live_bytes << " live";
-  // The cost of a round stays flat as survivors accumulate (medians of the first and last 50
-  // rounds after 10; generous for a noisy machine: it grew with the chunk count before).
-  auto median_of = [&](std::size_t from) {
-    std::vector<double> v(round_ns.begin() + static_cast<std::ptrdiff_t>(from),
-                          round_ns.begin() + static_cast<std::ptrdiff_t>(from + 50));
-    std::nth_element(v.begin(), v.begin() + 25, v.end());
-    return v[25];
-  };
-  EXPECT_LT(median_of(kRounds - 50), 3 * median_of(10));
+  // That an allocation's cost stays flat as survivors accumulate is a timing: bench_allocator's
+  // BM_SmallMixedLifetimes (first and last rounds).
   for (const auto& o : survivors) ASSERT_TRUE(alloc->free(o.address).is_ok());
 }
 

@@ -3,6 +3,7 @@
 
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,17 +12,20 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <mutex>
 #include <optional>
+#include <system_error>
 #include <thread>
 #include <vector>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
-#include <nlohmann/json.hpp>
+
+#include "tensortier/write_file.h"
 
 namespace tensortier {
 namespace {
@@ -76,16 +80,34 @@ std::filesystem::path cache_path() {
   return {};
 }
 
-// The cached figures, when the file holds them for this machine; nullopt for anything else.
-std::optional<FastBandwidth> read_cache(const std::filesystem::path& path, const std::string& cpu,
-                                        std::uint64_t mem, unsigned threads) {
+std::optional<CachedBandwidth> read_cache(const std::filesystem::path& path) {
   std::ifstream in(path);
   if (!in) return std::nullopt;
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::optional<FastBandwidth> cached = parse_bandwidth_cache(text, cpu, mem, threads);
-  if (cached) cached->source = "cache " + path.string();
-  return cached;
+  return parse_bandwidth_cache(text);
 }
+
+std::string kernel_release() {
+  utsname u{};
+  return uname(&u) == 0 ? std::string(u.release) : std::string("unknown");
+}
+
+std::int64_t unix_now_s() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string utc_time(std::int64_t unix_s) {
+  const auto t = static_cast<std::time_t>(unix_s);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  return fmt::format("{:04}-{:02}-{:02} {:02}:{:02} UTC", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                     tm.tm_hour, tm.tm_min);
+}
+
+// The reference's buffer: far beyond any cache, the same for the probe and the full measurement
+// (a smaller probe buffer partly in cache reads faster, and would replace good entries).
+constexpr std::size_t kReferenceBufferBytes = std::size_t{128} << 20;
 
 FastBandwidth compute_dram_bandwidth() {
   const unsigned threads = engine_threads();
@@ -98,32 +120,36 @@ FastBandwidth compute_dram_bandwidth() {
     spdlog::warn("TENSORTIER_DRAM_GBPS='{}' is not a positive number of GB/s; measuring instead", env);
   }
   const std::filesystem::path path = cache_path();
-  const std::string cpu = cpu_model();
-  const std::uint64_t mem = memory_bytes();
-  if (!path.empty()) {
-    if (auto cached = read_cache(path, cpu, mem, threads)) return *cached;
+  const BandwidthConditions now = bandwidth_conditions();
+  const std::int64_t now_s = unix_now_s();
+  const std::optional<CachedBandwidth> cached = path.empty() ? std::nullopt : read_cache(path);
+  std::string why = bandwidth_cache_stale(cached, now, now_s, std::nullopt);
+  std::optional<FastBandwidth> probe;
+  if (why.empty()) {  // a quick probe now (~50 ms; the same buffer): an entry measured under load is slower
+    probe = measure_dram_streams(kReferenceBufferBytes, threads, 3);
+    why = bandwidth_cache_stale(cached, now, now_s, probe);
   }
-  FastBandwidth measured = measure_dram_streams(std::size_t{128} << 20, threads, 5);
-  measured.source = "measured now";
+  if (why.empty()) {
+    FastBandwidth used = cached->bandwidth;
+    used.source =
+        fmt::format("cache {}, measured {}; a probe now: read {:.1f}, write {:.1f} GB/s", path.string(),
+                    utc_time(cached->measured_at_s), probe->read_gbps, probe->write_gbps);
+    return used;
+  }
+  FastBandwidth measured = measure_dram_streams(kReferenceBufferBytes, threads, 7);
+  if (measured.source != "measured now") return measured;  // not measured: nothing to cache
+  if (probe) {  // the probe that found the cache stale is a measurement of now too: the best of all
+    measured.read_gbps = std::max(measured.read_gbps, probe->read_gbps);
+    measured.write_gbps = std::max(measured.write_gbps, probe->write_gbps);
+  }
+  measured.source = fmt::format("measured {}, best of {} probes ({})", utc_time(now_s), probe ? 10 : 7, why);
   if (!path.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(path.parent_path(), ec);
-    // Written whole to a temporary file, then renamed: a reader never sees half a file.
-    const std::filesystem::path tmp = path.string() + fmt::format(".{}.tmp", getpid());
-    {
-      std::ofstream out(tmp);
-      if (out) {
-        out << nlohmann::json{{"read_gbps", measured.read_gbps},
-                              {"write_gbps", measured.write_gbps},
-                              {"threads", threads},
-                              {"cpu_model", cpu},
-                              {"memory_bytes", mem}}
-                   .dump(2)
-            << '\n';
-      }
-    }
-    std::filesystem::rename(tmp, path, ec);
-    if (ec) std::filesystem::remove(tmp, ec);
+    const CachedBandwidth entry{measured, now, now_s};
+    if (Status s = write_file_replacing(path.string(), bandwidth_cache_text(entry), "the DRAM reference");
+        !s.is_ok())
+      spdlog::info("{}", s.message());  // a hint not kept: the next process measures again
   }
   return measured;
 }
@@ -131,10 +157,16 @@ FastBandwidth compute_dram_bandwidth() {
 // Runs body(thread_index) on `threads` threads (the calling one among them) and returns the
 // wall time of the slowest, in ns.
 template <typename Body>
+// Negative where a helper thread could not be started (no timing then).
 double timed_on_threads(unsigned threads, Body body) {
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::thread> helpers;
-  for (unsigned t = 1; t < threads; ++t) helpers.emplace_back(body, t);
+  try {
+    for (unsigned t = 1; t < threads; ++t) helpers.emplace_back(body, t);
+  } catch (const std::system_error&) {
+    for (std::thread& h : helpers) h.join();
+    return -1;
+  }
   body(0U);
   for (std::thread& h : helpers) h.join();
   return static_cast<double>(
@@ -164,7 +196,8 @@ CostModel::CostModel(const SlowMemoryPreset& preset, const FastBandwidth& fast)
     : preset_(preset),
       fast_read_gbps_(fast.read_gbps > 0 ? fast.read_gbps : 1.0),
       fast_write_gbps_(fast.write_gbps > 0 ? fast.write_gbps : 1.0),
-      threads_(std::max(1U, fast.threads)) {
+      threads_(std::max(1U, fast.threads)),
+      reference_source_(fast.source) {
   const double read = preset.form == PresetForm::kRatio ? fast_read_gbps_ * preset.read
                                                         : preset.read * static_cast<double>(threads_);
   const double write = preset.form == PresetForm::kRatio ? fast_write_gbps_ * preset.write
@@ -182,6 +215,11 @@ std::string CostModel::describe() const {
   }
   return fmt::format("{} (per core: {:.1f} GB/s read, {:.1f} GB/s write a core x {} threads)", preset_.name,
                      preset_.read, preset_.write, threads_);
+}
+
+std::string CostModel::reference() const {
+  return fmt::format("DRAM reference: read {:.1f}, write {:.1f} GB/s with {} threads ({})", fast_read_gbps_,
+                     fast_write_gbps_, threads_, reference_source_.empty() ? "given" : reference_source_);
 }
 
 std::uint64_t CostModel::layer_charge_ns(std::uint64_t bytes_read, std::uint64_t bytes_written) const {
@@ -274,11 +312,19 @@ FastBandwidth measure_dram_streams(std::size_t buffer_bytes, unsigned threads, i
                              }));
   }
   munmap(buffer, buffer_bytes);
+  if (best_read_ns < 0 || best_write_ns < 0) {
+    spdlog::warn("could not start the threads to measure DRAM bandwidth; assuming 10 GB/s");
+    return {10.0, 10.0, threads, "assumed (no thread to measure with)"};
+  }
   std::uint64_t total = 0;
   for (std::uint64_t s : sums) total += s;
   if (total == 1) spdlog::debug("bandwidth checksum {}", total);
   const auto bytes = static_cast<double>(buffer_bytes);
   return {bytes / std::max(best_read_ns, 1.0), bytes / std::max(best_write_ns, 1.0), threads, "measured now"};
+}
+
+BandwidthConditions bandwidth_conditions() {
+  return {cpu_model(), memory_bytes(), engine_threads(), kernel_release()};
 }
 
 FastBandwidth dram_bandwidth() {

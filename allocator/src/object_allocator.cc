@@ -1379,6 +1379,7 @@ Result<PinResult> ObjectAllocator::pin(std::span<const ObjectId> ids, std::span<
   }
   if (moving != 0) {
     result.late_moves = moving;
+    pins_waiting_.fetch_add(1, std::memory_order_acq_rel);
     auto any_moving = [&] {
       return std::any_of(ids.begin(), ids.end(), [&](ObjectId id) {
         const Range* r = unit_of(id);
@@ -1407,6 +1408,7 @@ Result<PinResult> ObjectAllocator::pin(std::span<const ObjectId> ids, std::span<
     };
     moved_or_unpinned_.wait(lock, [&] { return !migrating_pages(); });
     result.wait_ns = steady_now_ns() - start;
+    pins_waiting_.fetch_sub(1, std::memory_order_acq_rel);
   }
   for (std::size_t i = 0; i < ids.size(); ++i) {
     auto it = live_.find(ids[i]);

@@ -74,24 +74,19 @@ class NumaTier final : public MmapTier {
 
 class EmulatedTier final : public MmapTier {
  public:
-  EmulatedTier(const TierConfig& config, std::uint64_t budget_bytes, CostModel model,
-               std::string bandwidth_source)
-      : MmapTier(config, budget_bytes, -1), model_(model), bandwidth_source_(std::move(bandwidth_source)) {}
+  EmulatedTier(const TierConfig& config, std::uint64_t budget_bytes, CostModel model)
+      : MmapTier(config, budget_bytes, -1), model_(std::move(model)) {}
   const CostModel* cost_model() const override { return &model_; }
   BandwidthTimeline* timeline() const override { return &timeline_; }
 
  protected:
   std::string backend() const override {
-    return fmt::format(
-        "emulated {} on DRAM: read {:.1f} GB/s, write {:.1f} GB/s vs DRAM read {:.1f}, write {:.1f} GB/s "
-        "with {} threads ({})",
-        model_.describe(), model_.slow_read_gbps(), model_.slow_write_gbps(), model_.fast_read_gbps(),
-        model_.fast_write_gbps(), model_.threads(), bandwidth_source_);
+    return fmt::format("emulated {} on DRAM: read {:.1f} GB/s, write {:.1f} GB/s; {}", model_.describe(),
+                       model_.slow_read_gbps(), model_.slow_write_gbps(), model_.reference());
   }
 
  private:
   CostModel model_;
-  std::string bandwidth_source_;
   mutable BandwidthTimeline timeline_;  // the emulated bandwidth, shared by layers and moves
 };
 
@@ -137,8 +132,7 @@ Result<std::unique_ptr<Tier>> open_emulated_tier(const TierConfig& config) {
   }
   const FastBandwidth bandwidth = dram_bandwidth();
   const std::uint64_t budget = budget_for(config, physical_memory_bytes(), "this machine's memory");
-  return std::unique_ptr<Tier>(
-      new EmulatedTier(config, budget, CostModel(preset.value(), bandwidth), bandwidth.source));
+  return std::unique_ptr<Tier>(new EmulatedTier(config, budget, CostModel(preset.value(), bandwidth)));
 }
 
 }  // namespace tensortier::detail

@@ -334,6 +334,10 @@ int main(int argc, char** argv) {
              net.name(), net.parameter_count(), o.data, train.count(), test.count(), train.channels,
              train.height, train.width, o.batch, total);
   fmt::print("tiers ({}): {}\n", rt.spec_source(), rt.spec());
+  for (TierIndex t = 0; t < rt.tier_count(); ++t) {  // every figure on an emulated tier names it
+    if (const CostModel* cost = rt.tier(t).cost_model(); cost != nullptr)
+      fmt::print("  tier '{}' is emulated: {}; {}\n", rt.tier(t).name(), cost->describe(), cost->reference());
+  }
   const bool tty = isatty(fileno(stdout)) != 0;
   SgdOptions sgd{o.lr, o.momentum, o.weight_decay};
   Batch batch;

@@ -228,13 +228,6 @@ std::uint32_t copy_threads_for(std::uint32_t cpus, std::uint32_t training_thread
 
 namespace {
 
-// The upper median of `v` (0 for none); reorders it.
-std::uint64_t median_of(std::vector<std::uint64_t>& v) {
-  if (v.empty()) return 0;
-  std::ranges::nth_element(v, v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2));
-  return v[v.size() / 2];
-}
-
 // The library logs through spdlog's default logger, which spdlog makes unnamed, on stdout: the
 // host program's output. Where it is still that one, it is pointed at stderr (same level); a
 // program that installed its own default logger (it has a name) decides where the lines go.
@@ -813,41 +806,9 @@ void Runtime::close_arena() {
 }
 
 void Runtime::begin_trial(const migrator::Plan& plan, const migrator::PlanInputs& inputs) {
-  // A plan that moves gets a trial: as made, without its late moves, and with no moves in the same
-  // budget (RuntimeOptions::trial_steps).
-  if (trial_steps_ == 0 || trial_ != Trial::kNone || plan.moves.empty()) return;
-  trial_phases_.clear();
-  trial_phases_.push_back({.what = "with its moves", .verdict = "its plan runs as made"});
-  if (auto timely = migrator::without_late_moves(plan, inputs); timely) {
-    timely->variant = (timely->variant.empty() ? "" : timely->variant + "; ") +
-                      "its late moves left out (their objects stay slow), chosen by the trial";
-    trial_phases_.push_back({.what = "with its late moves left out",
-                             .verdict = "its plan runs without its late moves",
-                             .plan = std::move(timely),
-                             .late_left_out = true});
-  }
-  if (auto unmoved = migrator::make_plan("first-touch", inputs); unmoved) {
-    (void)migrator::simulate(unmoved.value(), inputs);
-    unmoved->policy = policy_;
-    unmoved->variant = "no moves: first-touch placement, chosen by the trial";
-    trial_phases_.push_back({.what = "with none (first-touch placement)",
-                             .verdict = "moving does not pay here, the run goes on without moves",
-                             .plan = std::move(unmoved).value()});
-  }
-  trial_ = Trial::kRunning;
-  trial_phase_ = 0;
-  trial_skip_ = 1;
-  trial_ns_.clear();
-  trial_layer_ns_.clear();
-  trial_inputs_ = inputs;
-}
-
-void Runtime::switch_plan(std::size_t k) {
-  migrator::Plan next = std::move(trial_phases_[k].plan).value();
-  trial_phases_[k].plan.reset();
-  trial_phases_[trial_phase_].plan = executor_->plan();
-  trial_phase_ = k;
-  install_plan(std::move(next));
+  if (trial_started_) return;  // once a run
+  trial_ = migrator::PlanTrial::begin(plan, inputs, trial_steps_, policy_);
+  trial_started_ = trial_.has_value();
 }
 
 void Runtime::install_plan(migrator::Plan next) {
@@ -922,84 +883,16 @@ void Runtime::replan_step() {
 
 // One step's time for the trial, when the step was of the planned kind and ran under a plan.
 void Runtime::trial_step(std::uint64_t duration_ns) {
-  if (trial_ != Trial::kRunning) return;
-  if (executor_ == nullptr || step_profiled_ || !on_plan_ ||
+  if (!trial_ || executor_ == nullptr || step_profiled_ || !on_plan_ ||
       layer_signatures_.size() != plan_signatures_.size())
     return;
-  if (trial_skip_ > 0) {
-    --trial_skip_;  // the first step of a phase pays for placing the persistent objects
-    return;
+  std::optional<migrator::Plan> next = trial_->step(duration_ns, step_layer_ns_, executor_->plan());
+  if (trial_->done()) {
+    trial_result_ = trial_->result();
+    spdlog::info("policy {}", trial_result_);
   }
-  trial_ns_.push_back(duration_ns);
-  trial_layer_ns_.push_back(step_layer_ns_);
-  if (trial_ns_.size() < trial_steps_) return;
-  TrialPhase& ended = trial_phases_[trial_phase_];
-  ended.median_ns = median_of(trial_ns_);
-  ended.layer_median_ns.assign(step_layer_ns_.size(), 0);
-  std::vector<std::uint64_t> layer_ns;
-  for (std::size_t l = 0; l < step_layer_ns_.size(); ++l) {
-    layer_ns.clear();
-    for (const std::vector<std::uint64_t>& step : trial_layer_ns_)
-      if (l < step.size()) layer_ns.push_back(step[l]);
-    ended.layer_median_ns[l] = static_cast<double>(median_of(layer_ns));
-  }
-  trial_ns_.clear();
-  trial_layer_ns_.clear();
-  trial_skip_ = 1;
-  if (ended.late_left_out) add_judged_phase();  // inserts a phase: `ended` is not used after
-  if (trial_phase_ + 1 < trial_phases_.size()) {
-    switch_plan(trial_phase_ + 1);
-    return;
-  }
-  trial_ = Trial::kDone;
-  trial_inputs_.reset();
-  std::size_t best = 0;  // the first of equals: the plan as made before its variants
-  for (std::size_t k = 1; k < trial_phases_.size(); ++k)
-    if (trial_phases_[k].median_ns < trial_phases_[best].median_ns) best = k;
-  std::string times;
-  for (const TrialPhase& phase : trial_phases_)
-    times += fmt::format("{}{:.1f} ms a step {}", times.empty() ? "" : ", ",
-                         static_cast<double>(phase.median_ns) / 1e6, phase.what);
-  trial_result_ = fmt::format("trial of {} over {} steps each: {}: {}", policy_, trial_steps_, times,
-                              trial_phases_[best].verdict);
-  spdlog::info("policy {}", trial_result_);
-  if (best != trial_phase_) switch_plan(best);
-}
-
-void Runtime::add_judged_phase() {
-  const TrialPhase& made = trial_phases_.front();
-  const TrialPhase& without = trial_phases_[trial_phase_];
-  if (!trial_inputs_ || !made.plan) return;
-  const std::vector<migrator::LateMoveVerdict> verdicts =
-      migrator::judge_late_moves(*made.plan, plan_layers_, made.layer_median_ns, without.layer_median_ns);
-  std::vector<std::size_t> left_out;
-  for (const migrator::LateMoveVerdict& v : verdicts) {
-    if (!v.keep()) left_out.push_back(v.move);
-    spdlog::debug(
-        "policy {}: the late move in of object {} (layers {}-{}): {:.2f} ms with the late moves, "
-        "{:.2f} ms without: {}",
-        policy_, made.plan->moves[v.move].key, v.first_layer, v.last_layer, v.with_ns / 1e6,
-        v.without_ns / 1e6, v.keep() ? "kept" : "left out");
-  }
-  const std::size_t kept = verdicts.size() - left_out.size();
-  const bool split = kept > 0 && !left_out.empty();  // else the two phases so far are those plans
-  spdlog::info(
-      "policy {}: its {} late moves judged one by one by the layers each can change: {} worth "
-      "their wait, {} not{}",
-      policy_, verdicts.size(), kept, left_out.size(),
-      split ? "" : " (no phase of their own: the two phases so far are those plans)");
-  if (!split) return;
-  std::optional<migrator::Plan> judged = migrator::without_moves_in(*made.plan, *trial_inputs_, left_out);
-  if (!judged) return;
-  judged->variant = (judged->variant.empty() ? "" : judged->variant + "; ") +
-                    fmt::format("{} of its {} late moves kept (judged one by one), chosen by the trial", kept,
-                                verdicts.size());
-  trial_phases_.insert(
-      trial_phases_.begin() + static_cast<std::ptrdiff_t>(trial_phase_) + 1,
-      TrialPhase{
-          .what = fmt::format("with {} of its {} late moves (judged one by one)", kept, verdicts.size()),
-          .verdict = fmt::format("its plan runs with the {} late moves its layers were faster with", kept),
-          .plan = std::move(judged)});
+  if (next) install_plan(std::move(*next));
+  if (trial_->done()) trial_.reset();
 }
 
 Status Runtime::not_forked(std::string_view call) const {

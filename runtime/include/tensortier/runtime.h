@@ -87,6 +87,7 @@
 #include "tensortier/allocator/tier.h"
 #include "tensortier/migrator/executor.h"
 #include "tensortier/migrator/plan.h"
+#include "tensortier/migrator/plan_trial.h"
 #include "tensortier/profiler/counters.h"
 #include "tensortier/profiler/step_profiler.h"
 #include "tensortier/status.h"
@@ -409,27 +410,11 @@ class Runtime {
   bool dead_moves_ = true;
   double mover_steals_compute_ = 1.0;
   std::chrono::nanoseconds room_wait_{0};
-  // The plan trial (RuntimeOptions::trial_steps); training thread.
-  enum class Trial { kNone, kRunning, kDone };
-  Trial trial_ = Trial::kNone;
+  // The plan trial (RuntimeOptions::trial_steps, migrator::PlanTrial); training thread. Once a
+  // run: trial_started_ stays set after it ends.
   std::uint32_t trial_steps_ = 3;
-  std::uint32_t trial_skip_ = 0;         // unmeasured steps left in this phase
-  std::vector<std::uint64_t> trial_ns_;  // this phase's step times
-  struct TrialPhase {
-    std::string what;     // "with its moves", ... (trial_result())
-    std::string verdict;  // what trial_result() says where this phase is the fastest
-    std::optional<migrator::Plan> plan = std::nullopt;  // empty while its plan runs in the executor
-    std::uint64_t median_ns = 0;
-    std::vector<double> layer_median_ns = {};  // each layer's median time (step_layer_ns_) over the phase
-    bool late_left_out = false;                // the plan as made without its late moves
-  };
-  std::vector<std::vector<std::uint64_t>> trial_layer_ns_;  // this phase's steps' step_layer_ns_
-  std::optional<migrator::PlanInputs> trial_inputs_;        // what the plan on trial was made from
-  // After the phase without the late moves: adds, as the next phase, the plan with only the late
-  // moves its measured layer times judge worth their wait, where that is some and not all.
-  void add_judged_phase();
-  std::vector<TrialPhase> trial_phases_;  // the plan as made first
-  std::size_t trial_phase_ = 0;           // the phase whose plan runs
+  std::optional<migrator::PlanTrial> trial_;
+  bool trial_started_ = false;
   std::uint32_t plan_layers_ = 0;
   std::string trial_result_;
   // Puts a plan that moves on trial (trial_steps_ > 0), made from `inputs`; the plan runs already.
@@ -451,8 +436,6 @@ class Runtime {
   // Attaches the executor make_executor made and starts its mover; where it cannot attach, warns
   // ("policy NAME `otherwise`: why") and drops it.
   void start_executor(std::string_view otherwise);
-  // Runs trial phase `k`'s plan from the next step, keeping the running one in its phase.
-  void switch_plan(std::size_t k);
   // Retires the running executor (its queued moves done first) and runs `next` from the next step.
   void install_plan(migrator::Plan next);
   // The plan's short-lived region as an allocator arena (none where the plan has none or the

@@ -7,7 +7,8 @@
 // with bandwidths in GB/s (1 GB/s = 1 byte/ns). The runtime charges it inside every layer (see
 // runtime.h). A move into or out of the slow tier takes its bytes at the slow side's write or read
 // bandwidth. BW_fast_read and BW_fast_write are this machine's DRAM read and write stream
-// bandwidths with the engine's thread count, measured once and cached (dram_bandwidth()).
+// bandwidths with the engine's thread count, measured and cached, and checked against a quick
+// probe at every process's start (dram_bandwidth()).
 //
 // A preset gives the slow tier's bandwidths in one of two forms:
 //   - ratio: fractions of this machine's fast bandwidths (optane, cxl, remote-numa);
@@ -57,8 +58,25 @@ struct FastBandwidth {
   double read_gbps = 0;   // bytes read per ns by `threads` threads summing a large buffer
   double write_gbps = 0;  // bytes written per ns by `threads` threads filling a large buffer
   unsigned threads = 1;
-  std::string source;  // "TENSORTIER_DRAM_GBPS", "cache <path>" or "measured now"
+  std::string source;  // where it came from, for people: "TENSORTIER_DRAM_GBPS", "cache <path> ...", ...
 };
+
+// What a DRAM reference depends on: a cached one is used only where they are the same.
+struct BandwidthConditions {
+  std::string cpu_model;
+  std::uint64_t memory_bytes = 0;
+  unsigned threads = 0;
+  std::string kernel;  // uname's release
+};
+// A cache entry: the figures, the conditions they were measured in, and when (unix seconds).
+struct CachedBandwidth {
+  FastBandwidth bandwidth;
+  BandwidthConditions conditions;
+  std::int64_t measured_at_s = 0;
+};
+inline constexpr std::int64_t kBandwidthCacheMaxAgeS = 24 * 3600;
+// A cached reference slower than a quick probe now by more than this share was measured under load.
+inline constexpr double kBandwidthProbeMargin = 0.20;
 
 class CostModel {
  public:
@@ -74,6 +92,9 @@ class CostModel {
   // "optane-server (per core: 1.6 GB/s read, 0.6 GB/s write a core x 2 threads)": names the
   // preset and its form, for every figure measured on it.
   std::string describe() const;
+  // "DRAM reference: read 36.2, write 70.1 GB/s with 2 threads (cache ..., measured ...)": the
+  // reference its charges are relative to, and where it came from; every emulated figure says it.
+  std::string reference() const;
 
   // Extra nanoseconds a layer costs for reading and writing these slow-tier bytes.
   std::uint64_t layer_charge_ns(std::uint64_t bytes_read, std::uint64_t bytes_written) const;
@@ -89,6 +110,7 @@ class CostModel {
   double slow_read_gbps_;
   double slow_write_gbps_;
   unsigned threads_;
+  std::string reference_source_;  // FastBandwidth::source
 };
 
 // steady_clock now, in nanoseconds.
@@ -107,19 +129,30 @@ void sleep_until_ns(std::uint64_t deadline_ns);
 // this process may run on.
 unsigned engine_threads();
 
-// The fast bandwidths, in this order: the TENSORTIER_DRAM_GBPS environment variable (one figure
-// for both); the cache file $XDG_CACHE_HOME/tensortier/dram_bandwidth.json (or ~/.cache/...) when
-// it was written on a machine with the same CPU model, memory size and thread count (a cache
-// that cannot be read is measured anew); else measured now (~0.3 s) and cached. Computed once
-// per process; thread-safe.
+// The fast bandwidths (the reference every emulated charge is relative to), in this order: the
+// TENSORTIER_DRAM_GBPS environment variable (one figure for both); the cache file
+// $XDG_CACHE_HOME/tensortier/dram_bandwidth.json (or ~/.cache/...) where bandwidth_cache_stale
+// finds nothing wrong with it; else measured now (best of several short probes, ~0.5 s) and
+// cached. The source says which, and when it was measured. Computed once per process;
+// thread-safe.
 FastBandwidth dram_bandwidth();
 
-// The figures a DRAM-bandwidth cache file's text holds, when it was written on a machine with
-// this CPU model, memory size and thread count and its bandwidths are finite and positive;
-// nullopt for anything else (malformed JSON, wrong types, another machine): the cache is only a
-// hint. Never throws. The source is left empty.
-std::optional<FastBandwidth> parse_bandwidth_cache(std::string_view json_text, const std::string& cpu_model,
-                                                   std::uint64_t memory_bytes, unsigned threads);
+// The conditions of this process now (CPU model, memory, engine_threads(), kernel).
+BandwidthConditions bandwidth_conditions();
+
+// Why a cached reference must be measured again, or "" to use it: there is none, it was measured
+// in other conditions or more than kBandwidthCacheMaxAgeS before `now_s`, or (where `probe`, a
+// quick measurement now, is given) it is slower than the probe by more than kBandwidthProbeMargin
+// for reads or writes: it was measured while something else loaded the memory. Pure.
+std::string bandwidth_cache_stale(const std::optional<CachedBandwidth>& cached,
+                                  const BandwidthConditions& now, std::int64_t now_s,
+                                  const std::optional<FastBandwidth>& probe);
+
+// A cache file's text as an entry, or nullopt for anything that is not one (malformed JSON, wrong
+// types, bandwidths not finite and positive): the cache is only a hint. Never throws.
+std::optional<CachedBandwidth> parse_bandwidth_cache(std::string_view json_text);
+// The text of a cache file for `entry` (parse_bandwidth_cache reads it back).
+std::string bandwidth_cache_text(const CachedBandwidth& entry);
 
 // Measures read and write stream bandwidth with `threads` threads over `buffer_bytes`, best of
 // `repetitions` each.

@@ -270,6 +270,9 @@ class ObjectAllocator {
   // reads it, then finds an object's bytes dead, passes it as MoveOptions::discard_unless_pinned_after.
   // Thread-safe, lock-free.
   std::uint64_t pin_sequence() const { return pin_sequence_.load(std::memory_order_acquire); }
+  // pin() calls waiting for a move of their objects now (a gauge: what a test or a stall report
+  // reads to know a pin is waiting). Lock-free.
+  std::uint32_t pins_waiting() const { return pins_waiting_.load(std::memory_order_acquire); }
   // Pins the live objects `ids` (repeats allowed) and writes what each one is now to out[i]
   // (ids.size() long). Waits up to `wait` for moves of them in flight, then makes those still
   // running fail. kNotFound (nothing pinned) when an id is not live.
@@ -522,6 +525,7 @@ class ObjectAllocator {
   ReleaseObserver release_observer_;
   MoveFailureHook move_failure_hook_;
   std::atomic<std::uint64_t> pin_sequence_{0};  // written under mutex_, read without it
+  std::atomic<std::uint32_t> pins_waiting_{0};  // pins_waiting()
   std::atomic<bool> keep_shadows_{false};       // written under mutex_; drop_shadows reads it without
   std::chrono::nanoseconds room_wait_{0};       // set_room_wait; under mutex_
   PendingOutFn pending_out_;                    // set_room_wait; under mutex_
