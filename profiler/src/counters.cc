@@ -180,7 +180,12 @@ std::unique_ptr<Counters> Counters::open() {
   std::vector<std::string> notes;
   std::unique_ptr<Counters> chosen;
   std::string why;
-  if (auto papi = PapiCounters::open(&why)) {
+  // PAPI and perf_event attach to each thread: where the threads cannot be listed (no file
+  // descriptor left) neither is tried (PAPI's init was seen to corrupt the heap then).
+  if (!list_process_threads(&why)) {
+    notes.push_back("hardware and perf_event counters not tried: " + why);
+    chosen = std::make_unique<RusageCounters>();
+  } else if (auto papi = PapiCounters::open(&why)) {
     chosen = std::move(papi);
   } else {
     notes.push_back(why);
