@@ -12,3 +12,6 @@ option(TENSORTIER_BUILD_BENCH "Build bench/ (demo and micro-benchmarks)" ON)
 set(TENSORTIER_SANITIZE "" CACHE STRING
     "Sanitizer build: empty (none), 'address' (ASan + UBSan) or 'thread' (TSan)")
 set_property(CACHE TENSORTIER_SANITIZE PROPERTY STRINGS "" address thread)
+set(TENSORTIER_GPU AUTO CACHE STRING
+    "The GPU backend (gpu/): AUTO (built where the CUDA toolkit and cuDNN are found), ON (required), OFF")
+set_property(CACHE TENSORTIER_GPU PROPERTY STRINGS AUTO ON OFF)

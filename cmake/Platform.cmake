@@ -13,10 +13,12 @@ endif()
 
 # Warnings for our own targets only (third-party headers are SYSTEM includes).
 add_library(tensortier_warnings INTERFACE)
+# CUDA sources (gpu/src/*.cu) take nvcc's own flags instead (gpu/CMakeLists.txt).
 target_compile_options(tensortier_warnings INTERFACE
-  -Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wno-sign-conversion -Wimplicit-fallthrough
+  $<$<COMPILE_LANGUAGE:C,CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wno-sign-conversion
+                             -Wimplicit-fallthrough>
   $<$<COMPILE_LANGUAGE:CXX>:-Wnon-virtual-dtor -Wold-style-cast -Woverloaded-virtual>
-  $<$<BOOL:${TENSORTIER_WERROR}>:-Werror>)
+  $<$<AND:$<COMPILE_LANGUAGE:C,CXX>,$<BOOL:${TENSORTIER_WERROR}>>:-Werror>)
 
 if(TENSORTIER_SANITIZE STREQUAL "address")
   add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer

@@ -1,5 +1,6 @@
 // The tier spec grammar: good specs parse to the right configs, bad ones name the bad part.
 #include "tensortier/allocator/tier_spec.h"
+#include "tensortier/allocator/tier.h"
 
 #include <gtest/gtest.h>
 
@@ -31,6 +32,24 @@ TEST(TierSpec, ParsesEveryKindAndOptionalSizes) {
   EXPECT_EQ((*configs)[2].pmem_dir, "/mnt/pmem0");
   EXPECT_EQ((*configs)[2].budget_bytes, 512ULL << 20);
   EXPECT_EQ((*configs)[3].kind, TierKind::kDram);
+}
+
+TEST(TierSpec, GpuTiersParseAndAreNotHostTiers) {
+  auto configs = parse_tier_spec("fast=cuda:1:16GiB,slow=pinned:64GiB");
+  ASSERT_TRUE(configs) << configs.status().to_string();
+  EXPECT_EQ((*configs)[0].kind, TierKind::kCuda);
+  EXPECT_EQ((*configs)[0].cuda_device, 1);
+  EXPECT_EQ((*configs)[0].budget_bytes, 16ULL << 30);
+  EXPECT_EQ((*configs)[1].kind, TierKind::kPinned);
+  EXPECT_TRUE(is_gpu_kind((*configs)[1].kind));
+  EXPECT_EQ(format_tier_spec(configs.value()), "fast=cuda:1:16GiB,slow=pinned:64GiB");
+  EXPECT_FALSE(parse_tier_spec("fast=cuda:gpu0"));
+  EXPECT_FALSE(parse_tier_spec("fast=cuda"));
+  EXPECT_FALSE(parse_tier_spec("slow=pinned:1GiB:2GiB"));
+  // The host runtime opens host tiers only: a GPU tier is the GPU backend's, said so.
+  const Status s = open_tier((*configs)[0]).status();
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable);
+  EXPECT_NE(s.message().find("the GPU backend (gpu/) opens it"), std::string::npos) << s.message();
 }
 
 TEST(TierSpec, RoundTripsThroughFormat) {

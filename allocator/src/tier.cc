@@ -110,6 +110,12 @@ Result<std::unique_ptr<Tier>> open_tier(const TierConfig& config) {
       return detail::open_numa_tier(config);
     case TierKind::kEmulated:
       return detail::open_emulated_tier(config);
+    case TierKind::kCuda:
+    case TierKind::kPinned:
+      return unavailable(fmt::format(
+          "tier '{}': a {} tier holds memory for a CUDA device: the GPU backend (gpu/) opens it, not the "
+          "host runtime; give host tiers here (dram, numa, daxkmem, pmem, emulated)",
+          config.name, to_string(config.kind)));
   }
   return invalid_argument("unknown tier kind");
 }

@@ -44,7 +44,7 @@ constexpr std::array<UnitEntry, 9> kUnits{{{"TiB", 1ULL << 40},
                                            {"K", 1ULL << 10},
                                            {"B", 1}}};
 
-constexpr std::string_view kKnownKinds = "dram, numa, daxkmem, pmem, emulated";
+constexpr std::string_view kKnownKinds = "dram, numa, daxkmem, pmem, emulated, cuda, pinned";
 
 // The largest unit that states `bytes` exactly: 8GiB, 1536MiB, 4097B.
 std::string format_size(std::uint64_t bytes) {
@@ -70,6 +70,10 @@ const char* to_string(TierKind kind) {
       return "pmem";
     case TierKind::kEmulated:
       return "emulated";
+    case TierKind::kCuda:
+      return "cuda";
+    case TierKind::kPinned:
+      return "pinned";
   }
   return "unknown";
 }
@@ -175,6 +179,21 @@ Result<std::vector<TierConfig>> parse_tier_spec(std::string_view spec) {
       config.kind = TierKind::kEmulated;
       status = take_args(1, "a preset and an optional SIZE: emulated:PRESET[:SIZE]");
       if (status.is_ok()) config.preset = std::string(args[1]);
+    } else if (kind == "cuda") {
+      config.kind = TierKind::kCuda;
+      status = take_args(1, "a device number and an optional SIZE: cuda:DEVICE[:SIZE]");
+      if (status.is_ok()) {
+        int device = -1;
+        const std::string_view text = args[1];
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), device);
+        if (ec != std::errc() || end != text.data() + text.size() || device < 0) {
+          return error(fmt::format("'{}' is not a CUDA device number (0, 1, ...)", text));
+        }
+        config.cuda_device = device;
+      }
+    } else if (kind == "pinned") {
+      config.kind = TierKind::kPinned;
+      status = take_args(0, "an optional SIZE: pinned[:SIZE]");
     } else {
       return error(fmt::format("unknown tier kind '{}' (known: {})", kind, kKnownKinds));
     }
@@ -192,6 +211,7 @@ std::string format_tier_spec(const std::vector<TierConfig>& configs) {
     if (c.kind == TierKind::kNuma) out += fmt::format(":{}", c.numa_node);
     if (c.kind == TierKind::kPmem) out += ':' + c.pmem_dir;
     if (c.kind == TierKind::kEmulated) out += ':' + c.preset;
+    if (c.kind == TierKind::kCuda) out += fmt::format(":{}", c.cuda_device);
     if (c.budget_bytes != 0) out += ':' + format_size(c.budget_bytes);
   }
   return out;

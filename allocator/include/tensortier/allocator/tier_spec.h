@@ -9,6 +9,9 @@
 //     pmem:DIR[:SIZE]           a file-backed memkind kind on DIR (Optane App Direct, DAX fs)
 //     emulated:PRESET[:SIZE]    DRAM charged as slow memory by a cost model (optane, cxl,
 //                               remote-numa); see docs/EMULATION.md
+//     cuda:DEVICE[:SIZE]        device memory of CUDA device DEVICE, one arena (the GPU
+//                               backend's, gpu/: the host runtime does not open it)
+//     pinned[:SIZE]             page-locked host memory for a CUDA device (gpu/, likewise)
 //   SIZE  := a number with an optional unit: B, KiB, MiB, GiB, TiB (or K, M, G, T; powers of
 //            1024). Omitted: the capacity the machine reports for that memory.
 //
@@ -26,9 +29,13 @@
 namespace tensortier {
 
 // What backs a tier.
-enum class TierKind { kDram, kNuma, kDaxKmem, kPmem, kEmulated };
+enum class TierKind { kDram, kNuma, kDaxKmem, kPmem, kEmulated, kCuda, kPinned };
+// Device memory and pinned host memory: opened by the GPU backend (gpu/), never by open_tier.
+constexpr bool is_gpu_kind(TierKind kind) {
+  return kind == TierKind::kCuda || kind == TierKind::kPinned;
+}
 
-// The spec word of a kind: "dram", "numa", "daxkmem", "pmem", "emulated".
+// The spec word of a kind: "dram", "numa", "daxkmem", "pmem", "emulated", "cuda", "pinned".
 const char* to_string(TierKind kind);
 
 // One parsed spec entry.
@@ -37,6 +44,7 @@ struct TierConfig {
   TierKind kind = TierKind::kDram;
   std::uint64_t budget_bytes = 0;  // 0: no size given, use the capacity the machine reports
   int numa_node = -1;              // kNuma: the node
+  int cuda_device = -1;            // kCuda: the device index
   std::string pmem_dir;            // kPmem: the directory backing the kind
   std::string preset;              // kEmulated: the cost-model preset name
 };
