@@ -12,7 +12,11 @@ import statistics
 import sys
 import time
 
-import torch
+try:
+    import torch
+except ImportError:
+    print("pytorch_gpu_step: not measured: no PyTorch for this python3")
+    sys.exit(0)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from pytorch_step_time import resnet, vgg  # noqa: E402  the models of dnn/models.cc

@@ -12,6 +12,12 @@ option(TENSORTIER_BUILD_BENCH "Build bench/ (demo and micro-benchmarks)" ON)
 set(TENSORTIER_SANITIZE "" CACHE STRING
     "Sanitizer build: empty (none), 'address' (ASan + UBSan) or 'thread' (TSan)")
 set_property(CACHE TENSORTIER_SANITIZE PROPERTY STRINGS "" address thread)
-set(TENSORTIER_GPU AUTO CACHE STRING
+# CI builds the GPU backend or fails (its machines have the CUDA toolkit and cuDNN).
+if(DEFINED ENV{CI})
+  set(gpu_default ON)
+else()
+  set(gpu_default AUTO)
+endif()
+set(TENSORTIER_GPU ${gpu_default} CACHE STRING
     "The GPU backend (gpu/): AUTO (built where the CUDA toolkit and cuDNN are found), ON (required), OFF")
 set_property(CACHE TENSORTIER_GPU PROPERTY STRINGS AUTO ON OFF)

@@ -103,7 +103,7 @@ echo "built ${targets[*]}"
 step "tests: GPU (fake runtime, then the device), CPU (runtime, reliability, migrator)"
 for t in "${gpu_tests[@]}" runtime_test reliability_test migrator_test; do
   if "$build/tests/$t" >"$out/$t.log" 2>&1; then
-    echo "ok   $t: $(grep -E '^\[  (PASSED|SKIPPED) \]' "$out/$t.log" | tr '\n' ' ')"
+    echo "ok   $t: $(grep -E '^\[  (PASSED|SKIPPED) +\] [0-9]' "$out/$t.log" | tr '\n' ' ')"
   else
     grep -E 'FAILED|Failure' "$out/$t.log" | head -10
     fail "$t"
