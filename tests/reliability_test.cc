@@ -201,6 +201,16 @@ TEST(Fork, AChildForkedDuringMovesHasEveryObjectWholeAndCanAllocate) {
   EXPECT_GT(rt->stats().moves, 0u);
 }
 
+// Whether a thread can be started now.
+bool thread_starts() {
+  try {
+    std::thread([] {}).join();
+    return true;
+  } catch (const std::system_error&) {
+    return false;
+  }
+}
+
 // While it lives, no thread of this process can be started: the default stack of a new thread is
 // larger than any address space (std::thread then throws std::system_error).
 class NoThreads {
@@ -209,7 +219,7 @@ class NoThreads {
     pthread_getattr_default_np(&saved_);
     pthread_attr_t huge;
     pthread_attr_init(&huge);
-    pthread_attr_setstacksize(&huge, std::size_t{1} << 46);
+    pthread_attr_setstacksize(&huge, std::size_t{1} << 62);  // beyond any x86-64 address space
     pthread_setattr_default_np(&huge);
     pthread_attr_destroy(&huge);
   }
@@ -230,7 +240,7 @@ TEST(ThreadStarts, AThreadThatCannotStartIsAnErrorNeverAnAbort) {
   ASSERT_NE(rt, nullptr);
   {
     NoThreads none;
-    ASSERT_THROW(std::thread([] {}).join(), std::system_error) << "the test's premise";
+    if (thread_starts()) GTEST_SKIP() << "this machine starts a thread whatever its stack size: the case cannot be made";
     // The profile's sampler thread: the profile is skipped, the step runs.
     auto live = std::vector<std::pair<ObjectInfo, SpanView>>{};
     auto profiler = profiler::StepProfiler::start(
@@ -276,6 +286,7 @@ TEST(ThreadStarts, APolicyWhoseMoverCannotStartSaysSoAndTrainingGoesOn) {
   const ObjectInfo a = rt->allocate("a", 4 * kMiB).value();
   const ObjectInfo b = rt->allocate("b", 4 * kMiB).value();
   NoThreads none;
+  if (thread_starts()) GTEST_SKIP() << "this machine starts a thread whatever its stack size: the case cannot be made";
   for (int step = 0; step < 4; ++step) one_layer_step(*rt, {step % 2 == 0 ? a.id : b.id});
   EXPECT_NE(rt->profile(), nullptr);
   EXPECT_EQ(rt->stats().policy, "") << "no mover, no policy";

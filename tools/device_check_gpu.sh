@@ -62,6 +62,8 @@ for deb in "$debs"/*.deb; do
       ar p "$deb" "$(ar t "$deb" | grep '^data.tar')" | tar -xJ -f -)
   fi
 done
+# Absolute symlinks (libz.so -> /lib/x86_64-linux-gnu/libz.so.1.2.13) point into the sysroot.
+find "$sysroot" -type l -lname '/*' | while read -r link; do ln -sfn "$sysroot$(readlink "$link")" "$link"; done
 libdir=$sysroot/usr/lib/x86_64-linux-gnu
 export PATH=$sysroot/usr/bin:$PATH
 export PKG_CONFIG=$sysroot/usr/bin/pkgconf
