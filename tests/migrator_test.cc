@@ -752,15 +752,9 @@ TEST(Plan, LateMovesAreMarkedAndThePlanWithoutThemIsValid) {
   EXPECT_FALSE(without_late_moves(timely, in));
 }
 
-// The trial's verdicts move by move: each late move in judged by the time of the layers it can
-// change (from the one after it is handed out to the last it helps), with the late moves and
-// without them; the plan that leaves out only those judged not worth it is valid. The plan by
-// hand above with object 3's move in handed out after layer 3 (behind object 2's move out: late
-// too).
-TEST(Plan, LateMovesAreJudgedOneByOneByTheLayersTheyServe) {
-  HandPlan hand;
-  const PlanInputs& in = hand.in;
-  Plan& plan = hand.plan;
+// A plan by hand over rotating_inputs with two late moves in: object 3's after layer 3 (behind
+// object 2's move out; judged on layers 4-5) and object 4's after layer 5 (layers 6-7).
+Plan judged_hand_plan(HandPlan& hand) {
   auto move = [&](ObjectKey key, TierIndex to, std::uint32_t after, std::uint32_t needed_by,
                   std::uint32_t useful_until) { hand.move(key, to, after, needed_by, useful_until); };
   move(1, 1, 1, 2, kStepStart);
@@ -771,6 +765,19 @@ TEST(Plan, LateMovesAreJudgedOneByOneByTheLayersTheyServe) {
   move(4, 1, 7, 8, kStepStart);
   move(1, 0, 7, 8, 8);
   move(2, 0, 7, 8, 8);
+  (void)simulate(hand.plan, hand.in);
+  return hand.plan;
+}
+
+// The trial's verdicts move by move: each late move in judged by the time of the layers it can
+// change (from the one after it is handed out to the last it helps), with the late moves and
+// without them; the plan that leaves out only those judged not worth it is valid. The plan by
+// hand above with object 3's move in handed out after layer 3 (behind object 2's move out: late
+// too).
+TEST(Plan, LateMovesAreJudgedOneByOneByTheLayersTheyServe) {
+  HandPlan hand;
+  const PlanInputs& in = hand.in;
+  Plan plan = judged_hand_plan(hand);
   ASSERT_EQ(simulate(plan, in), "");
   ASSERT_TRUE(plan.moves[2].predicted_late && plan.moves[4].predicted_late);
 
@@ -803,23 +810,6 @@ TEST(Plan, LateMovesAreJudgedOneByOneByTheLayersTheyServe) {
   // Leaving out a move out, or nothing, gives no plan.
   EXPECT_FALSE(without_moves_in(plan, in, std::vector<std::size_t>{0}));
   EXPECT_FALSE(without_moves_in(plan, in, std::vector<std::size_t>{}));
-}
-
-// The plan of LateMovesAreJudgedOneByOneByTheLayersTheyServe: late moves in of objects 3
-// (judged on layers 4-5) and 4 (layers 6-7).
-Plan judged_hand_plan(HandPlan& hand) {
-  auto move = [&](ObjectKey key, TierIndex to, std::uint32_t after, std::uint32_t needed_by,
-                  std::uint32_t useful_until) { hand.move(key, to, after, needed_by, useful_until); };
-  move(1, 1, 1, 2, kStepStart);
-  move(2, 1, 3, 4, kStepStart);
-  move(3, 0, 3, 4, 5);
-  move(3, 1, 5, 6, kStepStart);
-  move(4, 0, 5, 6, 7);
-  move(4, 1, 7, 8, kStepStart);
-  move(1, 0, 7, 8, 8);
-  move(2, 0, 7, 8, 8);
-  (void)simulate(hand.plan, hand.in);
-  return hand.plan;
 }
 
 // Feeds `steps` steps of `step_ns` (each layer `layer_ns`, or 1 ms) to the trial under `running`;

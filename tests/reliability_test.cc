@@ -240,7 +240,8 @@ TEST(ThreadStarts, AThreadThatCannotStartIsAnErrorNeverAnAbort) {
   ASSERT_NE(rt, nullptr);
   {
     NoThreads none;
-    if (thread_starts()) GTEST_SKIP() << "this machine starts a thread whatever its stack size: the case cannot be made";
+    if (thread_starts())
+      GTEST_SKIP() << "this machine starts a thread whatever its stack size: the case cannot be made";
     // The profile's sampler thread: the profile is skipped, the step runs.
     auto live = std::vector<std::pair<ObjectInfo, SpanView>>{};
     auto profiler = profiler::StepProfiler::start(
@@ -286,7 +287,8 @@ TEST(ThreadStarts, APolicyWhoseMoverCannotStartSaysSoAndTrainingGoesOn) {
   const ObjectInfo a = rt->allocate("a", 4 * kMiB).value();
   const ObjectInfo b = rt->allocate("b", 4 * kMiB).value();
   NoThreads none;
-  if (thread_starts()) GTEST_SKIP() << "this machine starts a thread whatever its stack size: the case cannot be made";
+  if (thread_starts())
+    GTEST_SKIP() << "this machine starts a thread whatever its stack size: the case cannot be made";
   for (int step = 0; step < 4; ++step) one_layer_step(*rt, {step % 2 == 0 ? a.id : b.id});
   EXPECT_NE(rt->profile(), nullptr);
   EXPECT_EQ(rt->stats().policy, "") << "no mover, no policy";

@@ -56,6 +56,13 @@ std::string format_size(std::uint64_t bytes) {
   return fmt::format("{}B", bytes);
 }
 
+// A node or device number (0, 1, ...), or -1 for anything else.
+int parse_index(std::string_view text) {
+  int index = -1;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), index);
+  return ec == std::errc() && end == text.data() + text.size() && index >= 0 ? index : -1;
+}
+
 }  // namespace
 
 const char* to_string(TierKind kind) {
@@ -160,13 +167,9 @@ Result<std::vector<TierConfig>> parse_tier_spec(std::string_view spec) {
       config.kind = TierKind::kNuma;
       status = take_args(1, "a node number and an optional SIZE: numa:NODE[:SIZE]");
       if (status.is_ok()) {
-        int node = -1;
-        const std::string_view text = args[1];
-        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), node);
-        if (ec != std::errc() || end != text.data() + text.size() || node < 0) {
-          return error(fmt::format("'{}' is not a NUMA node number (0, 1, ...)", text));
-        }
-        config.numa_node = node;
+        config.numa_node = parse_index(args[1]);
+        if (config.numa_node < 0)
+          return error(fmt::format("'{}' is not a NUMA node number (0, 1, ...)", args[1]));
       }
     } else if (kind == "pmem") {
       config.kind = TierKind::kPmem;
@@ -183,13 +186,9 @@ Result<std::vector<TierConfig>> parse_tier_spec(std::string_view spec) {
       config.kind = TierKind::kCuda;
       status = take_args(1, "a device number and an optional SIZE: cuda:DEVICE[:SIZE]");
       if (status.is_ok()) {
-        int device = -1;
-        const std::string_view text = args[1];
-        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), device);
-        if (ec != std::errc() || end != text.data() + text.size() || device < 0) {
-          return error(fmt::format("'{}' is not a CUDA device number (0, 1, ...)", text));
-        }
-        config.cuda_device = device;
+        config.cuda_device = parse_index(args[1]);
+        if (config.cuda_device < 0)
+          return error(fmt::format("'{}' is not a CUDA device number (0, 1, ...)", args[1]));
       }
     } else if (kind == "pinned") {
       config.kind = TierKind::kPinned;
