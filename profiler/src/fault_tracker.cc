@@ -145,7 +145,7 @@ Result<std::size_t> give_threads_alt_stacks() {
     if (stack == MAP_FAILED) {
       return unavailable(
           fmt::format("no memory for the {} threads' alternate signal stacks ({} KiB each: {})", tids.size(),
-                      g_alt_bytes >> 10, std::strerror(errno)));
+                      g_alt_bytes >> 10, strerrordesc_np(errno)));
     }
     g_alt_pool[i] = stack;
     g_alt_count.store(i + 1);

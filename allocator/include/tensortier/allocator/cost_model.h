@@ -74,7 +74,7 @@ struct CachedBandwidth {
   BandwidthConditions conditions;
   std::int64_t measured_at_s = 0;
 };
-inline constexpr std::int64_t kBandwidthCacheMaxAgeS = 24 * 3600;
+inline constexpr std::int64_t kBandwidthCacheMaxAgeS = std::int64_t{24} * 3600;
 // A cached reference slower than a quick probe now by more than this share was measured under load.
 inline constexpr double kBandwidthProbeMargin = 0.20;
 

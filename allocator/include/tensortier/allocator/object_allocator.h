@@ -81,6 +81,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -509,7 +510,10 @@ class ObjectAllocator {
     GroupId group = kDefaultGroup;
     TierIndex tier = 0;       // placement
     std::uint32_t maker = 0;  // allocating thread
-    auto operator<=>(const GroupKey&) const = default;
+    // (Not `<=> = default`: clang-tidy 14 misreads the comparison it synthesizes.)
+    bool operator<(const GroupKey& o) const {
+      return std::tie(group, tier, maker) < std::tie(o.group, o.tier, o.maker);
+    }
   };
   std::map<GroupKey, GroupState> groups_;  // small-object chunks by group, placement and maker
   struct Arena {
