@@ -17,6 +17,7 @@
 #include "tensortier/allocator/offset_planner.h"
 #include "tensortier/allocator/pool_models.h"
 #include "tensortier/migrator/plan.h"
+#include "tensortier/migrator/plan_edits.h"
 
 namespace tensortier {
 namespace {

@@ -16,6 +16,7 @@
 
 #include "tensortier/migrator/executor.h"
 #include "tensortier/migrator/plan.h"
+#include "tensortier/migrator/plan_edits.h"
 #include "tensortier/migrator/plan_trial.h"
 #include "tensortier/migrator/residency_model.h"
 #include "tensortier/runtime.h"

@@ -701,8 +701,7 @@ void Runtime::start_migration(const profiler::StepProfile& profile) {
   inputs->room_wait_ns = static_cast<double>(room_wait_.count());
   auto plan = migrator::make_plan(policy_, inputs.value());
   if (!plan) return fail_policy(plan.status().message());
-  if (std::string problem = migrator::simulate(plan.value(), inputs.value()); !problem.empty())
-    spdlog::warn("policy '{}': {}", policy_, problem);
+  if (!plan->problem.empty()) spdlog::warn("policy '{}': {}", policy_, plan->problem);
   if (!plan->left_in_place.empty()) {
     spdlog::info(
         "policy {}: {} objects stay where they are born ({}): code outside the layers touched them "
@@ -867,8 +866,7 @@ void Runtime::replan_step() {
     begin_trial(running, inputs);
     return;
   }
-  if (std::string problem = migrator::simulate(remade.value(), inputs); !problem.empty())
-    spdlog::warn("policy '{}': {}", policy_, problem);
+  if (!remade->problem.empty()) spdlog::warn("policy '{}': {}", policy_, remade->problem);
   replan_result_ = fmt::format(
       "{} made again with {}: {} in, {} out a step, {:.1f} ms predicted added (its plan before: {} in, {} "
       "out)",

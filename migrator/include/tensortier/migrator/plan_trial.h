@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "tensortier/migrator/plan.h"
+#include "tensortier/migrator/plan_edits.h"
 
 namespace tensortier::migrator {
 

@@ -1,0 +1,86 @@
+#include "policies/policy_kit.h"
+
+#include <algorithm>
+#include <tuple>
+
+namespace tensortier::migrator::policies {
+
+std::uint64_t plannable_room(const PlanInputs& in) {
+  return in.fast_budget_bytes > in.small_reserve_bytes ? in.fast_budget_bytes - in.small_reserve_bytes : 0;
+}
+
+std::vector<std::size_t> birth_order(const PlanInputs& in) {
+  std::vector<std::size_t> order(in.objects.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    const PlanObject& x = in.objects[a];
+    const PlanObject& y = in.objects[b];
+    return std::tuple(!x.persistent, x.born, x.key) < std::tuple(!y.persistent, y.born, y.key);
+  });
+  return order;
+}
+
+void place(Plan& plan, const PlanObject& o, TierIndex tier) {
+  (o.persistent ? plan.start : plan.birth)[o.key] = tier;
+}
+
+void sort_in_mover_order(std::vector<PlannedMove>& moves, TierIndex fast) {
+  std::stable_sort(moves.begin(), moves.end(), [&](const PlannedMove& a, const PlannedMove& b) {
+    const std::uint64_t x = a.after_layer == kStepStart ? 0 : std::uint64_t{a.after_layer} + 1;
+    const std::uint64_t y = b.after_layer == kStepStart ? 0 : std::uint64_t{b.after_layer} + 1;
+    return std::tuple(x, a.to == fast) < std::tuple(y, b.to == fast);
+  });
+}
+
+Plan from_residency(const PlanInputs& in, std::string policy, const Residency& fast, bool know_uses) {
+  Plan plan;
+  plan.policy = std::move(policy);
+  const std::uint32_t L = in.layers;
+  for (std::size_t i = 0; i < in.objects.size(); ++i) {
+    const PlanObject& o = in.objects[i];
+    const auto window = residency_window(in, o);  // named, not bound: next_use captures `end`
+    const std::uint32_t first = window.first, end = window.second;
+    if (first >= end) {  // born and freed at one boundary, or born after the last layer
+      place(plan, o, in.slow);
+      continue;
+    }
+    place(plan, o, fast[i][first] ? in.fast : in.slow);
+    auto next_use = [&](std::uint32_t b) -> std::uint32_t {
+      auto it = std::lower_bound(o.uses.begin(), o.uses.end(), b);
+      if (it != o.uses.end()) return *it;
+      return o.persistent && !o.uses.empty() ? L + o.uses.front() : std::max(b, end);
+    };
+    for (std::uint32_t b = o.persistent ? 0 : first + 1; b < end; ++b) {
+      const char before = fast[i][b == 0 ? L - 1 : b - 1];
+      if (before == fast[i][b]) continue;
+      PlannedMove m;
+      m.key = o.key;
+      m.bytes = o.bytes;
+      m.after_layer = b == 0 ? L - 1 : b - 1;
+      if (fast[i][b]) {
+        m.to = in.fast;
+        const std::uint32_t use = next_use(b);
+        m.needed_by = b == 0 ? L + use : use;
+        m.useful_until = kStepStart;
+        if (know_uses && b != 0) {
+          std::uint32_t stay = b;  // the fast run from b, within the step
+          while (stay + 1 < end && fast[i][stay + 1]) ++stay;
+          auto past = std::upper_bound(o.uses.begin(), o.uses.end(), stay);
+          m.useful_until = past != o.uses.begin() && *(past - 1) >= use ? *(past - 1) : use;
+        } else if (know_uses) {
+          m.useful_until = m.needed_by;
+        }
+      } else {
+        m.to = in.slow;
+        m.needed_by = b == 0 ? L : b;
+        m.useful_until = kStepStart;  // a move out makes room for moves in: never dropped as late
+      }
+      plan.moves.push_back(m);
+    }
+    if (o.persistent) plan.start[o.key] = fast[i][0] ? in.fast : in.slow;
+  }
+  sort_in_mover_order(plan.moves, in.fast);
+  return plan;
+}
+
+}  // namespace tensortier::migrator::policies

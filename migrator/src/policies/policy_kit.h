@@ -1,0 +1,71 @@
+// What the policies share (internal to migrator/): the room a plan may fill, births in an
+// allocator's order, placing an object, the cheapest of several plans, plans from a residency,
+// and every policy's entry point (registry.cc lists them by name).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tensortier/migrator/plan.h"
+#include "tensortier/migrator/residency_model.h"
+
+namespace tensortier::migrator::policies {
+
+// The fast budget less the room kept for small objects: what planned objects may fill.
+std::uint64_t plannable_room(const PlanInputs& in);
+
+// Objects in the order an allocator would place them: persistent ones first (key order), then
+// by birth boundary (key order within one).
+std::vector<std::size_t> birth_order(const PlanInputs& in);
+
+// Puts the object on `tier` where the step starts it (persistent) or where it is born.
+void place(Plan& plan, const PlanObject& o, TierIndex tier);
+
+// Sorts moves in the order the mover takes them: by boundary (moves before the step's first
+// layer first), and at one boundary moves out before moves in.
+void sort_in_mover_order(std::vector<PlannedMove>& moves, TierIndex fast);
+
+// Of the plans make(0) .. make(count - 1), the valid one the simulator predicts cheapest (the
+// first of equals); where none is valid, make(fallback), its predictions filled in all the same.
+template <typename Make>
+Plan cheapest_of(const PlanInputs& in, std::size_t count, std::size_t fallback, Make make) {
+  Plan best;
+  bool have = false;
+  for (std::size_t i = 0; i < count; ++i) {
+    Plan plan = make(i);
+    if (!simulate(plan, in).empty()) continue;
+    if (!have || plan.predicted_extra_ns < best.predicted_extra_ns) {
+      best = std::move(plan);
+      have = true;
+    }
+  }
+  if (!have) {
+    best = make(fallback);
+    (void)simulate(best, in);
+  }
+  return best;
+}
+
+// Residency (residency_model.h): per object, whether it is on the fast tier at each boundary b in
+// [0, layers) of its life (the state the layer at b finds, after the moves at b). Persistent
+// objects' boundaries are cyclic: boundary `layers` is the next step's boundary 0. Turns a
+// residency into births, starts and moves: a change at boundary b is a move handed to the mover
+// after layer b - 1 (a persistent object's change at boundary 0: after the last layer, for the
+// next step); a move in is needed by the next use at or after b, and (with `know_uses`) useful
+// until the last use of its stay in fast memory.
+Plan from_residency(const PlanInputs& in, std::string policy, const Residency& fast, bool know_uses);
+
+// The policies (one file each in this folder); their plans' predictions are not filled.
+Plan fast_only(const PlanInputs& in);
+Plan slow_only(const PlanInputs& in);
+Plan first_touch(const PlanInputs& in);
+Plan interleave(const PlanInputs& in);
+Plan reactive(const PlanInputs& in);
+Plan reactive_2m(const PlanInputs& in);
+Plan autoswap(const PlanInputs& in);
+Result<Plan> sentinel(const PlanInputs& in);
+Plan oracle(const PlanInputs& in);
+
+}  // namespace tensortier::migrator::policies

@@ -1,0 +1,68 @@
+// The policies by name: the one list of them (policy_names(), --policy, TENSORTIER_POLICY) and
+// make_plan, which makes a policy's plan, leaves the objects that must stay in place
+// (leave_in_place.cc) and plays it over the step (simulate) for its predictions and verdict.
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "policies/policy_kit.h"
+
+namespace tensortier::migrator {
+namespace {
+
+struct PolicyEntry {
+  const char* name;
+  Result<Plan> (*make)(const PlanInputs& inputs);
+};
+
+template <Plan (*Policy)(const PlanInputs&)>
+Result<Plan> always(const PlanInputs& inputs) {
+  return Policy(inputs);
+}
+
+// Every policy, in the order help texts and comparisons list them (docs/POLICIES.md).
+constexpr PolicyEntry kPolicies[] = {
+    {"fast-only", always<policies::fast_only>},     {"slow-only", always<policies::slow_only>},
+    {"first-touch", always<policies::first_touch>}, {"interleave", always<policies::interleave>},
+    {"reactive", always<policies::reactive>},       {"reactive-2m", always<policies::reactive_2m>},
+    {"autoswap", always<policies::autoswap>},       {"sentinel", policies::sentinel},
+    {"oracle", always<policies::oracle>},
+};
+
+}  // namespace
+
+const std::vector<std::string>& policy_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const PolicyEntry& entry : kPolicies) out.emplace_back(entry.name);
+    return out;
+  }();
+  return names;
+}
+
+std::string known_policies() {
+  return fmt::format("{}", fmt::join(policy_names(), ", "));
+}
+
+Result<Plan> make_plan(std::string_view policy, const PlanInputs& in) {
+  const PolicyEntry* entry = nullptr;
+  for (const PolicyEntry& e : kPolicies) {
+    if (policy == e.name) entry = &e;
+  }
+  if (entry == nullptr)
+    return invalid_argument(fmt::format("unknown policy '{}' (known: {})", policy, known_policies()));
+  Result<Plan> made = entry->make(in);
+  if (!made) return made.status();
+  Plan plan = std::move(made).value();
+  plan.fast = in.fast;
+  plan.slow = in.slow;
+  plan.fast_budget_bytes = in.fast_budget_bytes;
+  (void)leave_in_place(plan, in);
+  (void)simulate(plan,
+                 in);  // predictions and verdict; fast-only may pass a budget it was never meant to keep
+  return plan;
+}
+
+}  // namespace tensortier::migrator
