@@ -26,167 +26,242 @@ namespace {
 // use is within the horizon are brought into fast memory, nearest next use first, making room by
 // moving out the fast objects whose next use is furthest (and later than the newcomer's: Belady's
 // rule); an object is born fast when room can be made that way. Persistent objects end the step
-// where they began it (moves after the last layer restore them).
-Plan next_use_plan(const PlanInputs& in, std::uint32_t horizon, bool clean_first) {
-  Plan plan;
-  plan.policy = "oracle";
-  plan.interval_layers = horizon;
-  const std::uint32_t L = in.layers;
-  constexpr std::uint64_t kNever = std::numeric_limits<std::uint64_t>::max();
-  const std::uint64_t room = plannable_room(in);
-  auto next_use = [&](const PlanObject& o, std::uint32_t t) -> std::uint64_t {
-    auto it = std::lower_bound(o.uses.begin(), o.uses.end(), t);
-    if (it != o.uses.end()) return *it;
-    if (o.persistent && !o.uses.empty()) return std::uint64_t{L} + o.uses.front();  // the next step's
-    return kNever;
-  };
-  const std::size_t n = in.objects.size();
-  std::vector<char> alive(n, 0), fast(n, 0);
-  std::vector<char> clean(n, 0);  // fast, moved in and unwritten since: its slow copy is current
-  std::uint64_t fast_bytes = 0;
-  std::multimap<std::uint32_t, std::size_t> births, deaths;
-  for (std::size_t i = 0; i < n; ++i) {
+// where they began it (moves after the last layer restore them). Phases:
+//
+//   start()                                  persistent objects fast by first use, while they fit
+//   for t in layers: mark_dirty(t)  free_deaths(t)  place_births(t)  prefetch(t)
+//   restore_persistent()  set_useful_until()  sort_in_mover_order
+class NextUsePlanner {
+ public:
+  NextUsePlanner(const PlanInputs& in, std::uint32_t horizon, bool clean_first);
+  Plan make();
+
+ private:
+  static constexpr std::uint64_t kNever = std::numeric_limits<std::uint64_t>::max();
+  std::uint64_t next_use(const PlanObject& o, std::uint32_t t) const;
+  void start();
+  void mark_dirty(std::uint32_t t);
+  void free_deaths(std::uint32_t t);
+  void place_births(std::uint32_t t);
+  void prefetch(std::uint32_t t);
+  void restore_persistent();
+  void set_useful_until();
+  bool make_room(std::uint64_t bytes, std::uint64_t use, std::uint32_t t);
+  void add_move(std::size_t i, TierIndex to, std::uint32_t t, std::uint64_t needed);
+  void set_fast(std::size_t i, bool fast);
+
+  const PlanInputs& in_;
+  const std::uint32_t horizon_;
+  const bool clean_first_;
+  const std::uint32_t layers_;
+  const std::size_t n_;
+  const std::uint64_t room_;
+  Plan plan_;
+  std::vector<char> alive_, fast_;
+  std::vector<char> clean_;  // fast, moved in and unwritten since: its slow copy is current
+  std::uint64_t fast_bytes_ = 0;
+  std::multimap<std::uint32_t, std::size_t> births_, deaths_;
+  std::vector<PlannedMove> moves_;
+  std::vector<std::size_t> move_owner_;
+};
+
+NextUsePlanner::NextUsePlanner(const PlanInputs& in, std::uint32_t horizon, bool clean_first)
+    : in_(in),
+      horizon_(horizon),
+      clean_first_(clean_first),
+      layers_(in.layers),
+      n_(in.objects.size()),
+      room_(plannable_room(in)),
+      alive_(n_, 0),
+      fast_(n_, 0),
+      clean_(n_, 0) {
+  plan_.policy = "oracle";
+  plan_.interval_layers = horizon;
+  for (std::size_t i = 0; i < n_; ++i) {
     const PlanObject& o = in.objects[i];
     if (o.persistent) {
-      alive[i] = 1;
+      alive_[i] = 1;
     } else {
-      births.emplace(o.born, i);
-      deaths.emplace(o.freed, i);
+      births_.emplace(o.born, i);
+      deaths_.emplace(o.freed, i);
     }
   }
-  // The start: persistent objects by first use, while they fit.
-  {
-    std::vector<std::size_t> persistent;
-    for (std::size_t i = 0; i < n; ++i)
-      if (in.objects[i].persistent) persistent.push_back(i);
-    std::sort(persistent.begin(), persistent.end(), [&](std::size_t a, std::size_t b) {
-      return std::tuple(next_use(in.objects[a], 0), a) < std::tuple(next_use(in.objects[b], 0), b);
-    });
-    for (std::size_t i : persistent) {
-      const PlanObject& o = in.objects[i];
-      const bool fits = fast_bytes + o.bytes <= room && next_use(o, 0) < horizon;
-      plan.start[o.key] = fits ? in.fast : in.slow;
-      if (fits) {
-        fast[i] = 1;
-        fast_bytes += o.bytes;
-      }
-    }
+  moves_.reserve(4 * n_);
+}
+
+Plan NextUsePlanner::make() {
+  start();
+  for (std::uint32_t t = 0; t < layers_; ++t) {
+    mark_dirty(t);
+    free_deaths(t);
+    place_births(t);
+    prefetch(t);
   }
-  std::vector<PlannedMove> moves;
-  moves.reserve(4 * n);
-  std::vector<std::size_t> move_owner;
-  auto add_move = [&](std::size_t i, TierIndex to, std::uint32_t t, std::uint64_t needed) {
-    PlannedMove m;
-    m.key = in.objects[i].key;
-    m.to = to;
-    m.bytes = in.objects[i].bytes;
-    m.after_layer = t == 0 ? kStepStart : t - 1;
-    m.needed_by = static_cast<std::uint32_t>(std::min<std::uint64_t>(needed, 2ULL * L));
-    m.useful_until = to == in.fast ? m.needed_by : kStepStart;
-    moves.push_back(m);
-    move_owner.push_back(i);
-  };
-  // Makes `bytes` of room at boundary t for an object next used at `use`, moving out the fast
-  // objects used furthest away (all later than `use`). False, changing nothing, if it cannot.
-  auto make_room = [&](std::uint64_t bytes, std::uint64_t use, std::uint32_t t) {
-    if (fast_bytes + bytes <= room) return true;
-    std::vector<std::tuple<int, std::uint64_t, std::size_t>> victims;  // (clean first?, next use, object)
-    for (std::size_t j = 0; j < n; ++j) {
-      if (!alive[j] || !fast[j]) continue;
-      const std::uint64_t u = next_use(in.objects[j], t);
-      // One with no use left that dies within two layers frees its room soon: moving it out
-      // would only spend slow-tier bandwidth on bytes nobody reads.
-      if (u == kNever && !in.objects[j].persistent && in.objects[j].freed <= t + 2) continue;
-      // clean_first: an object whose slow copy is current goes out for free, so all of those
-      // (furthest use first) go before any that would have to be written.
-      if (u > use) victims.emplace_back(clean_first && clean[j] ? 1 : 0, u, j);
-    }
-    std::sort(victims.rbegin(), victims.rend());
-    std::uint64_t freed = 0;
-    std::size_t count = 0;
-    while (fast_bytes - freed + bytes > room && count < victims.size())
-      freed += in.objects[std::get<2>(victims[count++])].bytes;
-    if (fast_bytes - freed + bytes > room) return false;
-    for (std::size_t v = 0; v < count; ++v) {
-      const std::size_t j = std::get<2>(victims[v]);
-      fast[j] = clean[j] = 0;
-      fast_bytes -= in.objects[j].bytes;
-      add_move(j, in.slow, t, t);
-    }
-    return true;
-  };
-  for (std::uint32_t t = 0; t < L; ++t) {
-    if (t > 0) {  // what layer t - 1 wrote is dirty now
-      for (std::size_t i = 0; i < n; ++i) {
-        const auto& w = in.objects[i].writes;
-        if (clean[i] && std::binary_search(w.begin(), w.end(), t - 1)) clean[i] = 0;
-      }
-    }
-    for (auto [it, end] = deaths.equal_range(t); it != end; ++it) {
-      const std::size_t i = it->second;
-      if (fast[i]) fast_bytes -= in.objects[i].bytes;
-      alive[i] = fast[i] = clean[i] = 0;
-    }
-    for (auto [it, end] = births.equal_range(t); it != end; ++it) {
-      const std::size_t i = it->second;
-      const PlanObject& o = in.objects[i];
-      alive[i] = 1;
-      const std::uint64_t use = next_use(o, t);
-      const bool to_fast = use < std::uint64_t{t} + horizon && make_room(o.bytes, use, t);
-      plan.birth[o.key] = to_fast ? in.fast : in.slow;
-      if (to_fast) {
-        fast[i] = 1;
-        fast_bytes += o.bytes;
-      }
-    }
-    // Prefetch: slow objects used within the horizon, nearest use first.
-    std::vector<std::pair<std::uint64_t, std::size_t>> wanted;
-    for (std::size_t i = 0; i < n; ++i) {
-      if (!alive[i] || fast[i]) continue;
-      const std::uint64_t use = next_use(in.objects[i], t);
-      if (use < std::uint64_t{t} + horizon) wanted.emplace_back(use, i);
-    }
-    std::sort(wanted.begin(), wanted.end());
-    for (const auto& [use, i] : wanted) {
-      if (!make_room(in.objects[i].bytes, use, t)) break;
-      fast[i] = 1;
-      clean[i] = in.clean_moves_out_free ? 1 : 0;
-      fast_bytes += in.objects[i].bytes;
-      add_move(i, in.fast, t, use);
-    }
+  restore_persistent();
+  set_useful_until();
+  sort_in_mover_order(moves_, in_.fast);
+  plan_.moves = std::move(moves_);
+  return std::move(plan_);
+}
+
+std::uint64_t NextUsePlanner::next_use(const PlanObject& o, std::uint32_t t) const {
+  auto it = std::lower_bound(o.uses.begin(), o.uses.end(), t);
+  if (it != o.uses.end()) return *it;
+  if (o.persistent && !o.uses.empty()) return std::uint64_t{layers_} + o.uses.front();  // the next step's
+  return kNever;
+}
+
+void NextUsePlanner::set_fast(std::size_t i, bool fast) {
+  fast_[i] = fast ? 1 : 0;
+  if (fast) {
+    fast_bytes_ += in_.objects[i].bytes;
+  } else {
+    fast_bytes_ -= in_.objects[i].bytes;
   }
-  // After the last layer: persistent objects back where the step starts them (outs, then ins).
+}
+
+// The start: persistent objects by first use, while they fit.
+void NextUsePlanner::start() {
+  std::vector<std::size_t> persistent;
+  for (std::size_t i = 0; i < n_; ++i)
+    if (in_.objects[i].persistent) persistent.push_back(i);
+  std::sort(persistent.begin(), persistent.end(), [&](std::size_t a, std::size_t b) {
+    return std::tuple(next_use(in_.objects[a], 0), a) < std::tuple(next_use(in_.objects[b], 0), b);
+  });
+  for (std::size_t i : persistent) {
+    const PlanObject& o = in_.objects[i];
+    const bool fits = fast_bytes_ + o.bytes <= room_ && next_use(o, 0) < horizon_;
+    plan_.start[o.key] = fits ? in_.fast : in_.slow;
+    if (fits) set_fast(i, true);
+  }
+}
+
+// What layer t - 1 wrote is dirty now.
+void NextUsePlanner::mark_dirty(std::uint32_t t) {
+  if (t == 0) return;
+  for (std::size_t i = 0; i < n_; ++i) {
+    const auto& w = in_.objects[i].writes;
+    if (clean_[i] && std::binary_search(w.begin(), w.end(), t - 1)) clean_[i] = 0;
+  }
+}
+
+void NextUsePlanner::free_deaths(std::uint32_t t) {
+  for (auto [it, end] = deaths_.equal_range(t); it != end; ++it) {
+    const std::size_t i = it->second;
+    if (fast_[i]) fast_bytes_ -= in_.objects[i].bytes;
+    alive_[i] = fast_[i] = clean_[i] = 0;
+  }
+}
+
+void NextUsePlanner::place_births(std::uint32_t t) {
+  for (auto [it, end] = births_.equal_range(t); it != end; ++it) {
+    const std::size_t i = it->second;
+    const PlanObject& o = in_.objects[i];
+    alive_[i] = 1;
+    const std::uint64_t use = next_use(o, t);
+    const bool to_fast = use < std::uint64_t{t} + horizon_ && make_room(o.bytes, use, t);
+    plan_.birth[o.key] = to_fast ? in_.fast : in_.slow;
+    if (to_fast) set_fast(i, true);
+  }
+}
+
+// Slow objects used within the horizon, nearest use first.
+void NextUsePlanner::prefetch(std::uint32_t t) {
+  std::vector<std::pair<std::uint64_t, std::size_t>> wanted;
+  for (std::size_t i = 0; i < n_; ++i) {
+    if (!alive_[i] || fast_[i]) continue;
+    const std::uint64_t use = next_use(in_.objects[i], t);
+    if (use < std::uint64_t{t} + horizon_) wanted.emplace_back(use, i);
+  }
+  std::sort(wanted.begin(), wanted.end());
+  for (const auto& [use, i] : wanted) {
+    if (!make_room(in_.objects[i].bytes, use, t)) break;
+    set_fast(i, true);
+    clean_[i] = in_.clean_moves_out_free ? 1 : 0;
+    add_move(i, in_.fast, t, use);
+  }
+}
+
+// After the last layer: persistent objects back where the step starts them (outs, then ins).
+void NextUsePlanner::restore_persistent() {
   for (int pass = 0; pass < 2; ++pass) {
-    for (std::size_t i = 0; i < n; ++i) {
-      const PlanObject& o = in.objects[i];
+    for (std::size_t i = 0; i < n_; ++i) {
+      const PlanObject& o = in_.objects[i];
       if (!o.persistent) continue;
-      const bool want_fast = plan.start[o.key] == in.fast;
-      if (want_fast == static_cast<bool>(fast[i]) || want_fast != (pass == 1)) continue;
-      fast[i] = want_fast ? 1 : 0;
-      add_move(i, want_fast ? in.fast : in.slow, L, std::uint64_t{L} + next_use(o, 0) % std::max(1U, L));
+      const bool want_fast = plan_.start[o.key] == in_.fast;
+      if (want_fast == static_cast<bool>(fast_[i]) || want_fast != (pass == 1)) continue;
+      fast_[i] = want_fast ? 1 : 0;
+      add_move(i, want_fast ? in_.fast : in_.slow, layers_,
+               std::uint64_t{layers_} + next_use(o, 0) % std::max(1U, layers_));
     }
   }
-  // A move in helps until the object's next move out (or its death, or the step's end).
-  std::vector<std::uint32_t> stay_end(n, kStepStart);
-  for (std::size_t m = moves.size(); m-- > 0;) {
-    const std::size_t i = move_owner[m];
-    PlannedMove& mv = moves[m];
-    if (mv.to == in.slow) {
+}
+
+// A move in helps until the object's next move out (or its death, or the step's end).
+void NextUsePlanner::set_useful_until() {
+  std::vector<std::uint32_t> stay_end(n_, kStepStart);
+  for (std::size_t m = moves_.size(); m-- > 0;) {
+    const std::size_t i = move_owner_[m];
+    PlannedMove& mv = moves_[m];
+    if (mv.to == in_.slow) {
       stay_end[i] = mv.after_layer == kStepStart ? 0 : mv.after_layer;
       continue;
     }
-    if (mv.needed_by >= L) continue;
-    const PlanObject& o = in.objects[i];
+    if (mv.needed_by >= layers_) continue;
+    const PlanObject& o = in_.objects[i];
     const std::uint32_t until =
-        std::min<std::uint32_t>(stay_end[i] == kStepStart ? L - 1 : stay_end[i],
-                                o.persistent ? L - 1 : (o.freed > 0 ? o.freed - 1 : 0));
+        std::min<std::uint32_t>(stay_end[i] == kStepStart ? layers_ - 1 : stay_end[i],
+                                o.persistent ? layers_ - 1 : (o.freed > 0 ? o.freed - 1 : 0));
     auto last = std::upper_bound(o.uses.begin(), o.uses.end(), until);
     mv.useful_until = last != o.uses.begin() && *(last - 1) >= mv.needed_by ? *(last - 1) : mv.needed_by;
     stay_end[i] = kStepStart;
   }
-  sort_in_mover_order(moves, in.fast);
-  plan.moves = std::move(moves);
-  return plan;
+}
+
+// Makes `bytes` of room at boundary t for an object next used at `use`, moving out the fast
+// objects used furthest away (all later than `use`). False, changing nothing, if it cannot.
+bool NextUsePlanner::make_room(std::uint64_t bytes, std::uint64_t use, std::uint32_t t) {
+  if (fast_bytes_ + bytes <= room_) return true;
+  std::vector<std::tuple<int, std::uint64_t, std::size_t>> victims;  // (clean first?, next use, object)
+  for (std::size_t j = 0; j < n_; ++j) {
+    if (!alive_[j] || !fast_[j]) continue;
+    const std::uint64_t u = next_use(in_.objects[j], t);
+    // One with no use left that dies within two layers frees its room soon: moving it out would
+    // only spend slow-tier bandwidth on bytes nobody reads.
+    if (u == kNever && !in_.objects[j].persistent && in_.objects[j].freed <= t + 2) continue;
+    // clean_first: an object whose slow copy is current goes out for free, so all of those
+    // (furthest use first) go before any that would have to be written.
+    if (u > use) victims.emplace_back(clean_first_ && clean_[j] ? 1 : 0, u, j);
+  }
+  std::sort(victims.rbegin(), victims.rend());
+  std::uint64_t freed = 0;
+  std::size_t count = 0;
+  while (fast_bytes_ - freed + bytes > room_ && count < victims.size())
+    freed += in_.objects[std::get<2>(victims[count++])].bytes;
+  if (fast_bytes_ - freed + bytes > room_) return false;
+  for (std::size_t v = 0; v < count; ++v) {
+    const std::size_t j = std::get<2>(victims[v]);
+    set_fast(j, false);
+    clean_[j] = 0;
+    add_move(j, in_.slow, t, t);
+  }
+  return true;
+}
+
+void NextUsePlanner::add_move(std::size_t i, TierIndex to, std::uint32_t t, std::uint64_t needed) {
+  PlannedMove m;
+  m.key = in_.objects[i].key;
+  m.to = to;
+  m.bytes = in_.objects[i].bytes;
+  m.after_layer = t == 0 ? kStepStart : t - 1;
+  m.needed_by = static_cast<std::uint32_t>(std::min<std::uint64_t>(needed, 2ULL * layers_));
+  m.useful_until = to == in_.fast ? m.needed_by : kStepStart;
+  moves_.push_back(m);
+  move_owner_.push_back(i);
+}
+
+Plan next_use_plan(const PlanInputs& in, std::uint32_t horizon, bool clean_first) {
+  return NextUsePlanner(in, horizon, clean_first).make();
 }
 
 Plan belady_oracle(const PlanInputs& in) {
