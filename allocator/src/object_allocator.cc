@@ -937,6 +937,9 @@ bool ObjectAllocator::discards(const Range& r, bool whole_pages, MoveMethod meth
          r.last_pin <= options.discard_unless_pinned_after;
 }
 
+// A move in three phases: under the lock, wait for pins, check and reserve the destination
+// (start_move_locked); without it, copy (transfer); under it again, commit or roll back
+// (finish_move). The object keeps its bytes and address for readers throughout.
 Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOptions& options) {
   if (to >= tiers_.size()) {
     return invalid_argument(
@@ -945,115 +948,130 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
   MoveResult result;
   result.id = id;
   result.to = to;
-  std::byte* base = nullptr;
-  std::size_t bytes = 0;
-  Chunk* chunk = nullptr;
-  // A kRemap destination from the cache of `to`, or the object's shadow there (result.clean: no copy).
-  std::optional<CachedRange> cached_destination;
-  // Phase 1, under the lock: wait for pins, check, reserve the destination, mark the range moving.
+  MoveTicket ticket;
   {
     std::unique_lock lock(mutex_);
-    const auto deadline = std::chrono::steady_clock::now() + options.pin_wait;
-    Live* live = nullptr;
-    bool timed_out = false;
-    while (true) {  // looked up afresh after every wait: it may be freed meanwhile
-      if (fork_hold_) return unavailable(fmt::format("move of object {}: a fork() is under way", id));
-      auto it = live_.find(id);
-      if (it == live_.end() || it->second.range.free_pending)
-        return not_found(fmt::format("move of object {}: no such live object", id));
-      live = &it->second;
-      const Range& r = live->unit();
-      if (r.moving)
-        return unavailable(
-            fmt::format("move of '{}': it is already moving; wait for that move", live->info.name));
-      if (r.pins == 0) break;
-      if (timed_out) {
-        return unavailable(fmt::format(
-            "move of '{}': a running layer kept it pinned for {} ms; try after the layer", live->info.name,
-            std::chrono::duration_cast<std::chrono::milliseconds>(options.pin_wait).count()));
-      }
-      timed_out = moved_or_unpinned_.wait_until(lock, deadline) == std::cv_status::timeout;
-    }
-    if (options.segment != kWholeObject || (live->chunk == nullptr && !live->range.segments.empty()))
+    Result<Live*> waited = wait_for_pins_locked(lock, id, options);
+    if (!waited) return waited.status();
+    Live& live = *waited.value();
+    if (options.segment != kWholeObject || (live.chunk == nullptr && !live.range.segments.empty()))
       return move_segments(lock, id, to, options);
-    Range& r = live->unit();
-    chunk = live->chunk;
-    result.from = r.tier;
-    result.address = live->info.address;
-    if (r.tier == to) return result;  // already there
-    result.method = move_method(r.tier, to);
-    result.discarded = discards(r, chunk == nullptr, result.method, options);
-    if (r.arena != 0) {
-      return failed_precondition(
-          fmt::format("move of '{}': it lives at a planned offset in an arena (its bytes are the arena's); "
-                      "it does not move",
-                      live->info.name));
-    }
-    if (chunk != nullptr && result.method == MoveMethod::kNewAddress) {
-      return failed_precondition(
-          fmt::format("move of '{}': a small object moves with its 64 KiB chunk, which moves only between "
-                      "tiers that move "
-                      "in place ({} to {} needs a new address); use dram, numa or emulated tiers",
-                      live->info.name, tiers_[r.tier]->name(), tiers_[to]->name()));
-    }
-    // A shadow on the destination holds the object's bytes already: the move remaps it (clean).
-    // Any other shadow goes.
-    if (chunk == nullptr && r.shadow != nullptr) {
-      if (result.method == MoveMethod::kRemap && r.shadow_tier == to) {
-        cached_destination = CachedRange{r.shadow, r.shadow_owner};
-        tier_state_[to].usage.shadow_bytes -= r.bytes;
-        r.shadow = nullptr;
-        result.clean = true;
-        result.discarded = false;  // a clean move: the bytes are kept all the same
-      } else {
-        drop_shadow_locked(r);
-      }
-    }
-    // A copy into an anonymous tier first takes a range of the same size from the destination's
-    // cache: its pages are already faulted in (moves back and forth then fault no page).
-    if (result.method == MoveMethod::kRemap && !result.clean)
-      cached_destination = take_cached_locked(to, r.bytes);
-    if (Status s = cached_destination ? Status::ok() : reserve_for_move(to, r.bytes); !s.is_ok()) {
-      ++tier_state_[to].usage.failed_moves;
-      return out_of_memory(fmt::format("move of '{}' ({}) to tier '{}': {}; it stays on '{}'",
-                                       live->info.name, format_bytes(r.bytes), tiers_[to]->name(),
-                                       s.message(), tiers_[r.tier]->name()));
-    }
-    r.moving = true;
-    ++moves_copying_;
-    r.abort_move = false;
-    // Pages migrated by the kernel keep their address and bytes under concurrent use, and a
-    // half-undone migration would leave pages on the wrong node: such a move always completes.
-    r.abortable = result.method != MoveMethod::kMovePages;
-    tier_state_[to].usage.in_flight_bytes += r.bytes;
-    tier_state_[r.tier].usage.leaving_bytes += r.bytes;
-    base = r.base;
-    bytes = r.bytes;
+    result.from = live.unit().tier;
+    result.address = live.info.address;
+    if (result.from == to) return result;  // already there
+    if (Status s = start_move_locked(live, to, options, result, ticket); !s.is_ok()) return s;
   }
-  result.bytes = bytes;
-
-  // Phase 2, no lock.
+  result.bytes = ticket.bytes;
   void* destination = nullptr;
   bool injected = false;
-  Status status = transfer(id, to, base, bytes, cached_destination, result.clean || result.discarded,
-                           destination, result, injected);
+  Status status = transfer(id, to, ticket.base, ticket.bytes, ticket.cached_destination,
+                           result.clean || result.discarded, destination, result, injected);
+  return finish_move(id, ticket, status, injected, destination, result);
+}
 
-  // Phase 3, under the lock: commit, or roll back and leave the object where it was.
+// Waits (up to options.pin_wait) until no layer pins the object; the object looked up afresh after
+// every wait, as it may be freed meanwhile. Caller holds `lock`.
+Result<ObjectAllocator::Live*> ObjectAllocator::wait_for_pins_locked(std::unique_lock<std::mutex>& lock,
+                                                                     ObjectId id,
+                                                                     const MoveOptions& options) {
+  const auto deadline = std::chrono::steady_clock::now() + options.pin_wait;
+  bool timed_out = false;
+  while (true) {
+    if (fork_hold_) return unavailable(fmt::format("move of object {}: a fork() is under way", id));
+    auto it = live_.find(id);
+    if (it == live_.end() || it->second.range.free_pending)
+      return not_found(fmt::format("move of object {}: no such live object", id));
+    Live* live = &it->second;
+    const Range& r = live->unit();
+    if (r.moving)
+      return unavailable(
+          fmt::format("move of '{}': it is already moving; wait for that move", live->info.name));
+    if (r.pins == 0) return live;
+    if (timed_out) {
+      return unavailable(fmt::format(
+          "move of '{}': a running layer kept it pinned for {} ms; try after the layer", live->info.name,
+          std::chrono::duration_cast<std::chrono::milliseconds>(options.pin_wait).count()));
+    }
+    timed_out = moved_or_unpinned_.wait_until(lock, deadline) == std::cv_status::timeout;
+  }
+}
+
+// Phase 1 after the pins: checks the move can be made, takes its destination (the object's shadow
+// there, a cached range, or a reservation) and marks the range moving. Caller holds mutex_.
+Status ObjectAllocator::start_move_locked(Live& live, TierIndex to, const MoveOptions& options,
+                                          MoveResult& result, MoveTicket& ticket) {
+  Range& r = live.unit();
+  ticket.chunk = live.chunk;
+  result.method = move_method(r.tier, to);
+  result.discarded = discards(r, ticket.chunk == nullptr, result.method, options);
+  if (r.arena != 0) {
+    return failed_precondition(
+        fmt::format("move of '{}': it lives at a planned offset in an arena (its bytes are the arena's); "
+                    "it does not move",
+                    live.info.name));
+  }
+  if (ticket.chunk != nullptr && result.method == MoveMethod::kNewAddress) {
+    return failed_precondition(
+        fmt::format("move of '{}': a small object moves with its 64 KiB chunk, which moves only between "
+                    "tiers that move "
+                    "in place ({} to {} needs a new address); use dram, numa or emulated tiers",
+                    live.info.name, tiers_[r.tier]->name(), tiers_[to]->name()));
+  }
+  // A shadow on the destination holds the object's bytes already: the move remaps it (clean).
+  // Any other shadow goes.
+  if (ticket.chunk == nullptr && r.shadow != nullptr) {
+    if (result.method == MoveMethod::kRemap && r.shadow_tier == to) {
+      ticket.cached_destination = CachedRange{r.shadow, r.shadow_owner};
+      tier_state_[to].usage.shadow_bytes -= r.bytes;
+      r.shadow = nullptr;
+      result.clean = true;
+      result.discarded = false;  // a clean move: the bytes are kept all the same
+    } else {
+      drop_shadow_locked(r);
+    }
+  }
+  // A copy into an anonymous tier first takes a range of the same size from the destination's
+  // cache: its pages are already faulted in (moves back and forth then fault no page).
+  if (result.method == MoveMethod::kRemap && !result.clean)
+    ticket.cached_destination = take_cached_locked(to, r.bytes);
+  if (Status s = ticket.cached_destination ? Status::ok() : reserve_for_move(to, r.bytes); !s.is_ok()) {
+    ++tier_state_[to].usage.failed_moves;
+    return out_of_memory(fmt::format("move of '{}' ({}) to tier '{}': {}; it stays on '{}'", live.info.name,
+                                     format_bytes(r.bytes), tiers_[to]->name(), s.message(),
+                                     tiers_[r.tier]->name()));
+  }
+  r.moving = true;
+  ++moves_copying_;
+  r.abort_move = false;
+  // Pages migrated by the kernel keep their address and bytes under concurrent use, and a
+  // half-undone migration would leave pages on the wrong node: such a move always completes.
+  r.abortable = result.method != MoveMethod::kMovePages;
+  tier_state_[to].usage.in_flight_bytes += r.bytes;
+  tier_state_[r.tier].usage.leaving_bytes += r.bytes;
+  ticket.base = r.base;
+  ticket.bytes = r.bytes;
+  return Status::ok();
+}
+
+// Phase 3, under the lock: commit, or roll back and leave the object where it was.
+Result<MoveResult> ObjectAllocator::finish_move(ObjectId id, const MoveTicket& ticket, Status status,
+                                                bool injected, void* destination, MoveResult result) {
+  const TierIndex to = result.to;
+  const std::size_t bytes = ticket.bytes;
   std::lock_guard lock(mutex_);
   Live* live = nullptr;
-  if (chunk == nullptr) live = &live_.at(id);  // kept while moving, even if freed meanwhile
-  Range& r = chunk != nullptr ? chunk->range : live->range;
+  if (ticket.chunk == nullptr) live = &live_.at(id);  // kept while moving, even if freed meanwhile
+  Range& r = ticket.chunk != nullptr ? ticket.chunk->range : live->range;
   tier_state_[to].usage.in_flight_bytes -= bytes;
   tier_state_[result.from].usage.leaving_bytes -= bytes;
   r.moving = false;
   moved_or_unpinned_.notify_all();
   --moves_copying_;  // prepare_fork waits for this under the lock: the commit below is done first
-  const bool freed = r.free_pending;
   const bool aborted = r.abort_move && r.abortable;
   r.abort_move = false;
   void* old_pages = nullptr;  // kRemap: where the source's pages went (kept, cached on `from`)
   if (status.is_ok() && !injected && !aborted && result.method == MoveMethod::kRemap)
-    status = remap_into_place(destination, base, bytes, old_pages);
+    status = remap_into_place(destination, ticket.base, bytes, old_pages);
   // kNewAddress: the new address's span goes into the table before the old one leaves it (they
   // do not overlap); a table that cannot take it fails the move like any other error.
   std::optional<ObjectTable::Slot> new_slot;
@@ -1064,44 +1082,55 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
     if (slot) new_slot = slot.value();
   }
   if (!status.is_ok() || injected || aborted) {
-    undo_transfer_locked(to, destination, bytes, cached_destination, result.method);
-    if (freed) {  // the free that came during the move completes now
-      retire(id, r);
-      return unavailable(fmt::format("move of object {}: it was freed while moving", id));
-    }
-    const std::string name = live != nullptr ? live->info.name : fmt::format("chunk of object {}", id);
-    if (injected)
-      return internal_error(fmt::format("move of '{}' to tier '{}': injected failure; it stays on '{}'", name,
-                                        tiers_[to]->name(), tiers_[r.tier]->name()));
-    if (aborted) {
-      return unavailable(
-          fmt::format("move of '{}' to tier '{}': a layer needed it before the copy ended; it stays on '{}'",
-                      name, tiers_[to]->name(), tiers_[r.tier]->name()));
-    }
-    return Status(status.code(), fmt::format("move of '{}' to tier '{}': {}; it stays on '{}'", name,
-                                             tiers_[to]->name(), status.message(), tiers_[r.tier]->name()));
+    undo_transfer_locked(to, destination, bytes, ticket.cached_destination, result.method);
+    return move_failed_locked(id, live, r, to, status, injected, aborted);
   }
-  if (result.method == MoveMethod::kRemap) {
-    // The source's pages stay mapped: kept as the object's shadow when it moved to a faster tier
-    // (and shadows are on), else cached on their placement for reuse. The mapping at the object's
-    // address is the destination's range now.
-    if (old_pages == nullptr) {  // the kernel dropped them (no MREMAP_DONTUNMAP)
-      tiers_[result.from]->unreserve(bytes);
-    } else if (keep_shadows_.load(std::memory_order_relaxed) && chunk == nullptr && to < result.from &&
-               !r.free_pending && !result.discarded) {  // discarded: the new pages are not its bytes
-      r.shadow = static_cast<std::byte*>(old_pages);
-      r.shadow_tier = result.from;
-      r.shadow_owner = r.owner;
-      tier_state_[result.from].usage.shadow_bytes += bytes;
-    } else {
-      give_back_range(result.from, old_pages, bytes, r.owner);
-    }
-    r.owner = cached_destination ? cached_destination->owner : to;
-    if (result.clean) ++tier_state_[to].usage.clean_moves;
-    if (result.discarded) ++tier_state_[to].usage.discarded_moves;
-  }
-  commit_move(id, live, chunk, result.method, destination, new_slot, result);
+  if (result.method == MoveMethod::kRemap) keep_source_pages_locked(r, ticket, old_pages, result);
+  commit_move(id, live, ticket.chunk, result.method, destination, new_slot, result);
   return result;
+}
+
+// A rolled-back move's error; a free that came during the move completes now.
+Status ObjectAllocator::move_failed_locked(ObjectId id, const Live* live, Range& r, TierIndex to,
+                                           const Status& status, bool injected, bool aborted) {
+  if (r.free_pending) {
+    retire(id, r);
+    return unavailable(fmt::format("move of object {}: it was freed while moving", id));
+  }
+  const std::string name = live != nullptr ? live->info.name : fmt::format("chunk of object {}", id);
+  if (injected)
+    return internal_error(fmt::format("move of '{}' to tier '{}': injected failure; it stays on '{}'", name,
+                                      tiers_[to]->name(), tiers_[r.tier]->name()));
+  if (aborted) {
+    return unavailable(
+        fmt::format("move of '{}' to tier '{}': a layer needed it before the copy ended; it stays on '{}'",
+                    name, tiers_[to]->name(), tiers_[r.tier]->name()));
+  }
+  return Status(status.code(), fmt::format("move of '{}' to tier '{}': {}; it stays on '{}'", name,
+                                           tiers_[to]->name(), status.message(), tiers_[r.tier]->name()));
+}
+
+// After a kRemap move the source's pages stay mapped: kept as the object's shadow when it moved to
+// a faster tier (and shadows are on), else cached on their placement for reuse. The mapping at the
+// object's address is the destination's range now. Caller holds mutex_.
+void ObjectAllocator::keep_source_pages_locked(Range& r, const MoveTicket& ticket, void* old_pages,
+                                               const MoveResult& result) {
+  const std::size_t bytes = ticket.bytes;
+  if (old_pages == nullptr) {  // the kernel dropped them (no MREMAP_DONTUNMAP)
+    tiers_[result.from]->unreserve(bytes);
+  } else if (keep_shadows_.load(std::memory_order_relaxed) && ticket.chunk == nullptr &&
+             result.to < result.from && !r.free_pending &&
+             !result.discarded) {  // discarded: the new pages are not its bytes
+    r.shadow = static_cast<std::byte*>(old_pages);
+    r.shadow_tier = result.from;
+    r.shadow_owner = r.owner;
+    tier_state_[result.from].usage.shadow_bytes += bytes;
+  } else {
+    give_back_range(result.from, old_pages, bytes, r.owner);
+  }
+  r.owner = ticket.cached_destination ? ticket.cached_destination->owner : result.to;
+  if (result.clean) ++tier_state_[result.to].usage.clean_moves;
+  if (result.discarded) ++tier_state_[result.to].usage.discarded_moves;
 }
 
 Result<MoveResult> ObjectAllocator::move_segments(std::unique_lock<std::mutex>& lock, ObjectId id,

@@ -498,6 +498,24 @@ class ObjectAllocator {
                                    const MoveOptions& options);
   void commit_move(ObjectId id, Live* live, Chunk* chunk, MoveMethod method, void* destination,
                    std::optional<ObjectTable::Slot> new_slot, MoveResult& result);
+  // What phase 1 of a move hands the copy and phase 3: the range's pages and size, the chunk of a
+  // small object, and the destination taken from a cache or a shadow (none: reserved).
+  struct MoveTicket {
+    std::byte* base = nullptr;
+    std::size_t bytes = 0;
+    Chunk* chunk = nullptr;
+    std::optional<CachedRange> cached_destination;
+  };
+  Result<Live*> wait_for_pins_locked(std::unique_lock<std::mutex>& lock, ObjectId id,
+                                     const MoveOptions& options);
+  Status start_move_locked(Live& live, TierIndex to, const MoveOptions& options, MoveResult& result,
+                           MoveTicket& ticket);
+  Result<MoveResult> finish_move(ObjectId id, const MoveTicket& ticket, Status status, bool injected,
+                                 void* destination, MoveResult result);
+  Status move_failed_locked(ObjectId id, const Live* live, Range& r, TierIndex to, const Status& status,
+                            bool injected, bool aborted);
+  void keep_source_pages_locked(Range& r, const MoveTicket& ticket, void* old_pages,
+                                const MoveResult& result);
 
   std::vector<std::unique_ptr<Tier>> tiers_;
   ObjectTable table_;
