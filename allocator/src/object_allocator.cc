@@ -1170,76 +1170,33 @@ Result<MoveResult> ObjectAllocator::move_segments(std::unique_lock<std::mutex>& 
   return total;
 }
 
+// One segment's move, in move()'s three phases; `lock` is held on entry and on return.
 Result<MoveResult> ObjectAllocator::move_segment(std::unique_lock<std::mutex>& lock, ObjectId id,
                                                  TierIndex to, std::uint32_t k, const MoveOptions& options) {
-  // Phase 1, under the lock (held on entry): check, split, reserve the destination, mark moving.
   MoveResult result;
   result.id = id;
   result.to = to;
-  std::byte* base = nullptr;
-  std::size_t bytes = 0;
-  std::optional<CachedRange> cached_destination;
+  MoveTicket ticket;
+  if (fork_hold_) return unavailable(fmt::format("move of object {}: a fork() is under way", id));
   {
-    if (fork_hold_) return unavailable(fmt::format("move of object {}: a fork() is under way", id));
     Live& live = live_.at(id);
-    Range& r = live.range;
-    const std::uint64_t count = segment_count(r.bytes);
-    if (live.chunk != nullptr || k >= count) {
-      return invalid_argument(
-          fmt::format("move of segment {} of '{}': {}", k, live.info.name,
-                      live.chunk != nullptr
-                          ? "a small object has no segments; move it whole"
-                          : fmt::format("it has {} segments of {}", count, format_bytes(kSegmentBytes))));
-    }
-    if (r.arena != 0) {
-      return failed_precondition(fmt::format(
-          "move of segment {} of '{}': it lives at a planned offset in an arena; it does not move", k,
-          live.info.name));
-    }
-    result.from = r.segments.empty() ? r.tier : r.segments[k].tier;
-    result.address = live.info.address;
+    if (Status s = check_segment_move_locked(live, k, to, result); !s.is_ok()) return s;
     if (result.from == to) return result;  // already there
-    result.method = move_method(result.from, to);
-    if (result.method == MoveMethod::kNewAddress) {
-      return failed_precondition(
-          fmt::format("move of segment {} of '{}': a segment moves only in place, and {} to {} needs a new "
-                      "address; move the object whole, or use dram, numa or emulated tiers",
-                      k, live.info.name, tiers_[result.from]->name(), tiers_[to]->name()));
-    }
-    if (r.segments.empty()) {  // it splits: a segment keeps no shadow, so the object keeps none
-      drop_shadow_locked(r);
-      r.segments.assign(count, Range::Segment{r.tier, r.owner});
-    }
-    bytes = r.segment_bytes(k);
-    base = r.base + std::size_t{k} * kSegmentBytes;
-    result.discarded = discards(r, true, result.method, options);
-    if (result.method == MoveMethod::kRemap) cached_destination = take_cached_locked(to, bytes);
-    if (Status s = cached_destination ? Status::ok() : reserve_for_move(to, bytes); !s.is_ok()) {
-      ++tier_state_[to].usage.failed_moves;
-      return out_of_memory(fmt::format("move of segment {} of '{}' ({}) to tier '{}': {}; it stays on '{}'",
-                                       k, live.info.name, format_bytes(bytes), tiers_[to]->name(),
-                                       s.message(), tiers_[result.from]->name()));
-    }
-    r.moving = true;
-    ++moves_copying_;
-    r.abort_move = false;
-    r.abortable = result.method != MoveMethod::kMovePages;
-    tier_state_[to].usage.in_flight_bytes += bytes;
-    tier_state_[result.from].usage.leaving_bytes += bytes;
+    if (Status s = start_segment_move_locked(live, k, options, result, ticket); !s.is_ok()) return s;
   }
-  result.bytes = bytes;
+  result.bytes = ticket.bytes;
   lock.unlock();
   void* destination = nullptr;
   bool injected = false;
-  Status status =
-      transfer(id, to, base, bytes, cached_destination, result.discarded, destination, result, injected);
+  Status status = transfer(id, to, ticket.base, ticket.bytes, ticket.cached_destination, result.discarded,
+                           destination, result, injected);
   lock.lock();
 
-  // Phase 3, under the lock: commit, or roll back and leave the segment where it was.
+  // Phase 3: commit, or roll back and leave the segment where it was.
   Live& live = live_.at(id);  // kept while moving, even if freed meanwhile
   Range& r = live.range;
-  tier_state_[to].usage.in_flight_bytes -= bytes;
-  tier_state_[result.from].usage.leaving_bytes -= bytes;
+  tier_state_[to].usage.in_flight_bytes -= ticket.bytes;
+  tier_state_[result.from].usage.leaving_bytes -= ticket.bytes;
   r.moving = false;
   moved_or_unpinned_.notify_all();
   --moves_copying_;
@@ -1247,9 +1204,9 @@ Result<MoveResult> ObjectAllocator::move_segment(std::unique_lock<std::mutex>& l
   r.abort_move = false;
   void* old_pages = nullptr;
   if (status.is_ok() && !injected && !aborted && result.method == MoveMethod::kRemap)
-    status = remap_into_place(destination, base, bytes, old_pages);
+    status = remap_into_place(destination, ticket.base, ticket.bytes, old_pages);
   if (!status.is_ok() || injected || aborted) {
-    undo_transfer_locked(to, destination, bytes, cached_destination, result.method);
+    undo_transfer_locked(to, destination, ticket.bytes, ticket.cached_destination, result.method);
     const std::string why = injected  ? std::string("injected failure")
                             : aborted ? std::string("a layer needed it before the copy ended")
                                       : status.message();
@@ -1257,13 +1214,80 @@ Result<MoveResult> ObjectAllocator::move_segment(std::unique_lock<std::mutex>& l
       retire(id, r);
       return unavailable(fmt::format("move of segment {} of object {}: it was freed while moving", k, id));
     }
-    const std::string name = live.info.name;
-    const TierIndex stays = r.segments[k].tier;
     return Status(
         status.is_ok() ? (injected ? StatusCode::kInternal : StatusCode::kUnavailable) : status.code(),
-        fmt::format("move of segment {} of '{}' to tier '{}': {}; it stays on '{}'", k, name,
-                    tiers_[to]->name(), why, tiers_[stays]->name()));
+        fmt::format("move of segment {} of '{}' to tier '{}': {}; it stays on '{}'", k, live.info.name,
+                    tiers_[to]->name(), why, tiers_[r.segments[k].tier]->name()));
   }
+  commit_segment_locked(id, live, k, ticket, old_pages, result);
+  return result;
+}
+
+// Whether segment k of the object can move to `to`; sets result.from and .address. mutex_ held.
+Status ObjectAllocator::check_segment_move_locked(Live& live, std::uint32_t k, TierIndex to,
+                                                  MoveResult& result) {
+  const Range& r = live.range;
+  const std::uint64_t count = segment_count(r.bytes);
+  if (live.chunk != nullptr || k >= count) {
+    return invalid_argument(fmt::format(
+        "move of segment {} of '{}': {}", k, live.info.name,
+        live.chunk != nullptr ? "a small object has no segments; move it whole"
+                              : fmt::format("it has {} segments of {}", count, format_bytes(kSegmentBytes))));
+  }
+  if (r.arena != 0) {
+    return failed_precondition(
+        fmt::format("move of segment {} of '{}': it lives at a planned offset in an arena; it does not move",
+                    k, live.info.name));
+  }
+  result.from = r.segments.empty() ? r.tier : r.segments[k].tier;
+  result.address = live.info.address;
+  if (result.from == to) return Status::ok();
+  result.method = move_method(result.from, to);
+  if (result.method == MoveMethod::kNewAddress) {
+    return failed_precondition(
+        fmt::format("move of segment {} of '{}': a segment moves only in place, and {} to {} needs a new "
+                    "address; move the object whole, or use dram, numa or emulated tiers",
+                    k, live.info.name, tiers_[result.from]->name(), tiers_[to]->name()));
+  }
+  return Status::ok();
+}
+
+// Phase 1 of a segment's move: splits the object where it is whole, takes the destination and
+// marks the range moving. mutex_ held.
+Status ObjectAllocator::start_segment_move_locked(Live& live, std::uint32_t k, const MoveOptions& options,
+                                                  MoveResult& result, MoveTicket& ticket) {
+  Range& r = live.range;
+  const TierIndex to = result.to;
+  if (r.segments.empty()) {  // it splits: a segment keeps no shadow, so the object keeps none
+    drop_shadow_locked(r);
+    r.segments.assign(segment_count(r.bytes), Range::Segment{r.tier, r.owner});
+  }
+  ticket.bytes = r.segment_bytes(k);
+  ticket.base = r.base + std::size_t{k} * kSegmentBytes;
+  result.discarded = discards(r, true, result.method, options);
+  if (result.method == MoveMethod::kRemap) ticket.cached_destination = take_cached_locked(to, ticket.bytes);
+  if (Status s = ticket.cached_destination ? Status::ok() : reserve_for_move(to, ticket.bytes); !s.is_ok()) {
+    ++tier_state_[to].usage.failed_moves;
+    return out_of_memory(fmt::format("move of segment {} of '{}' ({}) to tier '{}': {}; it stays on '{}'", k,
+                                     live.info.name, format_bytes(ticket.bytes), tiers_[to]->name(),
+                                     s.message(), tiers_[result.from]->name()));
+  }
+  r.moving = true;
+  ++moves_copying_;
+  r.abort_move = false;
+  r.abortable = result.method != MoveMethod::kMovePages;
+  tier_state_[to].usage.in_flight_bytes += ticket.bytes;
+  tier_state_[result.from].usage.leaving_bytes += ticket.bytes;
+  return Status::ok();
+}
+
+// A segment's move done: its pages, owner and tier, the tiers' counts; a free that came during the
+// move completes now. mutex_ held.
+void ObjectAllocator::commit_segment_locked(ObjectId id, Live& live, std::uint32_t k,
+                                            const MoveTicket& ticket, void* old_pages, MoveResult& result) {
+  Range& r = live.range;
+  const TierIndex to = result.to;
+  const std::size_t bytes = ticket.bytes;
   Range::Segment& segment = r.segments[k];
   if (result.method == MoveMethod::kRemap) {
     if (old_pages == nullptr) {  // the kernel dropped them (no MREMAP_DONTUNMAP)
@@ -1271,7 +1295,7 @@ Result<MoveResult> ObjectAllocator::move_segment(std::unique_lock<std::mutex>& l
     } else {
       give_back_range(result.from, old_pages, bytes, segment.owner, /*piece=*/true);
     }
-    segment.owner = cached_destination ? cached_destination->owner : to;
+    segment.owner = ticket.cached_destination ? ticket.cached_destination->owner : to;
   } else {  // kMovePages: same mapping, pages on the new node
     tiers_[result.from]->unreserve(bytes);
   }
@@ -1297,7 +1321,6 @@ Result<MoveResult> ObjectAllocator::move_segment(std::unique_lock<std::mutex>& l
   tier_state_[to].usage.bytes_moved_in += bytes;
   result.moved = true;
   if (r.free_pending) retire(id, r);
-  return result;
 }
 
 std::uint64_t ObjectAllocator::asked_bytes_in_segment(const Live& live, std::size_t k) {

@@ -516,6 +516,11 @@ class ObjectAllocator {
                             bool injected, bool aborted);
   void keep_source_pages_locked(Range& r, const MoveTicket& ticket, void* old_pages,
                                 const MoveResult& result);
+  Status check_segment_move_locked(Live& live, std::uint32_t k, TierIndex to, MoveResult& result);
+  Status start_segment_move_locked(Live& live, std::uint32_t k, const MoveOptions& options,
+                                   MoveResult& result, MoveTicket& ticket);
+  void commit_segment_locked(ObjectId id, Live& live, std::uint32_t k, const MoveTicket& ticket,
+                             void* old_pages, MoveResult& result);
 
   std::vector<std::unique_ptr<Tier>> tiers_;
   ObjectTable table_;
