@@ -11,18 +11,13 @@
 
 namespace tensortier::migrator {
 
-Result<PlanInputs> inputs_from_profile(const profiler::StepProfile& profile, TierIndex fast, TierIndex slow,
-                                       std::uint64_t fast_budget_bytes) {
-  if (profile.layers.empty()) return invalid_argument("plan: the step profile has no layers");
-  if (fast == slow)
-    return invalid_argument(fmt::format("plan: the fast and the slow tier are both tier {}", fast));
-  if (fast_budget_bytes == 0) return invalid_argument("plan: a fast budget of 0 bytes");
-  PlanInputs in;
-  in.layers = static_cast<std::uint32_t>(profile.layers.size());
-  in.fast = fast;
-  in.slow = slow;
-  in.fast_budget_bytes = fast_budget_bytes;
-  std::unordered_map<ObjectId, std::size_t> index;
+namespace {
+
+using Index = std::unordered_map<ObjectId, std::size_t>;  // profile id -> index in inputs.objects
+
+// Objects of a page or more become PlanObjects (indexed by id); small ones add to the reserve: each
+// group's peak of small bytes in whole chunks.
+void add_objects(const profiler::StepProfile& profile, PlanInputs& in, Index& index) {
   std::map<GroupId, std::vector<std::int64_t>> small_delta;  // group -> live small bytes change per boundary
   for (const profiler::ObjectProfile& o : profile.objects) {
     const std::uint32_t born = o.born_at_layer.value_or(0);
@@ -50,50 +45,81 @@ Result<PlanInputs> inputs_from_profile(const profiler::StepProfile& profile, Tie
     for (std::int64_t d : delta) peak = std::max(peak, live += d);
     in.small_reserve_bytes += round_up(static_cast<std::uint64_t>(peak), kGroupChunkBytes);
   }
-  in.layer_ns.resize(in.layers);
-  for (std::uint32_t l = 0; l < in.layers; ++l) {
-    const profiler::LayerProfile& layer = profile.layers[l];
-    const std::uint64_t measured =
-        layer.unprofiled_duration_ns != 0 ? layer.unprofiled_duration_ns : layer.duration_ns;
-    in.layer_ns[l] = measured > layer.emulated_charge_ns ? measured - layer.emulated_charge_ns : 0;
-    for (const auto* ids : {&layer.declared_reads, &layer.declared_writes}) {
-      for (ObjectId id : *ids) {
-        auto it = index.find(id);
-        if (it == index.end()) continue;
-        auto& uses = in.objects[it->second].uses;
-        if (uses.empty() || uses.back() != l) uses.push_back(l);
-        auto& writes = in.objects[it->second].writes;
-        if (ids == &layer.declared_writes && (writes.empty() || writes.back() != l)) writes.push_back(l);
-      }
-    }
-    // Overwrites: declared written, not declared read, and every page written with none read
-    // first (as the profile saw them). Spans touched by a layer that did not declare them are
-    // accessed undeclared.
-    for (const profiler::SpanAccessProfile& a : layer.accesses) {
-      if (a.is_group) continue;
-      auto it = index.find(a.id);
-      if (it == index.end()) continue;
-      PlanObject& o = in.objects[it->second];
-      const bool read = std::ranges::find(layer.declared_reads, a.id) != layer.declared_reads.end();
-      const bool written = std::ranges::find(layer.declared_writes, a.id) != layer.declared_writes.end();
-      if (!read && !written) {
-        o.accessed_undeclared = true;
-        continue;
-      }
-      const std::uint64_t units = a.page_bytes == 0 ? 0 : (o.bytes + a.page_bytes - 1) / a.page_bytes;
-      if (written && !read && a.pages_read == 0 && units != 0 && a.pages_written >= units &&
-          (o.overwrites.empty() || o.overwrites.back() != l))
-        o.overwrites.push_back(l);
-    }
-    for (const profiler::SpanAccessProfile& a : layer.accesses_before) {
-      if (auto it = index.find(a.id); !a.is_group && it != index.end())
-        in.objects[it->second].accessed_undeclared = true;
-    }
-  }
-  for (const profiler::SpanAccessProfile& a : profile.accesses_after) {
+}
+
+// Objects these accesses (host code's, outside the layers) touched are accessed undeclared.
+void mark_undeclared(const std::vector<profiler::SpanAccessProfile>& accesses, PlanInputs& in,
+                     const Index& index) {
+  for (const profiler::SpanAccessProfile& a : accesses) {
     if (auto it = index.find(a.id); !a.is_group && it != index.end())
       in.objects[it->second].accessed_undeclared = true;
   }
+}
+
+// Layer l's time on fast memory (the unprofiled time where the profile has it, less the emulated
+// charge) and the objects it declares read or written.
+void add_layer_uses(const profiler::LayerProfile& layer, std::uint32_t l, PlanInputs& in,
+                    const Index& index) {
+  const std::uint64_t measured =
+      layer.unprofiled_duration_ns != 0 ? layer.unprofiled_duration_ns : layer.duration_ns;
+  in.layer_ns[l] = measured > layer.emulated_charge_ns ? measured - layer.emulated_charge_ns : 0;
+  for (const auto* ids : {&layer.declared_reads, &layer.declared_writes}) {
+    for (ObjectId id : *ids) {
+      auto it = index.find(id);
+      if (it == index.end()) continue;
+      auto& uses = in.objects[it->second].uses;
+      if (uses.empty() || uses.back() != l) uses.push_back(l);
+      auto& writes = in.objects[it->second].writes;
+      if (ids == &layer.declared_writes && (writes.empty() || writes.back() != l)) writes.push_back(l);
+    }
+  }
+}
+
+// Overwrites: declared written, not declared read, and every page written with none read first
+// (as the profile saw them). Spans touched by a layer that did not declare them, or by host code
+// before it, are accessed undeclared.
+void add_layer_accesses(const profiler::LayerProfile& layer, std::uint32_t l, PlanInputs& in,
+                        const Index& index) {
+  for (const profiler::SpanAccessProfile& a : layer.accesses) {
+    if (a.is_group) continue;
+    auto it = index.find(a.id);
+    if (it == index.end()) continue;
+    PlanObject& o = in.objects[it->second];
+    const bool read = std::ranges::find(layer.declared_reads, a.id) != layer.declared_reads.end();
+    const bool written = std::ranges::find(layer.declared_writes, a.id) != layer.declared_writes.end();
+    if (!read && !written) {
+      o.accessed_undeclared = true;
+      continue;
+    }
+    const std::uint64_t units = a.page_bytes == 0 ? 0 : (o.bytes + a.page_bytes - 1) / a.page_bytes;
+    if (written && !read && a.pages_read == 0 && units != 0 && a.pages_written >= units &&
+        (o.overwrites.empty() || o.overwrites.back() != l))
+      o.overwrites.push_back(l);
+  }
+  mark_undeclared(layer.accesses_before, in, index);
+}
+
+}  // namespace
+
+Result<PlanInputs> inputs_from_profile(const profiler::StepProfile& profile, TierIndex fast, TierIndex slow,
+                                       std::uint64_t fast_budget_bytes) {
+  if (profile.layers.empty()) return invalid_argument("plan: the step profile has no layers");
+  if (fast == slow)
+    return invalid_argument(fmt::format("plan: the fast and the slow tier are both tier {}", fast));
+  if (fast_budget_bytes == 0) return invalid_argument("plan: a fast budget of 0 bytes");
+  PlanInputs in;
+  in.layers = static_cast<std::uint32_t>(profile.layers.size());
+  in.fast = fast;
+  in.slow = slow;
+  in.fast_budget_bytes = fast_budget_bytes;
+  Index index;
+  add_objects(profile, in, index);
+  in.layer_ns.resize(in.layers);
+  for (std::uint32_t l = 0; l < in.layers; ++l) {
+    add_layer_uses(profile.layers[l], l, in, index);
+    add_layer_accesses(profile.layers[l], l, in, index);
+  }
+  mark_undeclared(profile.accesses_after, in, index);
   std::vector<PlannedBuffer> lives;
   for (const PlanObject& o : in.objects) {
     if (o.freed > o.born || o.persistent) lives.push_back({o.born, std::max(o.freed, o.born + 1), o.bytes});

@@ -334,6 +334,12 @@ class Runtime {
   // Plans `policy_` from the profile and starts its executor; on failure, says why and runs on
   // without migration.
   void start_migration(const profiler::StepProfile& profile);
+  // Its phases (runtime_migration.cc): the fast budget (none: the policy failed), the plan's
+  // rates, the allocator made ready for the plan, the plan's summary logged.
+  std::optional<std::uint64_t> fast_budget_for(const migrator::PlanInputs& inputs);
+  void set_plan_rates(migrator::PlanInputs& inputs) const;
+  void prepare_allocator(std::uint64_t budget);
+  void log_plan(std::uint64_t budget, std::uint64_t footprint, std::uint64_t failed) const;
   // Records and logs why the policy does not run (policy_failure()).
   void fail_policy(std::string_view why);
   std::string policy_failure_;
