@@ -9,6 +9,7 @@
 
 #include "stats.h"
 #include "tensortier/allocator/tier_spec.h"
+#include "tensortier/enum_names.h"
 
 namespace tensortier::bench {
 
@@ -98,16 +99,14 @@ std::string first_real_spec(const std::vector<std::string>& specs) {
   return it != specs.end() ? *it : "";
 }
 
+constexpr EnumName<TaskKind> kTaskKindNames[] = {
+    {TaskKind::kPolicies, "policies"},
+    {TaskKind::kNumactl, "numactl"},
+    {TaskKind::kEmulationCheck, "emulation-check"},
+};
+
 const char* to_string(TaskKind kind) {
-  switch (kind) {
-    case TaskKind::kPolicies:
-      return "policies";
-    case TaskKind::kNumactl:
-      return "numactl";
-    case TaskKind::kEmulationCheck:
-      return "emulation-check";
-  }
-  return "?";
+  return name_of(kind, kTaskKindNames, "?").data();  // the table's names are literals: NUL-terminated
 }
 
 nlohmann::json to_json(const Task& t) {
@@ -121,15 +120,11 @@ Result<Task> task_from_json(const nlohmann::json& j) {
     Task t;
     j.at("id").get_to(t.id);
     const std::string kind = j.at("kind").get<std::string>();
-    if (kind == "policies") {
-      t.kind = TaskKind::kPolicies;
-    } else if (kind == "numactl") {
-      t.kind = TaskKind::kNumactl;
-    } else if (kind == "emulation-check") {
-      t.kind = TaskKind::kEmulationCheck;
-    } else {
-      return invalid_argument(fmt::format("unknown task kind '{}'", kind));
-    }
+    const std::optional<TaskKind> named = value_named(kind, kTaskKindNames);
+    if (!named)
+      return invalid_argument(
+          fmt::format("unknown task kind '{}' (known: {})", kind, names_of(kTaskKindNames)));
+    t.kind = *named;
     j.at("model").get_to(t.model);
     j.at("spec").get_to(t.spec);
     j.at("budget").get_to(t.budget);

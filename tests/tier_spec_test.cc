@@ -1,6 +1,7 @@
 // The tier spec grammar: good specs parse to the right configs, bad ones name the bad part.
 #include "tensortier/allocator/tier_spec.h"
 #include "tensortier/allocator/tier.h"
+#include "tensortier/enum_names.h"
 
 #include <gtest/gtest.h>
 
@@ -102,6 +103,30 @@ TEST(SizeParse, UnitsArePowersOf1024) {
   EXPECT_EQ(parse_size_bytes("3K").value(), 3072u);
   EXPECT_EQ(parse_size_bytes("2MiB").value(), 2u << 20);
   EXPECT_EQ(parse_size_bytes("1TiB").value(), 1ULL << 40);
+}
+
+// The one table per enum: names both ways, an unlisted value or name, the list for messages.
+TEST(EnumNames, NamesBothWaysAndSaysWhatItDoesNotKnow) {
+  enum class Color { kRed, kBlue, kGreen };
+  constexpr EnumName<Color> kNames[] = {{Color::kRed, "red"}, {Color::kBlue, "light blue"}};
+  EXPECT_EQ(name_of(Color::kBlue, kNames), "light blue");
+  EXPECT_EQ(name_of(Color::kGreen, kNames), "unknown");
+  EXPECT_EQ(name_of(Color::kGreen, kNames, "?"), "?");
+  EXPECT_EQ(value_named("red", kNames), Color::kRed);
+  EXPECT_FALSE(value_named("green", kNames).has_value());
+  EXPECT_EQ(names_of(kNames), "red, light blue");
+  // Every tier kind's name parses back to that kind.
+  for (TierKind kind : {TierKind::kDram, TierKind::kNuma, TierKind::kDaxKmem, TierKind::kPmem,
+                        TierKind::kEmulated, TierKind::kCuda, TierKind::kPinned}) {
+    EXPECT_STRNE(to_string(kind), "unknown");
+    const std::string arg = kind == TierKind::kNuma || kind == TierKind::kCuda ? ":0"
+                            : kind == TierKind::kPmem                          ? ":/tmp"
+                            : kind == TierKind::kEmulated                      ? ":optane"
+                                                                               : "";
+    auto parsed = parse_tier_spec(std::string("t=") + to_string(kind) + arg);
+    ASSERT_TRUE(parsed.is_ok()) << parsed.status().message();
+    EXPECT_EQ(parsed->front().kind, kind);
+  }
 }
 
 }  // namespace

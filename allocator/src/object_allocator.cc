@@ -15,6 +15,7 @@
 #include <spdlog/spdlog.h>
 
 #include "os_pages.h"
+#include "tensortier/enum_names.h"
 
 namespace tensortier {
 namespace {
@@ -50,17 +51,13 @@ void put_pages_back(void* base, std::size_t bytes, int node, const Status& why) 
 }  // namespace
 
 std::string_view to_string(MoveMethod method) {
-  switch (method) {
-    case MoveMethod::kNone:
-      return "none";
-    case MoveMethod::kMovePages:
-      return "move_pages (in place)";
-    case MoveMethod::kRemap:
-      return "copy + mremap (in place)";
-    case MoveMethod::kNewAddress:
-      return "copy to a new address";
-  }
-  return "?";
+  static constexpr EnumName<MoveMethod> kNames[] = {
+      {MoveMethod::kNone, "none"},
+      {MoveMethod::kMovePages, "move_pages (in place)"},
+      {MoveMethod::kRemap, "copy + mremap (in place)"},
+      {MoveMethod::kNewAddress, "copy to a new address"},
+  };
+  return name_of(method, kNames, "?");
 }
 
 ObjectAllocator::ObjectAllocator(std::vector<std::unique_ptr<Tier>> tiers)

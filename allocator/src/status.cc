@@ -1,26 +1,21 @@
 // Status names and formatting.
 #include "tensortier/status.h"
 
+#include "tensortier/enum_names.h"
+
 namespace tensortier {
 
 const char* to_string(StatusCode code) {
-  switch (code) {
-    case StatusCode::kOk:
-      return "ok";
-    case StatusCode::kInvalidArgument:
-      return "invalid argument";
-    case StatusCode::kOutOfMemory:
-      return "out of memory";
-    case StatusCode::kNotFound:
-      return "not found";
-    case StatusCode::kUnavailable:
-      return "unavailable";
-    case StatusCode::kFailedPrecondition:
-      return "failed precondition";
-    case StatusCode::kInternal:
-      return "internal";
-  }
-  return "unknown";
+  static constexpr EnumName<StatusCode> kNames[] = {
+      {StatusCode::kOk, "ok"},
+      {StatusCode::kInvalidArgument, "invalid argument"},
+      {StatusCode::kOutOfMemory, "out of memory"},
+      {StatusCode::kNotFound, "not found"},
+      {StatusCode::kUnavailable, "unavailable"},
+      {StatusCode::kFailedPrecondition, "failed precondition"},
+      {StatusCode::kInternal, "internal"},
+  };
+  return name_of(code, kNames).data();  // the table's names are literals: NUL-terminated
 }
 
 std::string Status::to_string() const {

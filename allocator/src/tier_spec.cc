@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "tensortier/allocator/tier.h"  // kPageBytes
+#include "tensortier/enum_names.h"
 
 namespace tensortier {
 namespace {
@@ -63,26 +64,16 @@ int parse_index(std::string_view text) {
   return ec == std::errc() && end == text.data() + text.size() && index >= 0 ? index : -1;
 }
 
+constexpr EnumName<TierKind> kTierKindNames[] = {
+    {TierKind::kDram, "dram"},     {TierKind::kNuma, "numa"},         {TierKind::kDaxKmem, "daxkmem"},
+    {TierKind::kPmem, "pmem"},     {TierKind::kEmulated, "emulated"}, {TierKind::kCuda, "cuda"},
+    {TierKind::kPinned, "pinned"},
+};
+
 }  // namespace
 
 const char* to_string(TierKind kind) {
-  switch (kind) {
-    case TierKind::kDram:
-      return "dram";
-    case TierKind::kNuma:
-      return "numa";
-    case TierKind::kDaxKmem:
-      return "daxkmem";
-    case TierKind::kPmem:
-      return "pmem";
-    case TierKind::kEmulated:
-      return "emulated";
-    case TierKind::kCuda:
-      return "cuda";
-    case TierKind::kPinned:
-      return "pinned";
-  }
-  return "unknown";
+  return name_of(kind, kTierKindNames).data();  // the table's names are literals: NUL-terminated
 }
 
 Result<std::uint64_t> parse_size_bytes(std::string_view text) {

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "tensortier/enum_names.h"
 #include "tensortier/write_file.h"
 
 namespace tensortier::profiler {
@@ -35,17 +36,13 @@ json accesses_json(const std::vector<SpanAccessProfile>& accesses) {
 }  // namespace
 
 std::string_view to_string(LifetimeClass c) {
-  switch (c) {
-    case LifetimeClass::kPersistent:
-      return "persistent";
-    case LifetimeClass::kLong:
-      return "long";
-    case LifetimeClass::kShort:
-      return "short";
-    case LifetimeClass::kCrossing:
-      return "crossing";
-  }
-  return "unknown";
+  static constexpr EnumName<LifetimeClass> kNames[] = {
+      {LifetimeClass::kPersistent, "persistent"},
+      {LifetimeClass::kLong, "long"},
+      {LifetimeClass::kShort, "short"},
+      {LifetimeClass::kCrossing, "crossing"},
+  };
+  return name_of(c, kNames);
 }
 
 LifetimeClass classify(const std::optional<std::uint32_t>& born, const std::optional<std::uint32_t>& freed,
