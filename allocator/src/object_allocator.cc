@@ -296,6 +296,7 @@ ObjectInfo ObjectAllocator::admit_locked(Live live, TierIndex t, ObjectKey key) 
   live.info.key = key != 0 ? key : live.info.id;
   TierUsage& usage = tier_state_[t].usage;
   usage.live_bytes += live.info.bytes;
+  usage.peak_live_bytes = std::max(usage.peak_live_bytes, usage.live_bytes);
   live_bytes_ += live.info.bytes;
   peak_live_bytes_ = std::max(peak_live_bytes_, live_bytes_);
   ++usage.live_objects;
@@ -1301,6 +1302,8 @@ void ObjectAllocator::commit_segment_locked(ObjectId id, Live& live, std::uint32
     const std::uint64_t asked = asked_bytes_in_segment(live, k);
     tier_state_[result.from].usage.live_bytes -= asked;
     tier_state_[to].usage.live_bytes += asked;
+    tier_state_[to].usage.peak_live_bytes =
+        std::max(tier_state_[to].usage.peak_live_bytes, tier_state_[to].usage.live_bytes);
     if (k == 0) {
       --tier_state_[result.from].usage.live_objects;
       ++tier_state_[to].usage.live_objects;
@@ -1361,6 +1364,8 @@ void ObjectAllocator::commit_move(ObjectId id, Live* live, Chunk* chunk, MoveMet
     tier_state_[from].usage.live_bytes -= object_bytes;
     tier_state_[from].usage.live_objects -= objects;
     tier_state_[to].usage.live_bytes += object_bytes;
+    tier_state_[to].usage.peak_live_bytes =
+        std::max(tier_state_[to].usage.peak_live_bytes, tier_state_[to].usage.live_bytes);
     tier_state_[to].usage.live_objects += objects;
   }
   TierUsage& out = tier_state_[from].usage;
@@ -1493,6 +1498,13 @@ std::uint64_t ObjectAllocator::live_bytes() const {
 std::uint64_t ObjectAllocator::peak_live_bytes() const {
   std::lock_guard lock(mutex_);
   return peak_live_bytes_;
+}
+
+void ObjectAllocator::reset_tier_peak(TierIndex index) {
+  std::lock_guard lock(mutex_);
+  tiers_.at(index)->reset_peak();
+  TierUsage& usage = tier_state_.at(index).usage;
+  usage.peak_live_bytes = usage.live_bytes;
 }
 
 void ObjectAllocator::reset_peak_live_bytes() {

@@ -1,6 +1,6 @@
 // tensortier-train: trains a model with oneDNN, every tensor a runtime object placed on the
-// configured tiers, and reports loss, accuracy, step time and fast-tier use.
-// Default: LeNet-5 on Fashion-MNIST for 2 epochs (the README's main command).
+// configured tiers, and reports loss, accuracy, step time and fast-tier use. With --compare, the
+// same first steps run under each policy listed first, side by side (the README's main command).
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -20,6 +21,7 @@
 #include "tensortier/allocator/tier_spec.h"
 #include "tensortier/dnn/data.h"
 #include "tensortier/dnn/models.h"
+#include "tensortier/migrator/plan.h"
 #include "tensortier/timeline.h"
 
 namespace {
@@ -53,6 +55,8 @@ struct Options {
   std::uint32_t trial_steps = RuntimeOptions{}.trial_steps;
   std::uint32_t measured_mover_steps = RuntimeOptions{}.measured_mover_steps;
   std::uint32_t copy_threads = RuntimeOptions{}.copy_threads;
+  std::vector<std::string> compare;  // policies run side by side before training (--compare)
+  std::size_t compare_steps = 20;
   std::string trace;  // Chrome trace of steps [trace_from, trace_from + trace_steps)
   std::size_t trace_from = 4;
   std::size_t trace_steps = 1;
@@ -139,9 +143,8 @@ std::string fast_tier_use(const Runtime& rt) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  Options o;
-  CLI::App app{"Train a model with tensortier placing every tensor on memory tiers"};
+// Training flags: model, data, optimizer, engine.
+void add_training_flags(CLI::App& app, Options& o) {
   std::string models;
   for (const auto& m : model_names()) models += (models.empty() ? "" : ", ") + m;
   app.add_option("--model", o.model, "Model: " + models)->capture_default_str();
@@ -187,6 +190,24 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--test-limit", o.test_limit, "Use only the first N test samples (0: all)")
       ->capture_default_str();
+  app.add_option("--seed", o.seed, "Seed of weights and shuffling")->capture_default_str();
+  app.add_option("--log-every", o.log_every, "Without a terminal: print a line every N steps")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1'000'000'000}))
+      ->capture_default_str();
+  app.add_option(
+         "--compare", o.compare,
+         "Before training, run the same first steps (same weights, same batches) under each of these "
+         "policies in turn, comma-separated, and print them side by side: step time, fast memory, bytes "
+         "moved, loss")
+      ->delimiter(',')
+      ->check(CLI::IsMember(migrator::policy_names()));
+  app.add_option("--compare-steps", o.compare_steps, "Steps each --compare policy runs")
+      ->check(CLI::Range(std::size_t{3}, std::size_t{10'000}))
+      ->capture_default_str();
+}
+
+// The runtime's flags: tiers, profiling, policy, budget, trial, mover, trace.
+void add_runtime_flags(CLI::App& app, Options& o) {
   app.add_option("--tiers", o.tiers,
                  "Tier spec (docs/TIERS.md); default: TENSORTIER_TIERS, else hwloc discovery")
       ->check(
@@ -198,10 +219,6 @@ int main(int argc, char** argv) {
                                 : std::string();
           },
           "SPEC");
-  app.add_option("--seed", o.seed, "Seed of weights and shuffling")->capture_default_str();
-  app.add_option("--log-every", o.log_every, "Without a terminal: print a line every N steps")
-      ->check(CLI::Range(std::size_t{1}, std::size_t{1'000'000'000}))
-      ->capture_default_str();
   app.add_option("--profile", o.profile,
                  "Which step to profile (0-based; 'off': none); default: TENSORTIER_PROFILE, else 1")
       ->check([](const std::string& v) {
@@ -220,9 +237,8 @@ int main(int argc, char** argv) {
       "--profile-json", o.profile_json,
       "Write the first step profile there as JSON (docs/PROFILE.md; tools/tensortier-profile reads it)");
   app.add_option("--policy", o.policy,
-                 "Migration policy from the step after the profiled one: fast-only, slow-only, first-touch, "
-                 "interleave, reactive, reactive-2m, autoswap, sentinel or oracle (default: "
-                 "TENSORTIER_POLICY, else none)");
+                 "Migration policy from the step after the profiled one: " + migrator::known_policies() +
+                     " (default: TENSORTIER_POLICY, else none)");
   app.add_option("--fast-budget", o.fast_budget,
                  "The fast tier's budget under the policy: a size (512MiB) or a share of the profiled peak "
                  "(20%) (default: TENSORTIER_FAST_BUDGET, else the tier's own)");
@@ -251,77 +267,266 @@ int main(int argc, char** argv) {
   app.add_option("--trace-steps", o.trace_steps, "Steps the trace records")
       ->check(CLI::Range(1, 100))
       ->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
-  // A line at a time even into a pipe or a file (tee, a log): progress shows as it happens.
-  std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  // CLI11 reads "nan" and "inf" as numbers: a run on them trains to a nan loss.
+}
+
+// Flags the parser cannot check: numbers CLI11 reads as nan or inf, a policy with profiling off.
+Status check_options(const Options& o) {
   for (const auto& [flag, value] : {std::pair{"--lr", o.lr}, std::pair{"--momentum", o.momentum},
                                     std::pair{"--weight-decay", o.weight_decay}}) {
     if (!std::isfinite(value) || value < 0)
-      return fail(invalid_argument(fmt::format("{} {}: use a finite number of 0 or more", flag, value)));
+      return invalid_argument(fmt::format("{} {}: use a finite number of 0 or more", flag, value));
   }
+  if ((!o.policy.empty() || !o.compare.empty()) && o.profile == "off")
+    return invalid_argument("--policy plans from the profiled step: it cannot run with --profile off");
+  return Status::ok();
+}
 
-  spdlog::set_level(spdlog::level::warn);
+struct Data {
+  Dataset train, test;
+};
+
+Result<Data> load_data(const Options& o) {
+  Data d;
+  if (o.data == "fashion-mnist") {
+    auto tr = load_fashion_mnist(o.data_dir, true, o.train_limit);
+    if (!tr) return tr.status();
+    auto te = load_fashion_mnist(o.data_dir, false, o.test_limit);
+    if (!te) return te.status();
+    d.train = std::move(tr).value();
+    d.test = std::move(te).value();
+    // The network is built for the training images; a test image of another size would not fit
+    // its input (and overflow the batch buffer).
+    if (d.test.height != d.train.height || d.test.width != d.train.width ||
+        d.test.channels != d.train.channels) {
+      return invalid_argument(fmt::format(
+          "the test images in {} are {}x{}x{} but the training images are {}x{}x{}: use test and training "
+          "files of one data set",
+          o.data_dir, d.test.channels, d.test.height, d.test.width, d.train.channels, d.train.height,
+          d.train.width));
+    }
+  } else {
+    d.train = synthetic_dataset(o.synthetic_count, o.channels, o.image_size, o.image_size, o.classes, o.seed);
+    d.test = synthetic_dataset(std::max<std::size_t>(o.batch, o.synthetic_count / 4), o.channels,
+                               o.image_size, o.image_size, o.classes, o.seed + 1);
+  }
+  if (d.train.count() < o.batch || d.test.count() < o.batch) {
+    return invalid_argument(fmt::format("batch {} is larger than the data ({} training, {} test samples)",
+                                        o.batch, d.train.count(), d.test.count()));
+  }
+  return d;
+}
+
+// One training run under one policy: its runtime, engine, network and batches (the weights and the
+// batches are the same in every run of one seed), and the trace recorder where asked.
+struct Run {
+  std::unique_ptr<Runtime> rt;
+  std::unique_ptr<Engine> engine;
+  std::unique_ptr<Network> net;
+  std::unique_ptr<BatchIterator> batches;
+  std::unique_ptr<TimelineRecorder> timeline;
+  std::string policy;
+};
+
+Result<Run> make_run(const Options& o, const std::string& policy, const Dataset& train) {
+  Run run;
+  run.policy = policy;
   RuntimeOptions runtime_options(o.tiers);
-  runtime_options.policy = o.policy;
+  runtime_options.policy = policy;
   runtime_options.fast_budget = o.fast_budget;
   runtime_options.trial_steps = o.trial_steps;
   runtime_options.measured_mover_steps = o.measured_mover_steps;
   runtime_options.copy_threads = o.copy_threads;
-  if (!o.policy.empty() && o.profile == "off")
-    return fail(invalid_argument("--policy plans from the profiled step: it cannot run with --profile off"));
   auto created = Runtime::create(runtime_options);
-  if (!created) return fail(created.status());
-  Runtime& rt = *created.value();
-  if (Status s = apply_profile_flags(o, rt); !s.is_ok()) return fail(s);
-  Engine engine(rt);
+  if (!created) return created.status();
+  run.rt = std::move(created).value();
+  TENSORTIER_RETURN_IF_ERROR(apply_profile_flags(o, *run.rt));
+  run.engine = std::make_unique<Engine>(*run.rt);
   const Result<ConvAlgorithm> conv = parse_conv_algorithm(o.conv);
-  if (!conv) return fail(conv.status());
-  engine.set_conv_algorithm(conv.value());
-  engine.set_in_place_relu(o.in_place);
-  std::unique_ptr<TimelineRecorder> timeline;
-  if (!o.trace.empty()) {
-    timeline = std::make_unique<TimelineRecorder>(o.trace_from - 1, o.trace_steps,
-                                                  fmt::format("tensortier-train {}", o.model));
-    if (Status s = rt.add_observer(timeline.get()); !s.is_ok()) return fail(s);
-  }
-
-  Dataset train, test;
-  if (o.data == "fashion-mnist") {
-    auto tr = load_fashion_mnist(o.data_dir, true, o.train_limit);
-    if (!tr) return fail(tr.status());
-    auto te = load_fashion_mnist(o.data_dir, false, o.test_limit);
-    if (!te) return fail(te.status());
-    train = std::move(tr).value();
-    test = std::move(te).value();
-    // The network is built for the training images; a test image of another size would not fit
-    // its input (and overflow the batch buffer).
-    if (test.height != train.height || test.width != train.width || test.channels != train.channels) {
-      return fail(invalid_argument(fmt::format(
-          "the test images in {} are {}x{}x{} but the training images are {}x{}x{}: use test and training "
-          "files of one data set",
-          o.data_dir, test.channels, test.height, test.width, train.channels, train.height, train.width)));
-    }
-  } else {
-    train = synthetic_dataset(o.synthetic_count, o.channels, o.image_size, o.image_size, o.classes, o.seed);
-    test = synthetic_dataset(std::max<std::size_t>(o.batch, o.synthetic_count / 4), o.channels, o.image_size,
-                             o.image_size, o.classes, o.seed + 1);
-  }
-  if (train.count() < o.batch || test.count() < o.batch) {
-    return fail(
-        invalid_argument(fmt::format("batch {} is larger than the data ({} training, {} test samples)",
-                                     o.batch, train.count(), test.count())));
-  }
+  if (!conv) return conv.status();
+  run.engine->set_conv_algorithm(conv.value());
+  run.engine->set_in_place_relu(o.in_place);
   auto model = make_model(o.model, {train.classes, o.width});
-  if (!model) return fail(model.status());
-  Network& net = *model.value();
+  if (!model) return model.status();
+  run.net = std::move(model).value();
   const dnnl::memory::dims input{static_cast<dnnl::memory::dim>(o.batch), train.channels, train.height,
                                  train.width};
-  if (Status s = net.build(engine, input, o.seed); !s.is_ok()) return fail(s);
+  TENSORTIER_RETURN_IF_ERROR(run.net->build(*run.engine, input, o.seed));
+  run.batches = std::make_unique<BatchIterator>(train, o.batch, o.seed);
+  return run;
+}
 
-  BatchIterator batches(train, o.batch, o.seed);
+// What the training loop saw: the loss of each step, and each step's time.
+struct Steps {
+  std::vector<double> loss, ms;
+  std::size_t settled_from = 0;  // the first step (1-based) that ran the plan as it goes on; 0: none
+};
+
+// Trains `total` steps (of a run of `total` for the learning-rate schedule); `show` prints a
+// progress bar on a terminal, else a line every --log-every steps.
+Result<Steps> train_steps(Run& run, const Options& o, std::size_t total, bool show) {
+  const bool tty = isatty(fileno(stdout)) != 0;
+  SgdOptions sgd{o.lr, o.momentum, o.weight_decay};
+  Batch batch;
+  Steps steps;
+  double loss_sum = 0, step_ms_sum = 0;
+  std::size_t correct = 0, seen = 0, window = 0;
+  for (std::size_t step = 1; step <= total; ++step) {
+    TENSORTIER_RETURN_IF_ERROR(run.batches->next(*run.engine, batch));
+    const auto t0 = std::chrono::steady_clock::now();
+    if (o.schedule == "cosine") {
+      sgd.learning_rate =
+          o.lr * 0.5F *
+          (1.0F + std::cos(3.14159265F * static_cast<float>(step - 1) / static_cast<float>(total)));
+    }
+    TENSORTIER_RETURN_IF_ERROR(run.rt->step_begin());
+    auto r = run.net->train_step(*run.engine, batch, sgd);
+    TENSORTIER_RETURN_IF_ERROR(run.rt->step_end());
+    if (!r) return r.status();
+    steps.ms.push_back(ms_since(t0));
+    steps.loss.push_back(r->loss);
+    if (steps.settled_from == 0 && run.rt->plan_settled()) steps.settled_from = step + 1;
+    if (!show) continue;
+    step_ms_sum += steps.ms.back();
+    loss_sum += r->loss;
+    correct += r->correct;
+    seen += r->count;
+    ++window;
+    const std::size_t epoch = (step - 1) / std::max<std::size_t>(1, run.batches->batches_per_epoch()) + 1;
+    const std::string line = fmt::format("step {}/{} epoch {} loss {:.4f} acc {:.1f}% {:.1f} ms/step {}",
+                                         step, total, epoch, loss_sum / static_cast<double>(window),
+                                         100.0 * static_cast<double>(correct) / static_cast<double>(seen),
+                                         step_ms_sum / static_cast<double>(window),
+                                         fast_tier_use(*run.rt) + migration_use(*run.rt));
+    if (tty) {
+      const int width = 24;
+      const auto filled = static_cast<int>(static_cast<double>(width) * static_cast<double>(step) /
+                                           static_cast<double>(total));
+      fmt::print("\r[{}{}] {}   ", std::string(static_cast<std::size_t>(filled), '='),
+                 std::string(static_cast<std::size_t>(width - filled), ' '), line);
+      std::fflush(stdout);
+    } else if (step % o.log_every == 0 || step == total) {
+      fmt::print("{}\n", line);
+    }
+    if (step % o.log_every == 0) loss_sum = step_ms_sum = 0, correct = seen = window = 0;
+  }
+  if (show && tty) fmt::print("\n");
+  return steps;
+}
+
+// One --compare policy's row: its first compare_steps steps in a run of its own.
+struct CompareRow {
+  std::string policy;
+  double median_ms = 0;
+  std::size_t from_step = 0;  // the steps the median is of: from here to the last (1-based)
+  std::uint64_t fast_peak_bytes = 0, fast_budget_bytes = 0;
+  std::uint64_t moved_in_bytes = 0, moved_out_bytes = 0;  // in the last step
+  double last_loss = 0;
+  std::string chosen;  // the trial's finding, where it ran one
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+Result<CompareRow> compare_one(const Options& o, const std::string& policy, const Dataset& train) {
+  auto run = make_run(o, policy, train);
+  if (!run) return run.status();
+  fmt::print("  {:<12} {} steps ...", policy, o.compare_steps);
+  std::fflush(stdout);
+  auto steps = train_steps(run.value(), o, o.compare_steps, /*show=*/false);
+  if (!steps) return steps.status();
+  CompareRow row;
+  row.policy = policy;
+  // The steps after the profiled one and the policy's trial: the plan as it goes on.
+  row.from_step = steps->settled_from;
+  if (row.from_step == 0 || row.from_step > o.compare_steps) {
+    return failed_precondition(
+        fmt::format("--compare {}: its plan was still on trial after {} steps (--compare-steps); give more "
+                    "steps, or fewer "
+                    "--trial-steps",
+                    policy, o.compare_steps));
+  }
+  row.median_ms = median(std::vector<double>(
+      steps->ms.begin() + static_cast<std::ptrdiff_t>(row.from_step - 1), steps->ms.end()));
+  const RuntimeStats stats = run->rt->stats();
+  row.fast_peak_bytes = stats.tiers.front().peak_live_bytes;
+  row.fast_budget_bytes = stats.tiers.front().budget_bytes;
+  row.moved_in_bytes = stats.migration.last_step_bytes_in;
+  row.moved_out_bytes = stats.migration.last_step_bytes_out;
+  row.last_loss = steps->loss.back();
+  row.chosen = run->rt->trial_result();
+  fmt::print(" {:.1f} ms a step\n", row.median_ms);
+  if (!run->rt->policy_failure().empty()) return failed_precondition(run->rt->policy_failure());
+  return row;
+}
+
+// --compare: the same first steps under each policy, side by side.
+Status compare_policies(const Options& o, const Dataset& train) {
+  fmt::print("the same {} steps (same weights, same batches) under each policy, one run each:\n",
+             o.compare_steps);
+  std::vector<CompareRow> rows;
+  for (const std::string& policy : o.compare) {
+    auto row = compare_one(o, policy, train);
+    if (!row) return row.status();
+    rows.push_back(std::move(row).value());
+  }
+  const auto reference = std::ranges::find(rows, std::string("fast-only"), &CompareRow::policy);
+  fmt::print("\n{:<12} {:>14} {:>12} {:>12} {:>22} {:>20} {:>12}\n", "policy", "step (median)", "steps timed",
+             "vs fast-only", "fast tier live (peak)", "moved a step in/out", "loss");
+  for (const CompareRow& r : rows) {
+    const std::string ratio = reference != rows.end() && reference->median_ms > 0
+                                  ? fmt::format("{:.2f}x", r.median_ms / reference->median_ms)
+                                  : "-";
+    fmt::print("{:<12} {:>11.1f} ms {:>12} {:>12} {:>22} {:>20} {:>12.6f}\n", r.policy, r.median_ms,
+               fmt::format("{}-{}", r.from_step, o.compare_steps), ratio, format_bytes(r.fast_peak_bytes),
+               format_bytes(r.moved_in_bytes) + " / " + format_bytes(r.moved_out_bytes), r.last_loss);
+  }
+  fmt::print(
+      "step time: the median of the steps after the profiled one and the policy's trial; fast tier live: the "
+      "most "
+      "bytes of live objects on the fast tier from the policy's start; loss: at step {}, the same in every "
+      "row "
+      "(placement never changes results)\n",
+      o.compare_steps);
+  for (const CompareRow& r : rows) {
+    if (!r.chosen.empty()) fmt::print("  {}: {}\n", r.policy, r.chosen);
+  }
+  fmt::print("\n");
+  return Status::ok();
+}
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"Train a model with tensortier placing every tensor on memory tiers"};
+  add_training_flags(app, o);
+  add_runtime_flags(app, o);
+  CLI11_PARSE(app, argc, argv);
+  // A line at a time even into a pipe or a file (tee, a log): progress shows as it happens.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  if (Status s = check_options(o); !s.is_ok()) return fail(s);
+  spdlog::set_level(spdlog::level::warn);
+  auto data = load_data(o);
+  if (!data) return fail(data.status());
+  const Dataset& train = data->train;
+  const Dataset& test = data->test;
+  if (!o.compare.empty()) {
+    if (Status s = compare_policies(o, train); !s.is_ok()) return fail(s);
+  }
+  auto made = make_run(o, o.policy, train);
+  if (!made) return fail(made.status());
+  Run& run = made.value();
+  Runtime& rt = *run.rt;
+  Engine& engine = *run.engine;
+  Network& net = *run.net;
+  if (!o.trace.empty()) {
+    run.timeline = std::make_unique<TimelineRecorder>(o.trace_from - 1, o.trace_steps,
+                                                      fmt::format("tensortier-train {}", o.model));
+    if (Status s = rt.add_observer(run.timeline.get()); !s.is_ok()) return fail(s);
+  }
+  std::unique_ptr<TimelineRecorder>& timeline = run.timeline;
   const std::size_t total =
-      o.steps > 0 ? o.steps : batches.batches_per_epoch() * static_cast<std::size_t>(o.epochs);
+      o.steps > 0 ? o.steps : run.batches->batches_per_epoch() * static_cast<std::size_t>(o.epochs);
   // A policy plans from the profiled step and runs from the one after it: a profile at the last
   // step or later leaves it nothing to run.
   if (!o.policy.empty() && rt.profile_options().step + 1 >= total) {
@@ -338,48 +543,8 @@ int main(int argc, char** argv) {
     if (const CostModel* cost = rt.tier(t).cost_model(); cost != nullptr)
       fmt::print("  tier '{}' is emulated: {}; {}\n", rt.tier(t).name(), cost->describe(), cost->reference());
   }
-  const bool tty = isatty(fileno(stdout)) != 0;
-  SgdOptions sgd{o.lr, o.momentum, o.weight_decay};
-  Batch batch;
-  double loss_sum = 0, step_ms_sum = 0;
-  std::size_t correct = 0, seen = 0, window = 0;
   const auto start = std::chrono::steady_clock::now();
-  for (std::size_t step = 1; step <= total; ++step) {
-    if (Status s = batches.next(engine, batch); !s.is_ok()) return fail(s);
-    const auto t0 = std::chrono::steady_clock::now();
-    if (o.schedule == "cosine") {
-      sgd.learning_rate =
-          o.lr * 0.5F *
-          (1.0F + std::cos(3.14159265F * static_cast<float>(step - 1) / static_cast<float>(total)));
-    }
-    if (Status s = rt.step_begin(); !s.is_ok()) return fail(s);
-    auto r = net.train_step(engine, batch, sgd);
-    if (Status s = rt.step_end(); !s.is_ok()) return fail(s);
-    if (!r) return fail(r.status());
-    step_ms_sum += ms_since(t0);
-    loss_sum += r->loss;
-    correct += r->correct;
-    seen += r->count;
-    ++window;
-    const std::size_t epoch = (step - 1) / std::max<std::size_t>(1, batches.batches_per_epoch()) + 1;
-    const std::string line =
-        fmt::format("step {}/{} epoch {} loss {:.4f} acc {:.1f}% {:.1f} ms/step {}", step, total, epoch,
-                    loss_sum / static_cast<double>(window),
-                    100.0 * static_cast<double>(correct) / static_cast<double>(seen),
-                    step_ms_sum / static_cast<double>(window), fast_tier_use(rt) + migration_use(rt));
-    if (tty) {
-      const int width = 24;
-      const auto filled = static_cast<int>(static_cast<double>(width) * static_cast<double>(step) /
-                                           static_cast<double>(total));
-      fmt::print("\r[{}{}] {}   ", std::string(static_cast<std::size_t>(filled), '='),
-                 std::string(static_cast<std::size_t>(width - filled), ' '), line);
-      std::fflush(stdout);
-    } else if (step % o.log_every == 0 || step == total) {
-      fmt::print("{}\n", line);
-    }
-    if (step % o.log_every == 0) loss_sum = step_ms_sum = 0, correct = seen = window = 0;
-  }
-  if (tty) fmt::print("\n");
+  if (auto steps = train_steps(run, o, total, /*show=*/true); !steps) return fail(steps.status());
   fmt::print("trained in {:.1f} s\n", ms_since(start) / 1000.0);
   if (const migrator::Plan* plan = rt.plan(); plan != nullptr) {
     const RuntimeStats stats = rt.stats();
@@ -432,6 +597,7 @@ int main(int argc, char** argv) {
   }
 
   BatchIterator test_batches(test, o.batch, o.seed, /*shuffle=*/false);
+  Batch batch;
   std::size_t test_correct = 0, test_seen = 0;
   double test_loss = 0;
   for (std::size_t b = 0; b < test_batches.batches_per_epoch(); ++b) {

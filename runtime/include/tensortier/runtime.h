@@ -311,6 +311,9 @@ class Runtime {
   // What the trial of the plan found (RuntimeOptions::trial_steps), one line; empty while none
   // has ended. Training thread.
   const std::string& trial_result() const { return trial_result_; }
+  // Whether the policy's plan runs as it will go on: a plan runs, and no trial or remaking of it
+  // is under way or due. Training thread.
+  bool plan_settled() const { return executor_ != nullptr && !trial_ && replan_left_ == 0; }
   // What making the plan again with the mover's measured CPU per byte did
   // (RuntimeOptions::measured_mover_steps), one line; empty before. Training thread.
   const std::string& replan_result() const { return replan_result_; }

@@ -201,6 +201,7 @@ struct TierUsage {
   std::uint64_t mapped_bytes = 0;       // held on the tier: live objects, chunks, cache, moves in flight
   std::uint64_t peak_mapped_bytes = 0;  // high-water mark of mapped_bytes
   std::uint64_t live_bytes = 0;         // bytes of live objects placed here, as asked
+  std::uint64_t peak_live_bytes = 0;    // high-water mark of live_bytes (since reset_tier_peak)
   std::uint64_t live_objects = 0;
   std::uint64_t cached_bytes = 0;       // freed ranges kept for reuse
   std::uint64_t allocations = 0;        // objects placed here
@@ -291,8 +292,8 @@ class ObjectAllocator {
 
   std::size_t tier_count() const { return tiers_.size(); }
   const Tier& tier(TierIndex index) const { return *tiers_.at(index); }
-  // Restarts tier `index`'s peak from the bytes it uses now (thread-safe: the counters are atomic).
-  void reset_tier_peak(TierIndex index) { tiers_.at(index)->reset_peak(); }
+  // Restarts tier `index`'s peaks (mapped and live bytes) from what it holds now.
+  void reset_tier_peak(TierIndex index);
   std::vector<TierUsage> usage() const;
   std::size_t live_objects() const;
   // Bytes of live objects (as asked) over all tiers, and their high-water mark since the last
