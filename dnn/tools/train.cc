@@ -56,7 +56,7 @@ struct Options {
   std::uint32_t measured_mover_steps = RuntimeOptions{}.measured_mover_steps;
   std::uint32_t copy_threads = RuntimeOptions{}.copy_threads;
   std::vector<std::string> compare;  // policies run side by side before training (--compare)
-  std::size_t compare_steps = 20;
+  std::size_t compare_steps = 30;
   std::string trace;  // Chrome trace of steps [trace_from, trace_from + trace_steps)
   std::size_t trace_from = 4;
   std::size_t trace_steps = 1;
@@ -461,6 +461,16 @@ Result<CompareRow> compare_one(const Options& o, const std::string& policy, cons
   return row;
 }
 
+// A policy plans from the profiled step and runs from the one after it: a profile at the last step
+// or later leaves it nothing to run.
+Status check_policy_steps(const Options& o, const Runtime& rt, std::size_t total) {
+  if (o.policy.empty() || rt.profile_options().step + 1 < total) return Status::ok();
+  return invalid_argument(fmt::format(
+      "--policy {} runs from the step after the profiled one, and step {} is profiled (--profile, "
+      "TENSORTIER_PROFILE) of a run of {} training steps: profile an earlier step, or train longer",
+      o.policy, rt.profile_options().step, total));
+}
+
 // --compare: the same first steps under each policy, side by side.
 Status compare_policies(const Options& o, const Dataset& train) {
   fmt::print("the same {} steps (same weights, same batches) under each policy, one run each:\n",
@@ -510,7 +520,15 @@ int main(int argc, char** argv) {
   if (!data) return fail(data.status());
   const Dataset& train = data->train;
   const Dataset& test = data->test;
+  const std::size_t total = o.steps > 0 ? o.steps
+                                        : BatchIterator(train, o.batch, o.seed).batches_per_epoch() *
+                                              static_cast<std::size_t>(o.epochs);
   if (!o.compare.empty()) {
+    {  // the options checked first with a run of the policy, let go before the compared runs
+      auto probe = make_run(o, o.policy, train);
+      if (!probe) return fail(probe.status());
+      if (Status s = check_policy_steps(o, *probe->rt, total); !s.is_ok()) return fail(s);
+    }
     if (Status s = compare_policies(o, train); !s.is_ok()) return fail(s);
   }
   auto made = make_run(o, o.policy, train);
@@ -525,16 +543,7 @@ int main(int argc, char** argv) {
     if (Status s = rt.add_observer(run.timeline.get()); !s.is_ok()) return fail(s);
   }
   std::unique_ptr<TimelineRecorder>& timeline = run.timeline;
-  const std::size_t total =
-      o.steps > 0 ? o.steps : run.batches->batches_per_epoch() * static_cast<std::size_t>(o.epochs);
-  // A policy plans from the profiled step and runs from the one after it: a profile at the last
-  // step or later leaves it nothing to run.
-  if (!o.policy.empty() && rt.profile_options().step + 1 >= total) {
-    return fail(invalid_argument(fmt::format(
-        "--policy {} runs from the step after the profiled one, and step {} is profiled (--profile, "
-        "TENSORTIER_PROFILE) of a run of {} training steps: profile an earlier step, or train longer",
-        o.policy, rt.profile_options().step, total)));
-  }
+  if (Status s = check_policy_steps(o, rt, total); !s.is_ok()) return fail(s);
   fmt::print("model {} ({} parameters), data {} ({} train / {} test, {}x{}x{}), batch {}, {} steps\n",
              net.name(), net.parameter_count(), o.data, train.count(), test.count(), train.channels,
              train.height, train.width, o.batch, total);
