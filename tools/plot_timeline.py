@@ -8,6 +8,7 @@ Needs python3-matplotlib (Debian).
 """
 import argparse
 import json
+import os
 import sys
 
 try:
@@ -61,7 +62,9 @@ def main():
     ax.set_ylim(-0.6, len(LANES) + 0.1)
     total_in = sum(e["args"]["bytes"] for e in spans if e.get("cat") == "move-in")
     total_out = sum(e["args"]["bytes"] for e in spans if e.get("cat") == "move-out")
-    title = args.title or args.trace
+    # The trace's own label (the program and model that wrote it), never a path of this machine.
+    label = next((e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"), "")
+    title = args.title or label or os.path.basename(args.trace)
     ax.set_title(f"{title} — moved in {total_in / 2**20:.0f} MiB, out {total_out / 2**20:.0f} MiB", fontsize=10)
     ax.legend(handles=[Patch(color=c, label=k) for k, c in COLOURS.items()], loc="upper right", fontsize=7,
               ncol=5, bbox_to_anchor=(1, -0.25))
