@@ -4,7 +4,7 @@
 //   - a bound: no valid plan for these inputs can have a predicted_extra_ns below the solver's
 //     best possible objective (Plan::bound_extra_ns);
 //   - a residency that reaches the model's optimum (or the best the solver found in its time
-//     limit), which the oracle turns into a plan (plan.cc) and weighs, simulated, against its
+//     limit), which the oracle turns into a plan (policies/oracle.cc) and weighs, simulated, against its
 //     heuristics.
 //
 // The model (per step, cyclic for persistent objects) is simulate()'s cost with time and order
