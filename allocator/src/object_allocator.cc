@@ -935,6 +935,33 @@ bool ObjectAllocator::discards(const Range& r, bool whole_pages, MoveMethod meth
          r.last_pin <= options.discard_unless_pinned_after;
 }
 
+// The range is moving: `bytes` in flight from tier `from` to `to`. Pages migrated by the kernel
+// keep their address and bytes under concurrent use, and a half-undone migration would leave
+// pages on the wrong node: such a move always completes (not abortable). mutex_ held.
+void ObjectAllocator::mark_moving_locked(Range& r, TierIndex from, TierIndex to, std::size_t bytes,
+                                         MoveMethod method) {
+  r.moving = true;
+  ++moves_copying_;
+  r.abort_move = false;
+  r.abortable = method != MoveMethod::kMovePages;
+  tier_state_[to].usage.in_flight_bytes += bytes;
+  tier_state_[from].usage.leaving_bytes += bytes;
+}
+
+// The copy is over: the range no longer moving, waiters woken; returns whether a layer asked to
+// abort it. prepare_fork waits for moves_copying_ under the lock: the commit after this is done
+// before a fork. mutex_ held.
+bool ObjectAllocator::end_moving_locked(Range& r, TierIndex from, TierIndex to, std::size_t bytes) {
+  tier_state_[to].usage.in_flight_bytes -= bytes;
+  tier_state_[from].usage.leaving_bytes -= bytes;
+  r.moving = false;
+  moved_or_unpinned_.notify_all();
+  --moves_copying_;
+  const bool aborted = r.abort_move && r.abortable;
+  r.abort_move = false;
+  return aborted;
+}
+
 // A move in three phases: under the lock, wait for pins, check and reserve the destination
 // (start_move_locked); without it, copy (transfer); under it again, commit or roll back
 // (finish_move). The object keeps its bytes and address for readers throughout.
@@ -1038,14 +1065,7 @@ Status ObjectAllocator::start_move_locked(Live& live, TierIndex to, const MoveOp
                                      format_bytes(r.bytes), tiers_[to]->name(), s.message(),
                                      tiers_[r.tier]->name()));
   }
-  r.moving = true;
-  ++moves_copying_;
-  r.abort_move = false;
-  // Pages migrated by the kernel keep their address and bytes under concurrent use, and a
-  // half-undone migration would leave pages on the wrong node: such a move always completes.
-  r.abortable = result.method != MoveMethod::kMovePages;
-  tier_state_[to].usage.in_flight_bytes += r.bytes;
-  tier_state_[r.tier].usage.leaving_bytes += r.bytes;
+  mark_moving_locked(r, r.tier, to, r.bytes, result.method);
   ticket.base = r.base;
   ticket.bytes = r.bytes;
   return Status::ok();
@@ -1060,13 +1080,7 @@ Result<MoveResult> ObjectAllocator::finish_move(ObjectId id, const MoveTicket& t
   Live* live = nullptr;
   if (ticket.chunk == nullptr) live = &live_.at(id);  // kept while moving, even if freed meanwhile
   Range& r = ticket.chunk != nullptr ? ticket.chunk->range : live->range;
-  tier_state_[to].usage.in_flight_bytes -= bytes;
-  tier_state_[result.from].usage.leaving_bytes -= bytes;
-  r.moving = false;
-  moved_or_unpinned_.notify_all();
-  --moves_copying_;  // prepare_fork waits for this under the lock: the commit below is done first
-  const bool aborted = r.abort_move && r.abortable;
-  r.abort_move = false;
+  const bool aborted = end_moving_locked(r, result.from, to, bytes);
   void* old_pages = nullptr;  // kRemap: where the source's pages went (kept, cached on `from`)
   if (status.is_ok() && !injected && !aborted && result.method == MoveMethod::kRemap)
     status = remap_into_place(destination, ticket.base, bytes, old_pages);
@@ -1193,13 +1207,7 @@ Result<MoveResult> ObjectAllocator::move_segment(std::unique_lock<std::mutex>& l
   // Phase 3: commit, or roll back and leave the segment where it was.
   Live& live = live_.at(id);  // kept while moving, even if freed meanwhile
   Range& r = live.range;
-  tier_state_[to].usage.in_flight_bytes -= ticket.bytes;
-  tier_state_[result.from].usage.leaving_bytes -= ticket.bytes;
-  r.moving = false;
-  moved_or_unpinned_.notify_all();
-  --moves_copying_;
-  const bool aborted = r.abort_move && r.abortable;
-  r.abort_move = false;
+  const bool aborted = end_moving_locked(r, result.from, to, ticket.bytes);
   void* old_pages = nullptr;
   if (status.is_ok() && !injected && !aborted && result.method == MoveMethod::kRemap)
     status = remap_into_place(destination, ticket.base, ticket.bytes, old_pages);
@@ -1270,12 +1278,7 @@ Status ObjectAllocator::start_segment_move_locked(Live& live, std::uint32_t k, c
                                      live.info.name, format_bytes(ticket.bytes), tiers_[to]->name(),
                                      s.message(), tiers_[result.from]->name()));
   }
-  r.moving = true;
-  ++moves_copying_;
-  r.abort_move = false;
-  r.abortable = result.method != MoveMethod::kMovePages;
-  tier_state_[to].usage.in_flight_bytes += ticket.bytes;
-  tier_state_[result.from].usage.leaving_bytes += ticket.bytes;
+  mark_moving_locked(r, result.from, to, ticket.bytes, result.method);
   return Status::ok();
 }
 

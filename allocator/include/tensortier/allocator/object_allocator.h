@@ -507,6 +507,8 @@ class ObjectAllocator {
     Chunk* chunk = nullptr;
     std::optional<CachedRange> cached_destination;
   };
+  void mark_moving_locked(Range& r, TierIndex from, TierIndex to, std::size_t bytes, MoveMethod method);
+  bool end_moving_locked(Range& r, TierIndex from, TierIndex to, std::size_t bytes);
   Result<Live*> wait_for_pins_locked(std::unique_lock<std::mutex>& lock, ObjectId id,
                                      const MoveOptions& options);
   Status start_move_locked(Live& live, TierIndex to, const MoveOptions& options, MoveResult& result,

@@ -1,0 +1,76 @@
+// Plan inputs from a step profile: overwrites, host pins.
+#include "plan_test_util.h"
+
+namespace tensortier::migrator {
+namespace {
+
+// The profile's evidence for an overwrite: declared written and not read, every page written and
+// none read first. Host code or an undeclaring layer touching an object marks it undeclared.
+TEST(Plan, OverwritesComeFromDeclarationsAndThePagesTheProfileSaw) {
+  profiler::StepProfile p;
+  constexpr std::uint64_t kPage = 4096;
+  for (ObjectId id : {1, 2, 3}) {
+    profiler::ObjectProfile o;
+    o.id = id;
+    o.key = id;
+    o.bytes = o.reserved_bytes = 4 * kPage;
+    p.objects.push_back(o);
+  }
+  auto access = [&](ObjectId id, std::uint64_t read, std::uint64_t written) {
+    profiler::SpanAccessProfile a;
+    a.id = id;
+    a.page_bytes = kPage;
+    a.pages_read = read;
+    a.pages_written = written;
+    return a;
+  };
+  p.layers.resize(5);
+  for (std::uint32_t l = 0; l < 5; ++l) p.layers[l].index = l;
+  p.layers[0].declared_writes = {1, 2};
+  p.layers[0].accesses = {access(1, 0, 4), access(2, 0, 3)};  // 2: one page not written
+  p.layers[1].declared_reads = {1};
+  p.layers[1].declared_writes = {1};
+  p.layers[1].accesses = {access(1, 0, 4)};  // declared read too: not an overwrite
+  p.layers[2].declared_writes = {1};
+  p.layers[2].accesses = {access(1, 1, 4)};  // a page read before written
+  p.layers[3].declared_writes = {1, 3};
+  p.layers[3].accesses = {access(1, 0, 4), access(3, 0, 4), access(2, 1, 0)};  // 2 not declared
+  p.layers[4].accesses_before = {access(3, 1, 0)};                             // host code reads 3
+  auto in = inputs_from_profile(p, 0, 1, kMiB);
+  ASSERT_TRUE(in);
+  ASSERT_EQ(in->objects.size(), 3u);
+  EXPECT_EQ(in->objects[0].overwrites, (std::vector<std::uint32_t>{0, 3}));
+  EXPECT_FALSE(in->objects[0].accessed_undeclared);
+  EXPECT_TRUE(in->objects[1].overwrites.empty());
+  EXPECT_TRUE(in->objects[1].accessed_undeclared);
+  EXPECT_EQ(in->objects[2].overwrites, (std::vector<std::uint32_t>{3}));
+  EXPECT_TRUE(in->objects[2].accessed_undeclared);
+}
+
+TEST(Plan, HostPinsInTheProfileReachThePlanInputs) {
+  profiler::StepProfile p;
+  for (ObjectId id : {1, 2}) {
+    profiler::ObjectProfile o;
+    o.id = o.key = id;
+    o.bytes = o.reserved_bytes = 1 << 16;
+    o.host_pinned = id == 2;
+    p.objects.push_back(o);
+  }
+  p.layers.resize(2);
+  p.layers[0].declared_reads = {1, 2};
+  profiler::SpanAccessProfile a;
+  a.page_bytes = 4096;
+  a.pages_written = 1;
+  a.id = 1;
+  p.layers[0].accesses_before = {a};  // host code before the first layer (or between the steps)
+  a.id = 2;
+  p.layers[0].accesses_before.push_back(a);
+  auto in = inputs_from_profile(p, 0, 1, kMiB);
+  ASSERT_TRUE(in);
+  EXPECT_TRUE(in->objects[0].stays());
+  EXPECT_TRUE(in->objects[1].accessed_undeclared);
+  EXPECT_FALSE(in->objects[1].stays());
+}
+
+}  // namespace
+}  // namespace tensortier::migrator
