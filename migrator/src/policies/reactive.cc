@@ -202,8 +202,8 @@ Plan reactive_with(const PlanInputs& in, double decay, double threshold) {
 Plan reactive(const PlanInputs& in) {
   // Tuned as the other policies are: the decay and threshold the simulator predicts cheapest
   // (where none is valid: decay 0.8, threshold 1).
-  constexpr double kDecays[] = {0.5, 0.8, 0.95};
-  constexpr double kThresholds[] = {1.0, 1.5, 2.5};
+  static constexpr double kDecays[] = {0.5, 0.8, 0.95};
+  static constexpr double kThresholds[] = {1.0, 1.5, 2.5};
   constexpr std::size_t kPairs = std::size(kDecays) * std::size(kThresholds);
   return cheapest_of(in, kPairs, std::size(kThresholds), [&](std::size_t i) {
     return reactive_with(in, kDecays[i / std::size(kThresholds)], kThresholds[i % std::size(kThresholds)]);
