@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 
 #include "stats.h"
+#include "tensortier/cli/runtime_flags.h"
 #include "tensortier/dnn/data.h"
 #include "tensortier/dnn/models.h"
 
@@ -43,7 +44,7 @@ int main(int argc, char** argv) {
   app.add_option("--reps-4k", reps_4k, "4 KiB-profiled steps measured (they are slow)")
       ->capture_default_str();
   app.add_option("--warmup", warmup, "Unmeasured steps first")->capture_default_str();
-  app.add_option("--tiers", tiers, "Tier spec")->capture_default_str();
+  cli::add_tiers_flag(app, tiers, "the runtime's tiers")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::warn);
 

@@ -17,6 +17,7 @@
 #include "emulated_note.h"
 #include "migration_stats.h"
 #include "stats.h"
+#include "tensortier/cli/runtime_flags.h"
 #include "tensortier/dnn/data.h"
 #include "tensortier/dnn/models.h"
 
@@ -118,10 +119,8 @@ int main(int argc, char** argv) {
       "(RuntimeOptions::mover_steals_compute 0), NAME+measured-mover with its plan made again after steps "
       "3-4 with the mover's CPU per byte as measured in them (needs --warmup 5 or more; last of the "
       "suffixes)");
-  app.add_option("--fast-budget", fast_budget,
-                 "The policies' fast budget: a size or a share of the footprint (20%)");
-  app.add_option("--tiers", tiers,
-                 "Tier spec of a runtime mode; repeat for more modes (ratios are to the first)")
+  cli::add_fast_budget_flag(app, fast_budget, "every policy's");
+  cli::add_tiers_flag(app, tiers, "one runtime mode each; repeat for more modes (ratios are to the first)")
       ->capture_default_str();
   std::string conv = "auto";
   app.add_option("--conv", conv,

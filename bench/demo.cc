@@ -21,6 +21,7 @@
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
+#include "tensortier/cli/runtime_flags.h"
 #include "tensortier/runtime.h"
 
 namespace {
@@ -107,8 +108,8 @@ int main(int argc, char** argv) {
                  "(the slow tier is emulated Optane)")
       ->check(CLI::Range(0.01, 1.0))
       ->capture_default_str();
-  app.add_option("--tiers", tiers,
-                 "Tier spec, e.g. fast=dram:8MiB,slow=emulated:optane:1GiB (docs/TIERS.md)");
+  tensortier::cli::add_tiers_flag(app, tiers,
+                                  "default: TENSORTIER_TIERS, else a DRAM tier and an emulated Optane tier");
   app.add_option("--top", top, "Largest objects to list")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 

@@ -36,6 +36,7 @@
 #include "stats.h"
 #include "tensortier/allocator/cost_model.h"
 #include "tensortier/allocator/topology.h"
+#include "tensortier/cli/runtime_flags.h"
 #include "tensortier/dnn/data.h"
 #include "tensortier/dnn/models.h"
 #include "tensortier/timeline.h"
@@ -704,8 +705,8 @@ int main(int argc, char** argv) {
   app.add_option("--presets", cli.presets,
                  "Emulated slow-tier presets, one tier spec each (default optane-server; full: "
                  "optane-server,optane,cxl)");
-  app.add_option("--tiers", cli.tiers,
-                 "A tier spec (repeat for more), instead of --presets: real tiers run with no cost model");
+  tensortier::cli::add_tiers_flag(app, cli.tiers,
+                                  "repeat for more; instead of --presets: real tiers run with no cost model");
   app.add_option("--batch", cli.batch, "Batch size")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--image-size", cli.image_size, "Input height and width")
       ->capture_default_str()

@@ -19,6 +19,7 @@
 #include <CLI/CLI.hpp>
 
 #include "tensortier/allocator/tier_spec.h"
+#include "tensortier/cli/runtime_flags.h"
 #include "tensortier/dnn/data.h"
 #include "tensortier/dnn/models.h"
 #include "tensortier/migrator/plan.h"
@@ -208,17 +209,7 @@ void add_training_flags(CLI::App& app, Options& o) {
 
 // The runtime's flags: tiers, profiling, policy, budget, trial, mover, trace.
 void add_runtime_flags(CLI::App& app, Options& o) {
-  app.add_option("--tiers", o.tiers,
-                 "Tier spec (docs/TIERS.md); default: TENSORTIER_TIERS, else hwloc discovery")
-      ->check(
-          [](const std::string& spec) {
-            // An empty value would silently mean "no spec" (discovery), unlike a blank one.
-            return spec.empty() ? std::string(
-                                      "empty: give a tier spec, or leave --tiers out for "
-                                      "TENSORTIER_TIERS or hwloc discovery")
-                                : std::string();
-          },
-          "SPEC");
+  cli::add_tiers_flag(app, o.tiers);
   app.add_option("--profile", o.profile,
                  "Which step to profile (0-based; 'off': none); default: TENSORTIER_PROFILE, else 1")
       ->check([](const std::string& v) {
@@ -236,12 +227,8 @@ void add_runtime_flags(CLI::App& app, Options& o) {
   app.add_option(
       "--profile-json", o.profile_json,
       "Write the first step profile there as JSON (docs/PROFILE.md; tools/tensortier-profile reads it)");
-  app.add_option("--policy", o.policy,
-                 "Migration policy from the step after the profiled one: " + migrator::known_policies() +
-                     " (default: TENSORTIER_POLICY, else none)");
-  app.add_option("--fast-budget", o.fast_budget,
-                 "The fast tier's budget under the policy: a size (512MiB) or a share of the profiled peak "
-                 "(20%) (default: TENSORTIER_FAST_BUDGET, else the tier's own)");
+  cli::add_policy_flag(app, o.policy);
+  cli::add_fast_budget_flag(app, o.fast_budget);
   app.add_option("--trial-steps", o.trial_steps,
                  "Steps the policy's plan runs on trial, then as many without its late moves, as many with "
                  "only the late moves judged worth their wait one by one, and as many with no moves; "

@@ -1,0 +1,57 @@
+// The runtime's flags on every program's command line (CLI11), registered in one place so that
+// they mean one thing and read alike everywhere: the tier spec, the policy, the fast budget.
+// Programs that run a matrix take a flag several times (the vector forms).
+//
+// Thread safety: call while building the command line, before parsing.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "tensortier/migrator/plan.h"
+
+namespace tensortier::cli {
+
+// An empty --tiers would silently mean "no spec" (discovery), unlike a flag left out.
+inline std::string non_empty_spec(const std::string& spec) {
+  return spec.empty() ? std::string(
+                            "empty: give a tier spec, or leave --tiers out for TENSORTIER_TIERS or "
+                            "hwloc discovery")
+                      : std::string();
+}
+
+// --tiers SPEC; `what` says what the spec is for in this program.
+inline CLI::Option* add_tiers_flag(
+    CLI::App& app, std::string& spec,
+    const std::string& what = "default: TENSORTIER_TIERS, else hwloc discovery") {
+  return app.add_option("--tiers", spec, "Tier spec, fastest first (docs/TIERS.md); " + what)
+      ->check(non_empty_spec, "SPEC");
+}
+
+// --tiers SPEC, repeated: one run (or mode) per spec.
+inline CLI::Option* add_tiers_flag(CLI::App& app, std::vector<std::string>& specs, const std::string& what) {
+  return app.add_option("--tiers", specs, "Tier spec, fastest first (docs/TIERS.md); " + what)
+      ->check(non_empty_spec, "SPEC");
+}
+
+// --policy NAME: the migration policy from the step after the profiled one.
+inline CLI::Option* add_policy_flag(CLI::App& app, std::string& policy) {
+  return app.add_option("--policy", policy,
+                        "Migration policy from the step after the profiled one: " +
+                            migrator::known_policies() + " (default: TENSORTIER_POLICY, else none)");
+}
+
+// --fast-budget: a size (512MiB) or a share of the profiled peak footprint (20%).
+inline CLI::Option* add_fast_budget_flag(
+    CLI::App& app, std::string& budget,
+    const std::string& what = "default: TENSORTIER_FAST_BUDGET, else the fast tier's own") {
+  return app.add_option(
+      "--fast-budget", budget,
+      "The fast tier's budget under the policy: a size (512MiB) or a share of the profiled peak "
+      "footprint (20%); " +
+          what);
+}
+
+}  // namespace tensortier::cli
