@@ -88,56 +88,12 @@
 #include "tensortier/allocator/object_table.h"
 #include "tensortier/allocator/slot_bitmap.h"
 #include "tensortier/allocator/tier.h"
+#include "tensortier/ids.h"
+#include "tensortier/object_info.h"
 #include "tensortier/status.h"
 
 namespace tensortier {
 
-using ObjectId = std::uint64_t;   // unique per allocator, never reused; 0 is never an id
-using GroupId = std::uint32_t;    // caller-chosen lifetime class that small objects share pages by
-using TierIndex = std::uint32_t;  // position in the tier list, 0 = fastest
-// What a plan names an object by, the same in every step of one kind: an object allocated in a
-// step by its allocation ordinal there (kStepKeyFlag set), any other by its id.
-using ObjectKey = std::uint64_t;
-using ArenaId = std::uint32_t;  // an arena of ObjectAllocator::create_arena; 0 is never one
-inline constexpr ObjectKey kStepKeyFlag = ObjectKey{1} << 63;
-constexpr ObjectKey step_key(std::uint64_t ordinal) {
-  return kStepKeyFlag | ordinal;
-}
-constexpr bool is_step_key(ObjectKey key) {
-  return (key & kStepKeyFlag) != 0;
-}
-
-inline constexpr GroupId kDefaultGroup = 0;              // small objects given no group
-inline constexpr std::size_t kSmallAlignmentBytes = 64;  // small objects: cache-line aligned
-inline constexpr std::size_t kGroupChunkBytes = std::size_t{64}
-                                                << 10;  // shared pages of one group, per chunk
-
-// What the allocator knows of one live object.
-struct ObjectInfo {
-  ObjectId id = 0;
-  ObjectKey key = 0;  // as given at allocation; the id when none was given
-  std::string name;
-  std::size_t bytes = 0;           // as asked
-  std::size_t reserved_bytes = 0;  // whole pages it owns; 0 for a small object in a group chunk
-  TierIndex tier = 0;              // placement: where its bytes are now (a small object: its chunk's)
-  TierIndex owner = 0;             // the tier whose mapping holds it, to which it is freed
-  GroupId group = kDefaultGroup;
-  void* address = nullptr;
-  bool small = false;  // packed into its group's shared pages
-  // A split object (moved in segments): its bytes (as asked) on each tier, by TierIndex, and the
-  // tier of each of its kSegmentBytes segments; both empty for any other object (all of it is on
-  // `tier`).
-  std::vector<std::uint64_t> bytes_by_tier;
-  std::vector<TierIndex> segment_tiers;
-  // As allocate() returns it: how long it waited for room on its preferred tier (set_room_wait);
-  // 0 in every other view of the object.
-  std::uint64_t room_wait_ns = 0;
-};
-
-// A large object's pages move in segments of this size where a move asks for one segment
-// (MoveOptions::segment): a transparent huge page, the unit of page-granular tiering.
-inline constexpr std::size_t kSegmentBytes = std::size_t{2} << 20;
-inline constexpr std::uint32_t kWholeObject = ~std::uint32_t{0};
 // How many segments `bytes` of pages make (the last may be shorter).
 constexpr std::uint64_t segment_count(std::uint64_t bytes) {
   return (bytes + kSegmentBytes - 1) / kSegmentBytes;
