@@ -1,69 +1,13 @@
-// tensortier's public C++ API: the one header a oneDNN-based training program includes.
+// tensortier's public C++ API: the one header a oneDNN-based training program includes. A Runtime
+// owns the memory tiers and every object (tensor) on them; the program allocates through it, marks
+// each step and layer (with the objects the layer reads and writes), and reads stats; the runtime
+// profiles a step from the marks and, with a policy, moves objects ahead of the layers. Where tiers
+// come from, profiling, moves and pins, emulated charges and fork() in full: runtime/README.md.
 //
-// A Runtime owns the memory tiers of this machine and every object (tensor) placed on them.
-// The program allocates its tensors through it, marks each training step and each layer (with
-// the objects the layer reads and writes), and reads per-tier stats. The profiler uses these marks
-// to learn one step, and the migrator to move objects ahead of the layers.
-//
-// Migration: with RuntimeOptions::policy (or TENSORTIER_POLICY) set, the runtime plans from the
-// first profile of the run (migrator/plan.h) and, from the next step on, allocates each object
-// where the plan wants it and runs the plan's moves on a mover thread (migrator/executor.h),
-// paused during profiled steps. stats().migration counts what it did.
-//
-// Where the tiers come from, first match wins:
-//   1. RuntimeOptions::tier_spec, when not empty;
-//   2. the TENSORTIER_TIERS environment variable, when set and not empty;
-//   3. hwloc discovery: one tier per NUMA node, ranked fast to slow by HMAT figures.
-// The spec grammar is in tensortier/allocator/tier_spec.h and docs/TIERS.md.
-//
-// Profiling: unless turned off, the runtime profiles one step at object level (profiler/): by
-// default the second of a run of steps with the same layers (names and argument sizes), and again
-// whenever a new kind of step has run ProfileOptions::step times. That is a prediction: a one-off
-// step of another kind (an epoch's last, smaller batch) predicts a step of its kind, and the step
-// profiled is of the usual kind. A profile of a kind that has one already is then dropped, and the
-// one-off kind must run one step longer for each such miss before it predicts a profile again. The
-// environment overrides RuntimeOptions::profile, so a linked program's profiling can change without a
-// rebuild:
-//   TENSORTIER_PROFILE=off | <step>      off, or which step of a run to profile (0-based)
-//   TENSORTIER_PROFILE_GRANULARITY=4KiB | 2MiB
-//   TENSORTIER_PROFILE_JSON=<path>       write each profile there as JSON (docs/PROFILE.md)
-// The profile's window opens when the step before the profiled one ends, so the host code between
-// the two (a loader filling the batch) is profiled too. While it is open, object pages are
-// protected between the layers' accesses: a program must not hand object memory to the kernel
-// (read(2) into a tensor) then.
-//
-// Objects move (move(), and the migrator): each one's key is the same in every step of one kind
-// (ObjectKey: an object allocated in a step by the training thread is keyed by its allocation
-// ordinal in the step; any other by its id). layer_begin pins the objects a layer declares until
-// layer_end and gives their current addresses: a move of a pinned object waits, and a layer
-// waits (counted as a late move) only for a move of its own objects already in flight: a copy at
-// most RuntimeOptions::layer_move_wait, a NUMA-node (move_pages) migration until it completes. Host code that
-// touches object bytes outside a layer must not race a move of that object: inside a step, mark it as a
-// layer; anywhere, pin_objects() around it. No move runs while a step is profiled (from the end of
-// the step before it). A program that touches objects outside its layers without pins is safe
-// under a policy where the profiled step saw it: plans leave every object touched so in place.
-//
-// Emulated slow tiers are charged in every layer: each declared read and write of an object
-// placed on one costs its bytes at the slow tier's bandwidth instead of DRAM's (CostModel),
-// waited for inside the layer (layer_end), on the tier's bandwidth timeline that moves share.
-//
-// Thread safety:
-//   - allocate(), free(), move(), object(), address_of(), stats(), tiers() and describe() may be
-//     called from any thread at any time;
-//   - lookup() is lock-free and async-signal-safe (for SIGSEGV handlers);
-//   - step_begin/step_end/layer_begin/layer_end, add_observer/remove_observer belong to the one
-//     thread that drives training: they must not be called concurrently with each other;
-//   - what other threads may read of the training thread's state (in_step(), the step count,
-//     the current layer index) is atomic.
-// fork(): a child gets a copy of the objects (readable and writable as before, the profiler's
-// protection faults included) but none of the runtime's threads. pthread_atfork handlers hold new
-// moves, wait for the copies under way and take the runtime's allocation locks across the fork,
-// so every object is whole at its address in the child and the child can allocate and free
-// (without events to observers: the profiler and the mover are the parent's). Its step and layer
-// marks are refused (kFailedPrecondition, naming fork); it may read and write objects, allocate
-// and free, destroy the Runtime (which then leaves the parent's threads alone) and exit, or exec.
-// The parent carries on. A fork from inside a runtime call (an observer's callback) deadlocks.
 // Ownership: the Runtime owns all object memory; free() or destroying the Runtime releases it.
+// Thread safety: allocate, free, move, object, address_of, stats, tiers and describe from any
+// thread; lookup() lock-free and async-signal-safe; step and layer marks and observers from the
+// one training thread.
 #pragma once
 
 #include <unistd.h>

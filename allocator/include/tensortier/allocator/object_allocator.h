@@ -1,70 +1,13 @@
 // ObjectAllocator: places objects (tensors) on tiers, page-aligned, within the tiers' budgets,
-// and keeps their memory for reuse across training steps.
-//
-// Placement rules:
-// - An object of kPageBytes or more gets its own pages (size rounded up to whole pages; 2 MiB
-//   aligned with transparent huge pages from 2 MiB up), so protecting or moving it touches no
-//   other object.
-// - A smaller object is packed with others of the same group (a caller-given lifetime class) that
-//   the same thread allocated, in that group's shared chunks of kGroupChunkBytes, in 64-byte
-//   slots. The chunk, not the small object, is the unit of placement: lookup() of an address
-//   inside one returns the group span, and a move of a small object moves its whole chunk. Small
-//   objects of two threads never share a chunk, so a thread that moves its own small objects
-//   never moves another thread's under it (a write of that thread would be lost to the copy).
-//   A freed object's slots are reused at once, while other objects in its chunk live (first fit
-//   in the chunk; the group's chunks are tried next fit from the last one used, so a new chunk is
-//   taken only when none has room, and the cost of an allocation does not grow with them).
-// - An object goes to the preferred tier; where that tier's budget has no room, to the next
-//   slower tier, and the fallback is counted on both. Where no tier has room: kOutOfMemory, never
-//   an abort.
-// - Freed ranges stay mapped in a per-tier cache and serve the next allocation of the same size,
-//   so a training step that repeats the last one's allocations takes no page fault. A tier's
-//   budget counts its cached ranges too (they hold physical memory); when a new range does not
-//   fit, a larger cached range is split (the object takes its head), else smaller cached ranges
-//   of anonymous memory give their pages to a new mapping (mremap: no fault, no copy), else
-//   cached ranges are released (smallest first) until it fits; a tier holding more than its budget (after
-//   set_budget lowered it) caches nothing. Segments' pages (see below) are joined into new ranges
-//   even where the budget has room: no step asks for a segment's size again, and left alone they
-//   would pile up while new ranges fault in.
-//
-// - An object (a small one: its whole chunk) can move to another tier (move()). Each range has
-//   an *owner*, the tier whose mapping it is and to which it is freed, and a *placement*, the
-//   tier its bytes are on now; budgets and usage follow placement. How it moves depends on the
-//   two tiers (move_method()):
-//     both NUMA-node tiers          kMovePages: pages migrate, policy rebound; address and owner stay
-//     both anonymous mappings       kRemap: copied into a range of the destination (one of the
-//                                   same size from its cache when there is one, else a new one),
-//                                   which is mremap'd over the address; the address stays, the owner
-//                                   becomes that range's; the source's pages are mremap'd aside and
-//                                   cached on the source tier, so moves back and forth fault nothing
-//     a memkind heap on either side kNewAddress: copied to a new address on the destination (the
-//                                   old range goes back to its tier); small objects cannot move so
-//   A large object can also move in segments (MoveOptions::segment): each kSegmentBytes of its
-//   pages (a transparent huge page; the last segment may be shorter) is then placed on its own,
-//   as a page-granular tiering system (Linux NUMA balancing, TPP) places 2 MiB pages: the object
-//   is *split* from its first such move until it is freed. A segment moves only in place (kRemap,
-//   kMovePages), one mremap or page migration of its own, and never keeps a shadow; a split
-//   object's pages go back to their tiers segment by segment when it is freed. A whole move of a
-//   split object moves its segments one by one. ObjectInfo::tier and PinnedObject::tier of a
-//   split object are where its first segment is; their bytes_by_tier say where all of it is.
-//     A move reserves the destination's budget first (kOutOfMemory when it has no room), copies
-//   with no lock held, and commits under the lock. A move that fails (no memory, an OS error, an
-//   injected failure, a layer that would not wait for it) leaves the object where it was, intact,
-//   and is counted; an object freed while it moves is released when the move ends.
-// - A pinned object does not move: move() waits for its pins to go (bounded). pin() waits
-//   (bounded) for a move of the object already in flight and, past the bound, makes a copying
-//   move fail so the pin never waits longer; a kMovePages move is not made to fail (undoing it
-//   half-way would strand pages on the wrong node, and a layer writing pages under migration can
-//   make some of them fail to move): the pin waits for it to complete, past the bound too, so a
-//   pinned object's pages are where its tier says. A layer pins what it declares. (A copy
-//   that a pin stopped waiting for goes on reading bytes the pinner may write: its result is
-//   thrown away, but ThreadSanitizer reports the overlap; tests under it use a long bound.)
+// keeps their memory for reuse across training steps, and moves them between tiers (in place, or
+// to a new address) without losing a byte. Placement, caching, moves, segments and pins in full:
+// allocator/README.md.
 //
 // Ownership: the allocator owns its tiers and all object memory; an object's memory is the
-// caller's to use from allocate() until free(). Destroying the allocator releases everything; no
-// move may be in flight then.
-// Thread safety: every call is thread-safe (one internal mutex; moves copy outside it); lookup()
-// and relocations() are in addition lock-free, and lookup() async-signal-safe.
+// caller's to use from allocate() until free(). Destroying it releases everything; no move may be
+// in flight then.
+// Thread safety: every call is thread-safe (one mutex; moves copy outside it); lookup() and
+// relocations() are lock-free too, and lookup() async-signal-safe.
 #pragma once
 
 #include <algorithm>

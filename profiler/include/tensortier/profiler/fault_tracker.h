@@ -1,49 +1,12 @@
 // FaultTracker: learns which objects, and which of their pages, a stretch of code reads and
-// which it writes, by page protection. The step profiler (step_profiler.h) drives it at every
-// layer boundary.
+// which it writes, by page protection; the step profiler drives it at every layer boundary. Its
+// SIGSEGV handler, units, sampling, alternate stacks and limits in full: profiler/README.md.
 //
-// watch() protects a span (an object, or a group chunk of small objects) with PROT_NONE. The
-// SIGSEGV handler looks up the span of a faulting address with the allocator's signal-safe
-// lookup, finds the protection *unit* it hit (the span cut into units of `unit_bytes`: 4 KiB or
-// 2 MiB; a span smaller than a unit is one unit), records a read or a write, and grants just
-// enough access for the instruction to go on: PROT_READ for a read, read-write for a write (or
-// for a unit already written in this interval). On x86-64 the fault's error code says which it
-// was; elsewhere a fault on a unit already readable is taken as the write.
-// collect() ends an interval (a layer, or the host code between two layers): it returns what
-// each touched span saw and re-protects exactly the units that were touched, so the cost of a
-// boundary is proportional to what the interval touched, not to the footprint.
-// sample() re-protects a random sample of the units granted in the current interval; a later
-// fault on one is a re-touch, which estimates how often the interval uses a span beyond its
-// first touch (re-protection sampling).
-// A fault the tracker does not own (no span, or a span not watched) goes to the handler that was
-// installed before it, so a real crash still crashes with the usual report (the default action, a
-// debugger's or a sanitizer's handler). A protection fault is first retried once: another thread
-// may have unwatched the span between the fault and the handler's look (the page is accessible
-// by then); a second fault at the same address on the same thread is passed on.
-//
-// The handler runs on an alternate signal stack: install() gives one to every thread alive that
-// has none (oneDNN's JIT kernels keep data below the stack pointer, which a signal frame on the
-// thread's own stack would overwrite). A thread started after install() has none.
-//
-// Where the kernel has userfaultfd asynchronous write-protection and Options::async_writes asks
-// for it, writes after a unit's first fault are told by the kernel instead: fewer faults, same
-// results (slower on training steps, as measured; so not the default).
-//
-// Kernel copies (read(2) into a protected buffer, and the like) do not fault: they fail with
-// EFAULT. Code that hands watched memory to the kernel must not run while a span is protected.
-//
-// Ownership: one FaultTracker may exist at a time (installing a second is an error); it
-// unprotects everything when destroyed. Its SIGSEGV handler stays installed after it, passing on
-// every fault it does not own (after the one retry above): a fault on a span taken just before the
-// tracker went may be delivered after it, and the default action would then end the process. A
-// program that installs its own SIGSEGV handler later replaces ours; the next install puts ours
-// back in front of it and passes faults on to it. The spans' memory stays the
-// allocator's; the tracker keeps the per-span state of every span it ever watched until it is
-// destroyed, because a handler on another thread may still be reading it.
-// Thread safety: the handler is async-signal-safe (atomics, mprotect, no locks, no allocation)
-// and may run on any thread, oneDNN's OpenMP workers included. watch, unwatch, collect,
-// unwatch_all and sample are thread-safe with each other (one mutex); collect and unwatch_all
-// should run while no other thread is inside the code being profiled (at a layer boundary).
+// Ownership: one may exist at a time; it unprotects everything when destroyed (its handler stays,
+// passing on faults it does not own). The spans' memory stays the allocator's.
+// Thread safety: the handler is async-signal-safe and runs on any thread; watch, unwatch,
+// collect, unwatch_all and sample are thread-safe with each other; collect and unwatch_all run
+// while no other thread is inside the code being profiled.
 #pragma once
 
 #include <signal.h>
