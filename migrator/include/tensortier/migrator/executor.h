@@ -1,22 +1,9 @@
-// The executor: runs a Plan step after step. It is a step observer of the runtime (it hears layer
-// ends, allocations and frees) and its placement advisor (an object is born where the plan wants
-// it), and owns one mover thread that takes the plan's moves from a queue (TBB's
-// concurrent_bounded_queue) and carries them out through the move function it was given (the
-// runtime's move, which pins, charges emulated tiers and counts). A page-granular plan's moves
-// (Plan::segment_bytes) name segments by part keys: the mover moves that 2 MiB segment of the
-// object (MoveOptions::segment), and an object is born where the plan has its first segment.
-// A move the plan marks `discard` (its object's bytes dead there) carries the allocator's pin
-// sequence as read at hand-out (MoveOptions::discard_unless_pinned_after): it copies nothing
-// unless a layer pinned the object in between.
-//
-// A move is handed to the mover when the layer it follows ends. The mover drops a move in once
-// every layer it would have helped has begun, and moves of a step that is over (a move that
-// misses its first layer still serves the later ones); a move that fails leaves the object where it was (the
-// runtime guarantees it), so results never depend on the executor, only speed does. Every such case is
-// counted.
-//
-// States: stopped (no thread), running, paused (no move is handed out and the plan places nothing;
-// the runtime pauses it while a step is profiled).
+// The executor: runs a Plan step after step. A step observer of the runtime (layer ends,
+// allocations, frees) and its placement advisor (an object is born where the plan wants it), with
+// one mover thread that carries out the plan's moves through the runtime's move function; a move
+// that fails or would come too late leaves the object where it was, so results never depend on
+// it, only speed does. States: stopped, running, paused (while a step is profiled). In full:
+// migrator/README.md, "The executor".
 //
 // Ownership: the executor owns its thread and its copy of the plan; the move and layer functions
 // must stay valid until stop() (the destructor stops). Thread safety: the observer and advisor

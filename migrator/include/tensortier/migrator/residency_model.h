@@ -1,27 +1,8 @@
 // The oracle's exact model: which objects are on the fast tier at each layer boundary, chosen by
-// a mixed-integer program (COIN-OR CBC, Debian's coinor-libcbc-dev) so that a lower bound on the
-// time simulate() adds to a step is least. It gives the oracle two things:
-//   - a bound: no valid plan for these inputs can have a predicted_extra_ns below the solver's
-//     best possible objective (Plan::bound_extra_ns);
-//   - a residency that reaches the model's optimum (or the best the solver found in its time
-//     limit), which the oracle turns into a plan (policies/oracle.cc) and weighs, simulated, against its
-//     heuristics.
-//
-// The model (per step, cyclic for persistent objects) is simulate()'s cost with time and order
-// taken away:
-//   - slow accesses S: the bytes each layer declares that are not on the fast tier at its
-//     boundary;
-//   - moves: each change from slow to fast between two boundaries of an object's life is a move
-//     in; each change back a move out, free when the object was moved in and not written since
-//     (PlanInputs::clean_moves_out_free); an object is born where the plan says, with no move;
-//   - at every boundary the fast objects fit the budget less the small-object reserve;
-//   - the step takes at least its compute plus S's emulated charge, and at least the slow tier's
-//     busy time (S's traffic plus every copy); the mover's CPU is added as simulate() adds it.
-// simulate() can only add to this (late moves, waits, a slow tier busy while the layers wait), so
-// the model's optimum is a lower bound on every valid plan's prediction. Between two uses an
-// object either stays fast or is slow for the whole gap (moved out after the first use, back in
-// for the next): any other residency costs the same moves and holds more of the budget, so the
-// program needs one variable per use and one per gap, not one per boundary.
+// a mixed-integer program (COIN-OR CBC) so that a lower bound on the time simulate() adds to a
+// step is least. It gives the oracle a bound (no valid plan predicts less: Plan::bound_extra_ns)
+// and a residency it turns into a plan (policies/oracle.cc). The model, and why one variable per
+// use and per gap suffices: migrator/README.md, "The exact model".
 //
 // Thread safety: pure functions (each call builds and frees its own solver model).
 #pragma once
