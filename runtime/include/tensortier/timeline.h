@@ -1,21 +1,10 @@
-// TimelineRecorder: what happened in chosen training steps, in time: each layer (with the part of
-// it spent waiting for moves and the part charged for an emulated slow tier), and each move the
-// runtime made (mover thread or caller), written as a Chrome trace (JSON "traceEvents"; open it in
-// https://ui.perfetto.dev or chrome://tracing; tools/plot_timeline.py draws it as a PNG).
+// TimelineRecorder: chosen training steps in time (layers with their waits and emulated charges,
+// and every move), written as a Chrome trace for ui.perfetto.dev or tools/plot_timeline.py. A
+// StepObserver: attach it before the steps it records, remove it before destroying it. What each
+// span covers: runtime/README.md, "TimelineRecorder".
 //
-// It is a StepObserver: attach it with Runtime::add_observer before the steps it should record and
-// remove it before destroying it. It records steps [first_step, first_step + steps) by the
-// runtime's step count, and moves that end while one of them runs.
-//
-// Times: one steady clock, in microseconds from the first recorded step's start. A layer's span is
-// from its layer_begin (after any wait for moves, drawn just before it) to its layer_end; an
-// allocation that waited for room on the fast tier (ObjectAllocator::set_room_wait) is a "wait"
-// span ending when the allocation returned, on the layers' lane; a move's
-// span ends when the runtime reported it and begins its copy and charge time earlier (a wait for
-// pins before it is not drawn).
-//
-// Thread safety: the observer calls may come from the training thread and the mover thread at once
-// (a mutex orders them); json() and write() from any thread.
+// Thread safety: observer calls from the training and mover threads at once (a mutex orders
+// them); json() and write() from any thread.
 #pragma once
 
 #include <chrono>

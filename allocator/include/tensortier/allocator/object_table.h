@@ -1,23 +1,11 @@
 // ObjectTable: maps any address to the span (an object, or a group's shared pages) that holds it,
-// readable from a signal handler.
+// readable from a signal handler without a lock or an allocation: a two-level page table over
+// 48-bit addresses, span records read under a seqlock. In full: allocator/README.md.
 //
-// The profiler's SIGSEGV handler must find the object of a faulting address without taking a
-// lock or allocating. The table is a two-level page table over 48-bit addresses (like the MMU's):
-// a top array of leaf pointers, each leaf holding one 32-bit slot number per 4 KiB page of a
-// 1 GiB region. Slots hold span records in fixed chunks that never move. Readers use atomic loads
-// only, and a per-record sequence number (seqlock) so a record being rewritten is never read
-// half-old, half-new. A reader that finds it mid-write retries, yielding the CPU after a few
-// spins, until the writer (preempted, perhaps) has finished: a live span is never reported absent.
-// The profiler's handler cannot interrupt a writer on its own thread (a writer touches no watched
-// memory, and SIGSEGV is synchronous); a bound of about a million yields only keeps a bug from
-// hanging forever.
-//
-// Ownership: the table owns its leaves and chunks (mmap'd, freed with the table). It does not own
-// the spans' memory. Errors are values: insert() says when the table is full or the OS gave no
-// memory for it (the span is then not registered); nothing throws.
-// Thread safety: insert(), set_tier() and erase() may be called from any thread (an internal
-// mutex orders writers). lookup() is lock-free, allocation-free and async-signal-safe; it may run
-// concurrently with writers and then sees the span either before or after the write.
+// Ownership: the table owns its leaves and chunks (mmap'd); not the spans' memory. Errors are
+// values (insert() says when the table is full); nothing throws.
+// Thread safety: insert(), set_tier() and erase() from any thread (one mutex orders writers);
+// lookup() is lock-free, allocation-free and async-signal-safe, concurrent with writers.
 #pragma once
 
 #include <array>

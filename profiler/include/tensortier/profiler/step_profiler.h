@@ -1,24 +1,11 @@
-// StepProfiler: records one training step into a StepProfile. The runtime creates one for the
-// step it chose to profile and attaches it as a StepObserver for that step: allocations and
-// frees, layer begin and end.
+// StepProfiler: records one training step into a StepProfile, attached by the runtime as a
+// StepObserver for the step it chose to profile (from the end of the step before). At every layer
+// boundary it collects what the interval touched and re-protects it; a sampler thread estimates
+// re-touches; counters are read at layer begin and end. In full: profiler/README.md.
 //
-// At every layer boundary the profiler ends the tracker's interval (FaultTracker::collect: what
-// the host code since the last boundary, or the layer just ended, touched) and so re-protects
-// what was touched; objects allocated since the last boundary are protected when the next layer
-// begins (their zero-fill by the program is not a layer's access). While a layer runs, a sampler
-// thread re-protects a sample of the pages the layer was granted every sample_interval_us: the
-// faults that follow estimate how often the layer touches each object beyond its first touch.
-// Counters (counters.h) are read at layer begin and end.
-//
-// The runtime starts a profile when the step before the profiled one ends, so the host code
-// between the two steps (a loader filling the batch) is seen too: its accesses count as the host
-// code's before the first layer. Objects allocated then are alive before the step; objects freed
-// then are not part of it.
-//
-// Ownership: the profiler owns its FaultTracker (so at most one StepProfiler exists at a time,
-// process-wide) and its sampler thread; it borrows the Counters, which must outlive it.
-// Destroying it (or finish()) unprotects everything.
-// Thread safety: on_allocate and on_free may be called from any thread; the layer events and
+// Ownership: it owns its FaultTracker (so at most one exists, process-wide) and its sampler
+// thread; it borrows the Counters, which must outlive it. Destroying it (or finish()) unprotects
+// everything. Thread safety: on_allocate and on_free from any thread; the layer events and
 // finish() from the one thread that drives training.
 #pragma once
 
