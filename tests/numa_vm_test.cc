@@ -16,9 +16,9 @@
 #include <gtest/gtest.h>
 
 #include "../allocator/src/os_pages.h"
-#include "tensortier/allocator/step_observer.h"
 #include "tensortier/allocator/topology.h"
 #include "tensortier/runtime.h"
+#include "tensortier/step_observer.h"
 
 namespace tensortier {
 namespace {

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "tensortier/allocator/object_allocator.h"
 #include "tensortier/write_file.h"
 
 namespace tensortier {

@@ -27,7 +27,6 @@
 #include <vector>
 
 #include "tensortier/allocator/object_allocator.h"
-#include "tensortier/allocator/step_observer.h"
 #include "tensortier/allocator/tier.h"
 #include "tensortier/migrator/executor.h"
 #include "tensortier/migrator/plan.h"
@@ -35,6 +34,7 @@
 #include "tensortier/profiler/counters.h"
 #include "tensortier/profiler/step_profiler.h"
 #include "tensortier/status.h"
+#include "tensortier/step_observer.h"
 
 namespace tensortier {
 

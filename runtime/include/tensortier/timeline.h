@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "tensortier/allocator/step_observer.h"
 #include "tensortier/status.h"
+#include "tensortier/step_observer.h"
 
 namespace tensortier {
 

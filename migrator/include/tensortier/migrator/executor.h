@@ -22,8 +22,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "tensortier/allocator/step_observer.h"
 #include "tensortier/migrator/plan.h"
+#include "tensortier/step_observer.h"
 
 namespace tensortier::migrator {
 

@@ -21,10 +21,10 @@
 #include <utility>
 #include <vector>
 
-#include "tensortier/allocator/step_observer.h"
 #include "tensortier/profiler/counters.h"
 #include "tensortier/profiler/fault_tracker.h"
 #include "tensortier/profiler/step_profile.h"
+#include "tensortier/step_observer.h"
 
 namespace tensortier::profiler {
 

@@ -2,8 +2,8 @@
 // the profiler while it records a step, the migrator while it runs a plan. The runtime is where
 // they meet; it knows them only through this interface.
 //
-// It lives in allocator/ (the bottom layer) so that every layer above can implement it without
-// depending upward.
+// One of the core headers (beside ids.h, object_info.h, status.h), in allocator/, the bottom
+// layer, so that every layer above can implement it without depending upward.
 //
 // Who calls what, and from where:
 //   - on_step_begin/end, on_layer_begin/end: the training thread, in order;
@@ -21,9 +21,13 @@
 #include <span>
 #include <string_view>
 
-#include "tensortier/allocator/object_allocator.h"
+#include "tensortier/ids.h"
+#include "tensortier/object_info.h"
 
 namespace tensortier {
+
+struct SpanView;    // allocator/object_table.h
+struct MoveResult;  // allocator/object_allocator.h
 
 // A layer as its observers see it at layer_begin.
 struct LayerEvent {
