@@ -28,8 +28,9 @@ LayerCharge charge_layer(const ObjectAllocator& allocator, std::span<const std::
     if (!used(t)) continue;
     const std::uint64_t traffic =
         allocator.tier(t).cost_model()->slow_traffic_ns(read_bytes_by_tier[t], written_bytes_by_tier[t]);
-    traffic_end_ns = std::max(traffic_end_ns, allocator.tier(t).timeline()->reserve(
-                                                  want_end_ns > traffic ? want_end_ns - traffic : 0, traffic));
+    traffic_end_ns = std::max(
+        traffic_end_ns,
+        allocator.tier(t).timeline()->reserve(want_end_ns > traffic ? want_end_ns - traffic : 0, traffic));
   }
   wait_until_ns(std::max(traffic_end_ns, want_end_ns));
   charge.charged_ns = steady_now_ns() - start_ns;
