@@ -118,7 +118,8 @@ int main(int argc, char** argv) {
       "NAME+free-mover with plans that count none of the mover's CPU against the layers "
       "(RuntimeOptions::mover_steals_compute 0), NAME+measured-mover with its plan made again after steps "
       "3-4 with the mover's CPU per byte as measured in them (needs --warmup 5 or more; last of the "
-      "suffixes)");
+      "suffixes), NAME+ready with its plan run in ready memory (moves copy between planned places; "
+      "before +measured-mover)");
   cli::add_fast_budget_flag(app, fast_budget, "every policy's");
   cli::add_tiers_flag(app, tiers, "one runtime mode each; repeat for more modes (ratios are to the first)")
       ->capture_default_str();
@@ -132,7 +133,8 @@ int main(int argc, char** argv) {
   const Result<ConvAlgorithm> conv_algorithm = parse_conv_algorithm(conv);
   if (!conv_algorithm)
     return fmt::print(stderr, "bench_training: --conv: {}\n", conv_algorithm.status().to_string()), 2;
-  spdlog::set_level(spdlog::level::warn);
+  spdlog::set_level(std::getenv("TENSORTIER_LOG_INFO") != nullptr ? spdlog::level::info
+                                                                  : spdlog::level::warn);
 
   const dnnl::memory::dims input{batch, 3, size, size};
   const Dataset data = synthetic_dataset(static_cast<std::size_t>(batch) * 4, 3, size, size, 10, 1);
@@ -164,7 +166,8 @@ int main(int argc, char** argv) {
     // short-lived objects allocated one by one, not at their planned offsets in one arena;
     // NAME+no-room-wait: an object born with no room on the fast tier falls back at once
     // (RuntimeOptions::room_wait 0); NAME+free-mover: plans weigh moves without the mover's CPU
-    // (RuntimeOptions::mover_steals_compute 0, as if the mover had a core of its own).
+    // (RuntimeOptions::mover_steals_compute 0, as if the mover had a core of its own); NAME+ready:
+    // its plan run in ready memory (RuntimeOptions::ready_memory: moves are copies between places).
     std::string name = policy;
     auto strip = [&name](std::string_view suffix) {  // true where `name` ended with it, now cut off
       if (!name.ends_with(suffix)) return false;
@@ -172,6 +175,7 @@ int main(int argc, char** argv) {
       return true;
     };
     const bool measured_mover = strip("+measured-mover");
+    const bool ready = strip("+ready");
     const bool free_mover = strip("+free-mover");
     const bool no_room_wait = strip("+no-room-wait");
     const bool no_arena = strip("+no-arena");
@@ -181,6 +185,7 @@ int main(int argc, char** argv) {
     options.clean_moves = !copies;
     options.dead_moves = !copy_dead;
     options.short_lived_arena = !no_arena;
+    options.ready_memory = ready;
     if (no_room_wait) options.room_wait = std::chrono::nanoseconds{0};
     if (free_mover) options.mover_steals_compute = 0;
     options.fast_budget = fast_budget;

@@ -656,6 +656,131 @@ TEST(RoomWait, ABirthWaitsForAMoveOutToMakeItsRoom) {
   expect_all_released(*alloc);
 }
 
+// Ready memory: a move into a planned place is a copy between two mapped ranges that publishes
+// the new address; moves back and forth between a fast place and a home map nothing and fault
+// nothing; a place still held refuses the move and the object stays whole where it was.
+TEST(Places, AMoveIntoAPlaceCopiesAndPublishesTheNewAddress) {
+  constexpr std::size_t kBytes = 3 << 20;
+  for (const char* spec : {"fast=dram:16MiB,slow=dram:64MiB", "fast=dram:16MiB,slow=emulated:cxl:64MiB"}) {
+    SCOPED_TRACE(spec);
+    auto alloc = allocator_for(spec);
+    ASSERT_NE(alloc, nullptr);
+    auto fast = alloc->create_arena(0, 8 << 20);
+    auto home = alloc->create_arena(1, 8 << 20);
+    ASSERT_TRUE(fast && home);
+    auto o = alloc->allocate("o", kBytes, kDefaultGroup, 1);
+    ASSERT_TRUE(o);
+    fill(o->address, kBytes, 5);
+    const std::uint64_t relocations = alloc->relocations();
+    MoveOptions into_fast;
+    into_fast.place = Place{fast.value(), 4 << 20};
+    auto in = alloc->move(o->id, 0, into_fast);
+    ASSERT_TRUE(in) << in.status().to_string();
+    EXPECT_EQ(in->method, MoveMethod::kCopy);
+    EXPECT_TRUE(in->moved);
+    EXPECT_NE(in->address, o->address);
+    EXPECT_EQ(alloc->relocations(), relocations + 1);
+    Result<ObjectInfo> now = alloc->info_by_id(o->id);
+    EXPECT_EQ(now->arena, fast.value());
+    EXPECT_EQ(now->tier, 0u);
+    EXPECT_EQ(now->address, in->address);
+    EXPECT_TRUE(holds(in->address, kBytes, 5));
+    SpanView span;
+    ASSERT_TRUE(alloc->lookup(static_cast<std::byte*>(in->address) + 100, &span));
+    EXPECT_EQ(span.id, o->id);
+    EXPECT_FALSE(alloc->lookup(o->address, &span)) << "the old range left the table";
+    // Back and forth between the fast place and a home: no mapping call, no page fault.
+    MoveOptions to_home;
+    to_home.place = Place{home.value(), 0};
+    ASSERT_TRUE(alloc->move(o->id, 1, to_home));
+    const std::uint64_t calls = ObjectAllocator::mapping_calls();
+    const long faults = testing::thread_page_faults();
+    for (int round = 0; round < 4; ++round) {
+      ASSERT_TRUE(alloc->move(o->id, 0, into_fast));
+      ASSERT_TRUE(alloc->move(o->id, 1, to_home));
+    }
+    EXPECT_EQ(ObjectAllocator::mapping_calls(), calls);
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+    EXPECT_LT(testing::thread_page_faults() - faults, 8) << "both places' pages were in already";
+#endif
+    auto again = alloc->move(o->id, 1, to_home);
+    ASSERT_TRUE(again);
+    EXPECT_FALSE(again->moved) << "in its place already";
+    EXPECT_TRUE(holds(alloc->info_by_id(o->id)->address, kBytes, 5));
+    EXPECT_EQ(alloc->usage()[0].place_moves, 5u);
+    EXPECT_EQ(alloc->usage()[1].place_moves, 5u);
+    ASSERT_TRUE(alloc->free(alloc->info_by_id(o->id)->address).is_ok());
+    ASSERT_TRUE(alloc->destroy_arena(fast.value()).is_ok());
+    ASSERT_TRUE(alloc->destroy_arena(home.value()).is_ok());
+    expect_all_released(*alloc);
+  }
+}
+
+TEST(Places, APlaceStillHeldOrAFailedCopyLeavesTheObjectWhereItWas) {
+  constexpr std::size_t kBytes = 2 << 20;
+  auto alloc = allocator_for("fast=dram:16MiB,slow=dram:64MiB");
+  ASSERT_NE(alloc, nullptr);
+  auto fast = alloc->create_arena(0, 4 << 20);
+  ASSERT_TRUE(fast);
+  auto held = alloc->allocate_in_arena("held", kBytes, kDefaultGroup, 0, fast.value(), 0);
+  auto o = alloc->allocate("o", kBytes, kDefaultGroup, 1);
+  ASSERT_TRUE(held && o);
+  fill(o->address, kBytes, 9);
+  MoveOptions overlapping;
+  overlapping.place = Place{fast.value(), 1 << 20};  // [1, 3) MiB: half over `held`
+  auto refused = alloc->move(o->id, 0, overlapping);
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable) << refused.status().to_string();
+  EXPECT_NE(refused.status().message().find("still holds"), std::string::npos) << refused.status().message();
+  EXPECT_EQ(alloc->info_by_id(o->id)->address, o->address);
+  EXPECT_TRUE(holds(o->address, kBytes, 9));
+  // Wrong tier, past the end: refused as bad arguments.
+  MoveOptions past;
+  past.place = Place{fast.value(), 3 << 20};
+  EXPECT_EQ(alloc->move(o->id, 0, past).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(alloc->move(o->id, 1, overlapping).status().code(), StatusCode::kInvalidArgument);
+  // An injected failure after the copy: the object stays, and the place is free again.
+  alloc->set_move_failure_hook([](ObjectId, TierIndex) { return true; });
+  MoveOptions free_place;
+  free_place.place = Place{fast.value(), 2 << 20};
+  EXPECT_EQ(alloc->move(o->id, 0, free_place).status().code(), StatusCode::kInternal);
+  EXPECT_EQ(alloc->info_by_id(o->id)->address, o->address);
+  EXPECT_TRUE(holds(o->address, kBytes, 9));
+  alloc->set_move_failure_hook({});
+  auto taken = alloc->allocate_in_arena("next", kBytes, kDefaultGroup, 0, fast.value(), 2 << 20);
+  ASSERT_TRUE(taken) << "the failed move gave its place back: " << taken.status().to_string();
+  EXPECT_GE(alloc->usage()[0].place_misses, 1u);
+  for (const void* p : {held->address, o->address, taken->address}) ASSERT_TRUE(alloc->free(p).is_ok());
+  ASSERT_TRUE(alloc->destroy_arena(fast.value()).is_ok());
+}
+
+// A birth planned into the place of an object on its way out waits for it to leave.
+TEST(Places, ABirthWaitsForItsPlacesOccupantToLeave) {
+  constexpr std::size_t kBytes = 8 << 20;  // out to emulated optane-server: several ms
+  auto alloc = allocator_for("fast=dram:32MiB,slow=emulated:optane-server:64MiB");
+  ASSERT_NE(alloc, nullptr);
+  auto fast = alloc->create_arena(0, kBytes);
+  ASSERT_TRUE(fast);
+  auto old = alloc->allocate_in_arena("old", kBytes, kDefaultGroup, 0, fast.value(), 0);
+  ASSERT_TRUE(old);
+  fill(old->address, kBytes, 4);
+  EXPECT_EQ(alloc->allocate_in_arena("now", kBytes, kDefaultGroup, 0, fast.value(), 0).status().code(),
+            StatusCode::kUnavailable)
+      << "no wait asked: refused at once";
+  std::thread mover([&] { ASSERT_TRUE(alloc->move(old->id, 1)); });
+  while (alloc->usage()[0].leaving_bytes == 0) std::this_thread::yield();  // copying now
+  auto born =
+      alloc->allocate_in_arena("born", kBytes, kDefaultGroup, 0, fast.value(), 0, std::chrono::seconds(30));
+  mover.join();
+  ASSERT_TRUE(born) << born.status().to_string();
+  EXPECT_EQ(born->address, old->address) << "the place the old object left";
+  EXPECT_EQ(alloc->usage()[0].place_waits, 1u);
+  const void* old_now = alloc->info_by_id(old->id)->address;
+  EXPECT_TRUE(holds(old_now, kBytes, 4));
+  ASSERT_TRUE(alloc->free(old_now).is_ok());
+  ASSERT_TRUE(alloc->free(born->address).is_ok());
+  ASSERT_TRUE(alloc->destroy_arena(fast.value()).is_ok());
+}
+
 std::unique_ptr<Runtime> runtime_for(const std::string& spec) {
   RuntimeOptions options(spec);
   options.profile.enabled = false;

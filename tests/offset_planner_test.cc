@@ -133,4 +133,26 @@ TEST(OffsetPlanner, MinimallocChallengingInstances) {
 }
 
 }  // namespace
+constexpr std::uint64_t kMiBytes = 1 << 20;
+
+// Fixed buffers (a wrap stay's pieces, places.cc) stay where they are; the others go clear of them.
+TEST(Places, FixedBuffersStayAndOthersGoAroundThem) {
+  const FixedBuffer fixed[] = {{{0, 4, 2 * kMiBytes}, 0}, {{8, 10, 2 * kMiBytes}, 0}};
+  const PlannedBuffer buffers[] = {{2, 6, kMiBytes}, {5, 9, kMiBytes}, {4, 8, 2 * kMiBytes}};
+  OffsetPlannerOptions options;
+  options.fixed = fixed;
+  auto plan = plan_offsets(buffers, options);
+  ASSERT_TRUE(plan);
+  for (std::size_t i = 0; i < 3; ++i) {
+    for (const FixedBuffer& f : fixed) {
+      const bool in_time = buffers[i].lower < f.buffer.upper && f.buffer.lower < buffers[i].upper;
+      const bool in_space =
+          plan->offsets[i] < f.offset + f.buffer.bytes && f.offset < plan->offsets[i] + buffers[i].bytes;
+      EXPECT_FALSE(in_time && in_space) << i;
+    }
+  }
+  EXPECT_EQ(plan->offsets[2], 0U);  // [4, 8) overlaps neither fixed piece in time: the bottom
+  EXPECT_EQ(check_offset_plan(buffers, plan.value()), "");
+}
+
 }  // namespace tensortier

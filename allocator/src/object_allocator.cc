@@ -56,6 +56,7 @@ std::string_view to_string(MoveMethod method) {
       {MoveMethod::kMovePages, "move_pages (in place)"},
       {MoveMethod::kRemap, "copy + mremap (in place)"},
       {MoveMethod::kNewAddress, "copy to a new address"},
+      {MoveMethod::kCopy, "copy into a planned place"},
   };
   return name_of(method, kNames, "?");
 }
@@ -174,6 +175,10 @@ unsigned ObjectAllocator::copy(void* to, const void* from, std::size_t bytes) {
   return static_cast<unsigned>(parts);
 }
 
+std::uint64_t ObjectAllocator::mapping_calls() {
+  return os::mapping_calls();
+}
+
 ObjectAllocator::~ObjectAllocator() {
   // A child after fork(): the copy pool's threads are the parent's; joining them would wait
   // forever, so the pool is left, not destroyed (its copies ran on the calling thread alone).
@@ -204,8 +209,7 @@ void ObjectAllocator::retire(ObjectId id, Range& range) {
   drop_shadow_locked(range);
   table_.erase(range.slot);
   if (range.arena != 0) {  // its bytes are the arena's: only the place is free again
-    Arena& arena = arenas_.at(range.arena);
-    arena.live.erase(static_cast<std::uint64_t>(range.base - arena.range.base));
+    leave_place_locked(range.arena, range.base);
   } else if (!range.segments.empty()) {  // split: each segment's pages to their tier
     for (std::size_t k = 0; k < range.segments.size(); ++k) {
       give_back_range(range.segments[k].tier, range.base + k * kSegmentBytes, range.segment_bytes(k),
@@ -247,27 +251,59 @@ Status ObjectAllocator::destroy_arena(ArenaId id) {
   return Status::ok();
 }
 
+const ObjectAllocator::Occupant* ObjectAllocator::occupant_locked(const Arena& a, std::uint64_t offset,
+                                                                  std::uint64_t bytes) const {
+  // The occupant that starts last before this place's end overlaps it if it ends past its start
+  // (occupants of an arena never overlap each other).
+  auto next = a.live.lower_bound(offset + bytes);
+  if (next == a.live.begin() || std::prev(next)->second.end <= offset) return nullptr;
+  return &std::prev(next)->second;
+}
+
+void ObjectAllocator::leave_place_locked(ArenaId arena, const std::byte* base) {
+  Arena& a = arenas_.at(arena);
+  a.live.erase(static_cast<std::uint64_t>(base - a.range.base));
+  moved_or_unpinned_.notify_all();  // a birth may wait for this place
+}
+
 Result<ObjectInfo> ObjectAllocator::allocate_in_arena(std::string_view name, std::size_t bytes, GroupId group,
-                                                      ObjectKey key, ArenaId arena_id, std::uint64_t offset) {
+                                                      ObjectKey key, ArenaId arena_id, std::uint64_t offset,
+                                                      std::chrono::nanoseconds occupant_wait) {
   if (bytes < kPageBytes || bytes > (std::size_t{1} << 47))
     return unavailable(
         fmt::format("object '{}': {} bytes do not go in an arena (a page or more)", name, bytes));
-  std::lock_guard lock(mutex_);
+  std::unique_lock lock(mutex_);
   auto found = arenas_.find(arena_id);
   if (found == arenas_.end()) return unavailable(fmt::format("object '{}': no arena {}", name, arena_id));
-  Arena& arena = found->second;
+  Arena* a = &found->second;
   const std::uint64_t reserved = round_up(bytes, kPageBytes);
-  if (offset % kPageBytes != 0 || offset + reserved > arena.range.bytes) {
+  if (offset % kPageBytes != 0 || offset + reserved > a->range.bytes) {
     return unavailable(fmt::format("object '{}' ({}) at offset {} does not fit arena {} of {}", name,
-                                   format_bytes(bytes), offset, arena_id, format_bytes(arena.range.bytes)));
+                                   format_bytes(bytes), offset, arena_id, format_bytes(a->range.bytes)));
   }
-  // The live object that starts last before the end of this one overlaps it if it ends past
-  // this one's start (live objects in an arena never overlap each other).
-  if (auto next = arena.live.lower_bound(offset + reserved); next != arena.live.begin()) {
-    if (std::prev(next)->second > offset)
+  // A previous occupant on its way out (its move under way, or moves out of this tier handed to a
+  // mover: set_room_wait's `pending`) is waited for, up to occupant_wait: the plan put this object
+  // here after it. One that is not leaving (freed later by this very thread, say) is not.
+  const auto deadline = std::chrono::steady_clock::now() + occupant_wait;
+  bool waited = false;
+  while (const Occupant* o = occupant_locked(*a, offset, reserved)) {
+    auto it = live_.find(o->id);
+    const bool leaving =
+        (it != live_.end() && it->second.range.moving) || (pending_out_ && pending_out_(a->range.tier) > 0);
+    const bool timed_out = !leaving || occupant_wait.count() <= 0 ||
+                           moved_or_unpinned_.wait_until(lock, deadline) == std::cv_status::timeout;
+    found = arenas_.find(arena_id);  // looked up again: it may have gone while we waited
+    if (found == arenas_.end()) return unavailable(fmt::format("object '{}': no arena {}", name, arena_id));
+    a = &found->second;
+    if (timed_out && occupant_locked(*a, offset, reserved) != nullptr) {
+      ++tier_state_[a->range.tier].usage.place_misses;
       return unavailable(
           fmt::format("object '{}' at offset {} of arena {}: the place is taken", name, offset, arena_id));
+    }
+    waited = waited || !timed_out;
   }
+  Arena& arena = *a;
+  if (waited) ++tier_state_[arena.range.tier].usage.place_waits;
   const TierIndex t = arena.range.tier;
   Live live;
   live.info.name = std::string(name);
@@ -285,7 +321,7 @@ Result<ObjectInfo> ObjectAllocator::allocate_in_arena(std::string_view name, std
   if (!slot)
     return Status(slot.status().code(), fmt::format("object '{}': {}", name, slot.status().message()));
   live.range.slot = slot.value();
-  arena.live.emplace(offset, offset + reserved);
+  arena.live.emplace(offset, Occupant{offset + reserved, next_id_});
   live.info.address = live.range.base;
   ++tier_state_[t].usage.arena_allocations;
   return admit_locked(std::move(live), t, key);
@@ -665,6 +701,7 @@ ObjectInfo ObjectAllocator::view(const Live& live) const {
   info.tier = live.unit().tier;
   info.owner = live.unit().owner;
   info.bytes_by_tier = bytes_by_tier(live);
+  info.arena = live.chunk == nullptr ? live.range.arena : 0;
   if (live.chunk == nullptr) {
     for (const Range::Segment& s : live.range.segments) info.segment_tiers.push_back(s.tier);
   }
@@ -976,14 +1013,18 @@ Result<MoveResult> ObjectAllocator::move(ObjectId id, TierIndex to, const MoveOp
   MoveTicket ticket;
   {
     std::unique_lock lock(mutex_);
+    wait_for_occupant_locked(lock, id, options);  // (place_moves.cc)
     Result<Live*> waited = wait_for_pins_locked(lock, id, options);
     if (!waited) return waited.status();
     Live& live = *waited.value();
+    if (options.place) return move_to_place(lock, id, to, *options.place, options);
     if (options.segment != kWholeObject || (live.chunk == nullptr && !live.range.segments.empty()))
       return move_segments(lock, id, to, options);
     result.from = live.unit().tier;
     result.address = live.info.address;
-    if (result.from == to) return result;  // already there
+    if (result.from == to && live.unit().arena == 0)
+      return result;  // already there (an arena's object
+                      // leaves its place: a new range)
     if (Status s = start_move_locked(live, to, options, result, ticket); !s.is_ok()) return s;
   }
   result.bytes = ticket.bytes;
@@ -1027,14 +1068,9 @@ Status ObjectAllocator::start_move_locked(Live& live, TierIndex to, const MoveOp
                                           MoveResult& result, MoveTicket& ticket) {
   Range& r = live.unit();
   ticket.chunk = live.chunk;
-  result.method = move_method(r.tier, to);
+  // An arena's object leaves its place by a copy to a new range (its pages are the arena's).
+  result.method = r.arena != 0 ? MoveMethod::kNewAddress : move_method(r.tier, to);
   result.discarded = discards(r, ticket.chunk == nullptr, result.method, options);
-  if (r.arena != 0) {
-    return failed_precondition(
-        fmt::format("move of '{}': it lives at a planned offset in an arena (its bytes are the arena's); "
-                    "it does not move",
-                    live.info.name));
-  }
   if (ticket.chunk != nullptr && result.method == MoveMethod::kNewAddress) {
     return failed_precondition(
         fmt::format("move of '{}': a small object moves with its 64 KiB chunk, which moves only between "
@@ -1193,7 +1229,9 @@ Result<MoveResult> ObjectAllocator::move_segment(std::unique_lock<std::mutex>& l
   {
     Live& live = live_.at(id);
     if (Status s = check_segment_move_locked(live, k, to, result); !s.is_ok()) return s;
-    if (result.from == to) return result;  // already there
+    if (result.from == to && live.unit().arena == 0)
+      return result;  // already there (an arena's object
+                      // leaves its place: a new range)
     if (Status s = start_segment_move_locked(live, k, options, result, ticket); !s.is_ok()) return s;
   }
   result.bytes = ticket.bytes;
@@ -1342,11 +1380,13 @@ std::vector<std::uint64_t> ObjectAllocator::bytes_by_tier(const Live& live) cons
 
 // Records a finished move: budgets, owner and placement, the object table, stats. mutex_ held.
 void ObjectAllocator::commit_move(ObjectId id, Live* live, Chunk* chunk, MoveMethod method, void* destination,
-                                  std::optional<ObjectTable::Slot> new_slot, MoveResult& result) {
+                                  std::optional<ObjectTable::Slot> new_slot, MoveResult& result,
+                                  const Place* place) {
   Range& r = chunk != nullptr ? chunk->range : live->range;
   const TierIndex from = r.tier, to = result.to;
-  void* const old_base = r.base;
+  std::byte* const old_base = r.base;
   const TierIndex old_owner = r.owner;
+  const ArenaId old_arena = r.arena;
   switch (method) {
     case MoveMethod::kMovePages:  // same mapping, pages and policy on the new node
       tiers_[from]->unreserve(r.bytes);
@@ -1356,6 +1396,13 @@ void ObjectAllocator::commit_move(ObjectId id, Live* live, Chunk* chunk, MoveMet
     case MoveMethod::kNewAddress:
       r.owner = to;
       r.base = static_cast<std::byte*>(destination);
+      r.arena = 0;
+      break;
+    case MoveMethod::kCopy:  // into its place, whose pages are the arena's
+      r.owner = arenas_.at(place->arena).range.owner;
+      r.base = static_cast<std::byte*>(destination);
+      r.arena = place->arena;
+      ++tier_state_[to].usage.place_moves;
       break;
     case MoveMethod::kNone:
       break;
@@ -1378,10 +1425,14 @@ void ObjectAllocator::commit_move(ObjectId id, Live* live, Chunk* chunk, MoveMet
   if (result.copy_threads > 1) ++in.split_copies;
   out.bytes_moved_out += r.bytes;
   in.bytes_moved_in += r.bytes;
-  if (method == MoveMethod::kNewAddress) {
+  if (method == MoveMethod::kNewAddress || method == MoveMethod::kCopy) {
     table_.erase(r.slot);
     r.slot = new_slot.value();
-    give_back_range(from, old_base, r.bytes, old_owner);
+    if (old_arena != 0) {
+      leave_place_locked(old_arena, old_base);
+    } else {
+      give_back_range(from, old_base, r.bytes, old_owner);
+    }
     if (!r.free_pending) {
       by_address_.erase(live->info.address);
       live->info.address = r.base;

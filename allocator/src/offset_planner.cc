@@ -24,7 +24,8 @@ bool overlap_in_time(const PlannedBuffer& a, const PlannedBuffer& b) {
 // Best fit in the given order; returns the offsets and the region.
 std::pair<std::vector<std::uint64_t>, std::uint64_t> best_fit(std::span<const PlannedBuffer> buffers,
                                                               const std::vector<std::size_t>& order,
-                                                              std::uint64_t alignment) {
+                                                              std::uint64_t alignment,
+                                                              std::span<const FixedBuffer> fixed) {
   constexpr std::uint64_t kUnplaced = std::numeric_limits<std::uint64_t>::max();
   std::vector<std::uint64_t> offsets(buffers.size(), kUnplaced);
   std::vector<std::size_t> placed;
@@ -32,10 +33,16 @@ std::pair<std::vector<std::uint64_t>, std::uint64_t> best_fit(std::span<const Pl
   std::vector<std::pair<std::uint64_t, std::uint64_t>>
       busy;  // [offset, end) of time-overlapping placed buffers
   std::uint64_t region = 0;
+  for (const FixedBuffer& f : fixed)
+    region = std::max(region, f.offset + round_up(f.buffer.bytes, alignment));
   for (std::size_t i : order) {
     const PlannedBuffer& b = buffers[i];
     const std::uint64_t size = round_up(b.bytes, alignment);
     busy.clear();
+    for (const FixedBuffer& f : fixed) {
+      if (overlap_in_time(b, f.buffer))
+        busy.emplace_back(f.offset, f.offset + round_up(f.buffer.bytes, alignment));
+    }
     for (std::size_t j : placed) {
       if (overlap_in_time(b, buffers[j]))
         busy.emplace_back(offsets[j], offsets[j] + round_up(buffers[j].bytes, alignment));
@@ -114,7 +121,7 @@ Result<OffsetPlan> plan_offsets(std::span<const PlannedBuffer> buffers, const Of
   best.region_bytes = std::numeric_limits<std::uint64_t>::max();
   std::vector<std::size_t> order(buffers.size()), best_order;
   auto try_order = [&](const std::string& name) {
-    auto [offsets, region] = best_fit(buffers, order, alignment);
+    auto [offsets, region] = best_fit(buffers, order, alignment, options.fixed);
     if (region < best.region_bytes) {
       best.offsets = std::move(offsets);
       best.region_bytes = region;
@@ -146,7 +153,7 @@ Result<OffsetPlan> plan_offsets(std::span<const PlannedBuffer> buffers, const Of
     const std::string base = best.ordering.substr(0, best.ordering.find(','));
     try_order(base + ", then local search");
   }
-  if (buffers.empty()) best.region_bytes = 0;
+  if (buffers.empty()) best.region_bytes = best_fit(buffers, order, alignment, options.fixed).second;
   return best;
 }
 

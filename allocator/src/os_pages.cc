@@ -5,6 +5,7 @@
 #include <numaif.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#include <atomic>
 
 #include <cerrno>
 #include <chrono>
@@ -19,6 +20,17 @@
 #endif
 
 namespace tensortier::os {
+
+namespace {
+std::atomic<std::uint64_t> g_mapping_calls{0};
+void count_call() {
+  g_mapping_calls.fetch_add(1, std::memory_order_relaxed);
+}
+}  // namespace
+
+std::uint64_t mapping_calls() {
+  return g_mapping_calls.load(std::memory_order_relaxed);
+}
 namespace {
 
 std::size_t page_bytes() {
@@ -35,6 +47,7 @@ void* as_ptr(std::uintptr_t u) {
 }  // namespace
 
 Result<void*> map_anonymous(std::size_t bytes, std::size_t alignment) {
+  count_call();
   const std::size_t page = page_bytes();
   const std::size_t slack = alignment > page ? alignment - page : 0;
   void* raw = mmap(nullptr, bytes + slack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -51,19 +64,23 @@ Result<void*> map_anonymous(std::size_t bytes, std::size_t alignment) {
 }
 
 void unmap(void* address, std::size_t bytes) {
+  count_call();
   munmap(address, bytes);
 }
 
 void advise_huge_pages(void* address, std::size_t bytes) {
+  count_call();
   // Best effort: where THP is off ("never") or the mapping cannot take it, 4 KiB pages serve.
   (void)madvise(address, bytes, MADV_HUGEPAGE);
 }
 
 void advise_no_huge_pages(void* address, std::size_t bytes) {
+  count_call();
   (void)madvise(address, bytes, MADV_NOHUGEPAGE);  // best effort, as above
 }
 
 Status populate(void* address, std::size_t bytes) {
+  count_call();
   if (madvise(address, bytes, MADV_POPULATE_WRITE) == 0) return Status::ok();
   if (errno == ENOMEM || errno == EFAULT || errno == EHWPOISON) {
     return out_of_memory(
@@ -87,10 +104,12 @@ static Status bind_range(void* address, std::size_t bytes, int node, unsigned fl
 }
 
 Status bind_to_node(void* address, std::size_t bytes, int node) {
+  count_call();
   return bind_range(address, bytes, node, MPOL_MF_STRICT);
 }
 
 Result<void*> replace_mapping(void* replacement, void* at, std::size_t bytes, std::size_t alignment) {
+  count_call();
   // An aligned place for the old pages, so that huge pages stay huge (mremap moves whole PMDs
   // only between 2 MiB-aligned addresses).
   Result<void*> aside = map_anonymous(bytes, alignment);
@@ -124,6 +143,7 @@ Result<void*> replace_mapping(void* replacement, void* at, std::size_t bytes, st
 }
 
 Status remap_pages(void* from, std::size_t bytes, void* to) {
+  count_call();
   if (mremap(from, bytes, bytes, MREMAP_MAYMOVE | MREMAP_FIXED, to) == MAP_FAILED) {
     return internal_error(
         fmt::format("mremap of {} bytes from {} to {} failed: {}", bytes, from, to, strerrordesc_np(errno)));
@@ -149,6 +169,7 @@ Result<std::vector<int>> page_nodes(const void* address, std::size_t bytes) {
 }
 
 Status move_to_node(void* address, std::size_t bytes, int node) {
+  count_call();
   std::vector<void*> pages = page_addresses(address, bytes);
   const std::size_t count = pages.size();
   // A transparent huge page moves whole with its first 4 KiB page; move_pages then reports its
@@ -190,6 +211,7 @@ Status move_to_node(void* address, std::size_t bytes, int node) {
 namespace tensortier::os {
 
 Status rebind_to_node(void* address, std::size_t bytes, int node) {
+  count_call();
   // MPOL_MF_MOVE moves the pages only this process maps; a page that could not move is caught
   // by move_to_node's check below, which retries it.
   TENSORTIER_RETURN_IF_ERROR(bind_range(address, bytes, node, MPOL_MF_MOVE));

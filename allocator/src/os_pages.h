@@ -11,6 +11,10 @@
 
 namespace tensortier::os {
 
+// How many of the calls below this process has made (each counts one): what a test of a step that
+// must map nothing reads. Lock-free.
+std::uint64_t mapping_calls();
+
 // Maps `bytes` of private anonymous read-write memory aligned to `alignment` (a power of two,
 // >= the page size). Errors carry strerror(errno).
 Result<void*> map_anonymous(std::size_t bytes, std::size_t alignment);

@@ -124,9 +124,12 @@ std::uint64_t Executor::place_persistent(const std::vector<ObjectInfo>& objects)
     for (const ObjectInfo& o : objects) {
       auto want = plan_.start.find(o.key);
       if (want != plan_.start.end()) {
-        if (want->second == o.tier && o.bytes_by_tier.empty()) continue;
+        MoveOptions options;
+        if (auto first = plan_.places.first.find(o.key); first != plan_.places.first.end())
+          options.place = place_on(want->second, first->second);
+        if (want->second == o.tier && o.bytes_by_tier.empty() && !options.place) continue;
         if ((want->second == plan_.fast) != (pass == 1)) continue;
-        if (!move_(o.id, want->second, MoveOptions{})) ++failed;
+        if (!move_(o.id, want->second, options)) ++failed;
         continue;
       }
       if (plan_.segment_bytes == 0 || o.small) continue;
@@ -183,6 +186,7 @@ void Executor::enqueue(std::uint32_t after_layer) {
                        : m.useful_until >= layers_  ? m.useful_until - layers_
                                                     : m.useful_until;
     if (m.discard) job.discard_unless_pinned_after = pins_so_far;
+    job.place = m.place;
     if (m.to != plan_.fast) {
       job.out_bytes = m.bytes;
       queued_out_bytes_.fetch_add(m.bytes, std::memory_order_acq_rel);
@@ -225,6 +229,9 @@ void Executor::run() {
     MoveOptions options;
     options.segment = job.segment;
     options.discard_unless_pinned_after = job.discard_unless_pinned_after;
+    options.place = place_on(job.to, job.place);
+    // The place's previous occupant may be a few frees or moves behind the plan: a bounded wait.
+    if (options.place) options.occupant_wait = kDefaultRoomWait;
     const auto move_start = std::chrono::steady_clock::now();
     Result<MoveResult> moved = move_(job.id, job.to, options);
     const auto busy_ns =
@@ -305,6 +312,25 @@ std::optional<std::uint64_t> Executor::arena_offset(ObjectKey key, std::size_t) 
   auto it = plan_.region_offsets.find(key);
   if (it == plan_.region_offsets.end()) return std::nullopt;
   return it->second;
+}
+
+}  // namespace tensortier::migrator
+
+namespace tensortier::migrator {
+
+std::optional<Place> Executor::place_on(TierIndex tier, std::uint64_t offset) const {
+  if (offset == kNoPlace || fast_arena_ == 0 || home_arena_ == 0) return std::nullopt;
+  if (tier == plan_.fast) return Place{fast_arena_, offset};
+  if (tier == plan_.slow) return Place{home_arena_, offset};
+  return std::nullopt;
+}
+
+std::optional<Place> Executor::place(ObjectKey key, std::size_t) {
+  if (state() != ExecutorState::kRunning || off_plan()) return std::nullopt;
+  auto first = plan_.places.first.find(key);
+  if (first == plan_.places.first.end()) return std::nullopt;
+  auto born = plan_.birth.find(key);
+  return place_on(born != plan_.birth.end() ? born->second : plan_.fast, first->second);
 }
 
 }  // namespace tensortier::migrator

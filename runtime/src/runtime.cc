@@ -99,6 +99,9 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
   runtime->trial_steps_ = options.trial_steps;
   runtime->measured_mover_steps_ = options.measured_mover_steps;
   runtime->short_lived_arena_ = options.short_lived_arena;
+  runtime->ready_memory_ = options.ready_memory;
+  if (const char* env = std::getenv("TENSORTIER_READY_MEMORY"); env != nullptr && *env != '\0')
+    runtime->ready_memory_ = std::string_view(env) != "0";
   const CpuShare share = cpu_share();
   const std::string machine = fmt::format("{} CPUs, {} for the layers", share.cpus, share.training_threads);
   std::uint32_t copy_threads = 0;
@@ -230,20 +233,27 @@ Result<ObjectInfo> Runtime::allocate(std::string_view name, std::size_t bytes, G
   // same in every step of one kind. Others (before steps, other threads) by their id.
   ObjectKey key = 0;
   std::optional<std::uint64_t> arena_offset;
+  std::optional<Place> place;
   ArenaId arena = 0;
   if (in_step_.load(std::memory_order_acquire) && !forked_child_.load(std::memory_order_acquire) &&
       training_thread_.load(std::memory_order_relaxed) == static_cast<std::uintptr_t>(pthread_self())) {
     key = step_key(step_ordinal_.fetch_add(1, std::memory_order_relaxed));
     if (PlacementAdvisor* advisor = advisor_.load(std::memory_order_acquire); advisor != nullptr) {
+      place = advisor->place(key, bytes);
       arena = arena_.load(std::memory_order_acquire);
-      if (arena != 0) arena_offset = advisor->arena_offset(key, bytes);
+      if (arena != 0 && !place) arena_offset = advisor->arena_offset(key, bytes);
       if (std::optional<TierIndex> tier = advisor->placement(key, bytes); tier && *tier < tier_count())
         preferred = *tier;
     }
   }
   std::lock_guard lock(alloc_events_mutex_);
   Result<ObjectInfo> info = unavailable("not in the arena");
-  if (arena_offset) {
+  if (place) {
+    // At its planned place (ready memory), after its previous occupant has left; where that
+    // takes too long (a late move out), where the tier would have put it.
+    info = allocator_.allocate_in_arena(name, bytes, group, key, place->arena, place->offset, room_wait_);
+    if (!info) place_misses_.fetch_add(1, std::memory_order_relaxed);
+  } else if (arena_offset) {
     // At its planned offset in the short-lived region; where that place is not free (a step that
     // strays from the profiled one), where the tier would have put it.
     info = allocator_.allocate_in_arena(name, bytes, group, key, arena, *arena_offset);

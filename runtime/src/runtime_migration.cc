@@ -136,6 +136,7 @@ void Runtime::set_plan_rates(migrator::PlanInputs& inputs) const {
         static_cast<double>(1 << 20);
   }
   inputs.clean_moves_out_free = clean_moves_;
+  inputs.ready_memory = ready_memory_;
   // Dead bytes go uncopied only where moves remap (between anonymous tiers); move_pages carries
   // every page, dead or not, and a move to a new address copies.
   inputs.dead_moves_free = dead_moves_ && allocator_.move_method(fast, slow) == MoveMethod::kRemap &&
@@ -179,6 +180,14 @@ void Runtime::log_plan(std::uint64_t budget, std::uint64_t footprint, std::uint6
                              : "",
       format_bytes(p.bytes_in), format_bytes(p.bytes_out), format_bytes(p.slow_access_bytes),
       p.predicted_extra_ns / 1e6, failed);
+  if (!p.places.empty()) {
+    spdlog::info(
+        "policy {}: ready memory: fast arena {} for {} stays (their max-live {}), {} beside it, homes {} "
+        "for {} objects; planned again under a lower budget {} times",
+        policy_, format_bytes(p.places.fast_bytes), p.places.stays,
+        format_bytes(p.places.fast_max_live_bytes), format_bytes(p.places.unplaced_fast_bytes),
+        format_bytes(p.places.home_bytes), p.places.homes, p.places.replans);
+  }
   if (!p.solver.empty()) {
     spdlog::info("policy {}: {}; no plan is predicted to add under {:.1f} ms a step ({})", policy_, p.variant,
                  p.bound_extra_ns / 1e6, p.solver);
@@ -191,8 +200,9 @@ std::uint64_t Runtime::make_executor(migrator::Plan plan) {
       [this](ObjectId id, TierIndex to, const MoveOptions& options) { return move(id, to, options); },
       [this] { return layers_begun_.load(std::memory_order_acquire); },
       [this] { return allocator_.pin_sequence(); });
+  const bool placed = open_places(executor_->plan());
   const std::uint64_t failed = executor_->place_persistent(allocator_.objects());
-  open_arena(executor_->plan());
+  if (!placed) open_arena(executor_->plan());  // (with places, the short-lived objects have theirs)
   return failed;
 }
 
@@ -236,6 +246,54 @@ void Runtime::close_arena() {
   }
 }
 
+bool Runtime::open_places(const migrator::Plan& plan) {
+  const migrator::PlacesPlan& places = plan.places;
+  if (!ready_memory_ || places.empty() || !places.problem.empty()) {
+    if (ready_memory_ && !places.problem.empty())
+      spdlog::warn("policy {}: no ready memory, its moves go in place: {}", policy_, places.problem);
+    return false;
+  }
+  // The arena needs the fast tier's room: the objects the plan places leave it first (for the
+  // slow tier; place_persistent then brings each to its place), and the cache goes.
+  for (const ObjectInfo& o : allocator_.objects()) {
+    if (o.tier == plan.fast && !o.small && o.arena == 0 && places.first.contains(o.key))
+      (void)allocator_.move(o.id, plan.slow);  // where it cannot, the arena may not fit: said below
+  }
+  allocator_.release_cache();
+  Result<ArenaId> fast =
+      allocator_.create_arena(plan.fast, std::max<std::uint64_t>(places.fast_bytes, kPageBytes));
+  Result<ArenaId> home =
+      allocator_.create_arena(plan.slow, std::max<std::uint64_t>(places.home_bytes, kPageBytes));
+  if (!fast || !home) {
+    spdlog::warn("policy {}: no ready memory (fast arena {}, homes {}), its moves go in place: {}", policy_,
+                 format_bytes(places.fast_bytes), format_bytes(places.home_bytes),
+                 (!fast ? fast.status() : home.status()).message());
+    if (fast) (void)allocator_.destroy_arena(fast.value());
+    if (home) (void)allocator_.destroy_arena(home.value());
+    return false;
+  }
+  fast_places_ = fast.value();
+  home_places_ = home.value();
+  executor_->set_places(fast_places_, home_places_);
+  return true;
+}
+
+void Runtime::close_places() {
+  if (fast_places_ == 0) return;
+  for (const ObjectInfo& o : allocator_.objects()) {
+    if (o.arena != fast_places_ && o.arena != home_places_) continue;
+    // To a range of the slow tier (the next plan places it again); where that fails, it stays.
+    if (Result<MoveResult> moved = allocator_.move(o.id, static_cast<TierIndex>(allocator_.tier_count() - 1));
+        !moved)
+      spdlog::warn("policy {}: '{}' stays in ready memory: {}", policy_, o.name, moved.status().message());
+  }
+  for (ArenaId* arena : {&fast_places_, &home_places_}) {
+    if (Status s = allocator_.destroy_arena(*arena); !s.is_ok())
+      spdlog::warn("policy {}: ready memory stays: {}", policy_, s.message());
+    *arena = 0;
+  }
+}
+
 void Runtime::begin_trial(const migrator::Plan& plan, const migrator::PlanInputs& inputs) {
   if (trial_started_) return;  // once a run
   trial_ = migrator::PlanTrial::begin(plan, inputs, trial_steps_, policy_);
@@ -247,6 +305,7 @@ void Runtime::install_plan(migrator::Plan next) {
   executor_->stop();  // the moves it had queued are done first
   remove_observer(executor_.get());
   close_arena();
+  close_places();
   {  // one step for stats(): no executor counted twice or missed
     std::lock_guard lock(retired_mutex_);
     running_.store(nullptr, std::memory_order_release);

@@ -16,6 +16,11 @@ using TierIndex = std::uint32_t;  // position in the tier list, 0 = fastest
 // step by its allocation ordinal there (kStepKeyFlag set), any other by its id.
 using ObjectKey = std::uint64_t;
 using ArenaId = std::uint32_t;  // an arena of ObjectAllocator::create_arena; 0 is never one
+// A planned place: `offset` bytes into arena `arena` (ready memory: a plan's fast slot or home).
+struct Place {
+  ArenaId arena = 0;
+  std::uint64_t offset = 0;
+};
 inline constexpr ObjectKey kStepKeyFlag = ObjectKey{1} << 63;
 constexpr ObjectKey step_key(std::uint64_t ordinal) {
   return kStepKeyFlag | ordinal;

@@ -24,6 +24,7 @@ struct ObjectInfo {
   GroupId group = kDefaultGroup;
   void* address = nullptr;
   bool small = false;  // packed into its group's shared pages
+  ArenaId arena = 0;   // the arena it lives in (ObjectAllocator::create_arena); 0: its own range
   // A split object (moved in segments): its bytes (as asked) on each tier, by TierIndex, and the
   // tier of each of its kSegmentBytes segments; both empty for any other object (all of it is on
   // `tier`).

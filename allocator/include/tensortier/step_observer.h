@@ -88,6 +88,9 @@ class PlacementAdvisor {
   virtual std::optional<std::uint64_t> arena_offset(ObjectKey /*key*/, std::size_t /*bytes*/) {
     return std::nullopt;
   }
+  // Ready memory: the planned place the object is born in (its fast slot or its home); asked
+  // first of all. nullopt: none.
+  virtual std::optional<Place> place(ObjectKey /*key*/, std::size_t /*bytes*/) { return std::nullopt; }
 };
 
 }  // namespace tensortier

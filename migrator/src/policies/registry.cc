@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "policies/policy_kit.h"
+#include "tensortier/migrator/places.h"
 
 namespace tensortier::migrator {
 namespace {
@@ -31,6 +32,8 @@ constexpr PolicyEntry kPolicies[] = {
     {"oracle", always<policies::oracle>},
 };
 
+constexpr std::uint32_t kMostReplans = 4;
+
 }  // namespace
 
 const std::vector<std::string>& policy_names() {
@@ -53,16 +56,32 @@ Result<Plan> make_plan(std::string_view policy, const PlanInputs& in) {
   }
   if (entry == nullptr)
     return invalid_argument(fmt::format("unknown policy '{}' (known: {})", policy, known_policies()));
-  Result<Plan> made = entry->make(in);
-  if (!made) return made.status();
-  Plan plan = std::move(made).value();
-  plan.fast = in.fast;
-  plan.slow = in.slow;
-  plan.fast_budget_bytes = in.fast_budget_bytes;
-  (void)leave_in_place(plan, in);
-  (void)simulate(plan,
-                 in);  // predictions and verdict; fast-only may pass a budget it was never meant to keep
-  return plan;
+  // With ready memory, a layout over the budget is the policy's to fix: it plans again under a
+  // budget lowered by the overshoot (the layout's slack over max-live is a few percent).
+  PlanInputs inputs = in;
+  for (std::uint32_t attempt = 0;; ++attempt) {
+    Result<Plan> made = entry->make(inputs);
+    if (!made) return made.status();
+    Plan plan = std::move(made).value();
+    plan.fast = in.fast;
+    plan.slow = in.slow;
+    plan.fast_budget_bytes = inputs.fast_budget_bytes;
+    (void)leave_in_place(plan, inputs);
+    (void)simulate(
+        plan, inputs);  // predictions and verdict; fast-only may pass a budget it was never meant to keep
+    if (!in.ready_memory) return plan;
+    inputs.fast_budget_bytes = in.fast_budget_bytes;  // the layout must fit the budget asked for
+    if (lay_out_places(plan, inputs).empty() || attempt == kMostReplans || policy == "fast-only") {
+      plan.places.replans = attempt;
+      return plan;
+    }
+    const std::uint64_t need =
+        plan.places.fast_bytes + plan.places.unplaced_fast_bytes + in.small_reserve_bytes;
+    const std::uint64_t lowered =
+        plan.fast_budget_bytes - std::min(plan.fast_budget_bytes, need - in.fast_budget_bytes);
+    if (lowered <= in.small_reserve_bytes) return plan;
+    inputs.fast_budget_bytes = lowered;
+  }
 }
 
 }  // namespace tensortier::migrator

@@ -43,7 +43,7 @@ constexpr std::uint64_t segment_count(std::uint64_t bytes) {
 }
 
 // How an object moves between two tiers (see the placement rules above).
-enum class MoveMethod { kNone, kMovePages, kRemap, kNewAddress };
+enum class MoveMethod { kNone, kMovePages, kRemap, kNewAddress, kCopy };
 std::string_view to_string(MoveMethod method);
 
 // What a finished move did.
@@ -75,6 +75,14 @@ struct MoveOptions {
   // migrates the pages anyway) or a small object's chunk: the move copies as usual. The check and
   // the move are one under the allocator's lock, so a layer that pins later waits for the move.
   std::uint64_t discard_unless_pinned_after = 0;
+  // Ready memory: copy the object into this place of an arena on tier `to` and publish its new
+  // address (kCopy; the kernel maps nothing). The place must be free: a move whose place still
+  // holds another object (its previous occupant has not left) fails with kUnavailable, the object
+  // where it was. A move to the place it is in moves nothing. Large, unsplit objects only.
+  std::optional<Place> place;
+  // How long a move into a place waits for the place's occupant to leave (its move out or its
+  // free) before it fails.
+  std::chrono::nanoseconds occupant_wait{0};
 };
 
 // A pinned object as pin() found it.
@@ -123,6 +131,9 @@ struct TierUsage {
   std::uint64_t room_waits = 0;       // allocations that waited for moves out of here (set_room_wait)
   std::uint64_t room_wait_ns = 0;     // how long they waited
   std::uint64_t split_copies = 0;     // moves here whose copy was split over threads (set_copy_threads)
+  std::uint64_t place_moves = 0;      // moves here into a planned place (MoveOptions::place)
+  std::uint64_t place_waits = 0;      // births here that waited for their place's occupant to leave
+  std::uint64_t place_misses = 0;     // births and moves here whose place was still taken
 };
 
 class ObjectAllocator {
@@ -181,7 +192,11 @@ class ObjectAllocator {
                         std::chrono::nanoseconds wait);
   // Undoes pin() of the same ids. Ids no longer live are skipped.
   void unpin(std::span<const ObjectId> ids);
-  // How many moves have given an object a new address (kNewAddress); lock-free. A caller that
+  // System calls that map, unmap, remap, advise, bind or migrate pages, made by this process's
+  // allocators through their mmap-backed tiers so far (memkind heaps map on their own, uncounted).
+  // Lock-free.
+  static std::uint64_t mapping_calls();
+  // How many moves have given an object a new address (kNewAddress, kCopy); lock-free. A caller that
   // caches addresses refreshes them when this changes.
   std::uint64_t relocations() const { return relocations_.load(std::memory_order_acquire); }
   // Test hook: called in every move after the copy, before the commit; returning true makes the
@@ -218,9 +233,13 @@ class ObjectAllocator {
   // Places a large object (a page or more) at `offset` bytes into the arena. kUnavailable, with
   // nothing changed, where the arena does not exist, the offset is not page-aligned, the object
   // would pass the arena's end, or it would overlap a live object there: the caller allocates
-  // it elsewhere (allocate()). Freed with free() like any object.
+  // it elsewhere (allocate()). Where the object there is on its way out (moving, or moves out of
+  // the tier are pending: set_room_wait), it waits for it to leave (up to `occupant_wait`) first. Freed with
+  // free() like any object. An arena's object moves only by copying: into another place (MoveOptions::place)
+  // or, without one, to a new range.
   Result<ObjectInfo> allocate_in_arena(std::string_view name, std::size_t bytes, GroupId group, ObjectKey key,
-                                       ArenaId arena, std::uint64_t offset);
+                                       ArenaId arena, std::uint64_t offset,
+                                       std::chrono::nanoseconds occupant_wait = std::chrono::nanoseconds{0});
   // The arena's range goes back to its tier's cache. kFailedPrecondition while an object lives
   // in it; kNotFound for an arena that does not exist.
   Status destroy_arena(ArenaId arena);
@@ -397,7 +416,8 @@ class ObjectAllocator {
   Result<MoveResult> move_segments(std::unique_lock<std::mutex>& lock, ObjectId id, TierIndex to,
                                    const MoveOptions& options);
   void commit_move(ObjectId id, Live* live, Chunk* chunk, MoveMethod method, void* destination,
-                   std::optional<ObjectTable::Slot> new_slot, MoveResult& result);
+                   std::optional<ObjectTable::Slot> new_slot, MoveResult& result,
+                   const Place* place = nullptr);
   // What phase 1 of a move hands the copy and phase 3: the range's pages and size, the chunk of a
   // small object, and the destination taken from a cache or a shadow (none: reserved).
   struct MoveTicket {
@@ -441,10 +461,27 @@ class ObjectAllocator {
     }
   };
   std::map<GroupKey, GroupState> groups_;  // small-object chunks by group, placement and maker
-  struct Arena {
-    Range range;                                  // whole, as taken from its tier
-    std::map<std::uint64_t, std::uint64_t> live;  // offset -> end of each live object in it
+  struct Occupant {
+    std::uint64_t end = 0;  // offset just past it
+    ObjectId id = 0;        // the object there, or moving in
   };
+  struct Arena {
+    Range range;                             // whole, as taken from its tier
+    std::map<std::uint64_t, Occupant> live;  // offset -> each live object in it (or moving in)
+  };
+  // The occupant of arena `a` overlapping [offset, offset + bytes), or nullptr. mutex_ held.
+  const Occupant* occupant_locked(const Arena& a, std::uint64_t offset, std::uint64_t bytes) const;
+  // Lets a range's place in its arena go (its bytes stay the arena's). mutex_ held.
+  void leave_place_locked(ArenaId arena, const std::byte* base);
+  // move() into a planned place (place_moves.cc); `lock` holds mutex_, the object live, unpinned
+  // and not moving.
+  Result<MoveResult> move_to_place(std::unique_lock<std::mutex>& lock, ObjectId id, TierIndex to,
+                                   const Place& place, const MoveOptions& options);
+  void wait_for_occupant_locked(std::unique_lock<std::mutex>& lock, ObjectId id, const MoveOptions& options);
+  Status start_place_move_locked(Live& live, TierIndex to, const Place& place, const MoveOptions& options,
+                                 MoveResult& result, MoveTicket& ticket);
+  Result<MoveResult> finish_place_move(ObjectId id, const MoveTicket& ticket, const Place& place,
+                                       Status status, bool injected, void* destination, MoveResult result);
   std::map<ArenaId, Arena> arenas_;
   ArenaId next_arena_ = 1;
   ObjectId next_id_ = 1;

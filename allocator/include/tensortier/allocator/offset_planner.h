@@ -32,6 +32,13 @@ struct PlannedBuffer {
   std::uint64_t bytes = 0;
 };
 
+// A buffer whose offset is given (a slot that must stay where it is): the others are placed
+// around it.
+struct FixedBuffer {
+  PlannedBuffer buffer;
+  std::uint64_t offset = 0;
+};
+
 struct OffsetPlan {
   std::vector<std::uint64_t> offsets;  // by buffer, in the input's order
   std::uint64_t region_bytes = 0;      // highest offset + size over all buffers
@@ -45,6 +52,8 @@ struct OffsetPlannerOptions {
   // buffers alive together; 0 for the orders alone.
   std::uint32_t search_steps = 400;
   std::uint64_t seed = 1;
+  // Buffers already placed: every plan keeps clear of them, and the region covers them.
+  std::span<const FixedBuffer> fixed{};
 };
 
 // The most bytes alive at one time (sizes rounded up to `alignment_bytes`): no plan needs less.

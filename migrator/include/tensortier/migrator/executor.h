@@ -96,6 +96,13 @@ class Executor final : public StepObserver, public PlacementAdvisor {
     return tier == plan_.fast ? queued_out_bytes_.load(std::memory_order_acquire) : 0;
   }
 
+  // Ready memory: the arenas of the plan's places (Plan::places) on the fast and the slow tier.
+  // Set before start(); with both set, moves and births with a place go to it.
+  void set_places(ArenaId fast, ArenaId home) {
+    fast_arena_ = fast;
+    home_arena_ = home;
+  }
+
   // Moves each persistent object (given by id and key; a page-granular plan: each of its
   // segments) to where the plan starts it, now, on the calling thread: outs first, then ins.
   // Returns how many moves failed (what they would have moved stays where it is).
@@ -110,6 +117,7 @@ class Executor final : public StepObserver, public PlacementAdvisor {
   // PlacementAdvisor
   std::optional<TierIndex> placement(ObjectKey key, std::size_t bytes) override;
   std::optional<std::uint64_t> arena_offset(ObjectKey key, std::size_t bytes) override;
+  std::optional<Place> place(ObjectKey key, std::size_t bytes) override;
 
  private:
   struct Job {
@@ -122,7 +130,10 @@ class Executor final : public StepObserver, public PlacementAdvisor {
     std::uint32_t useful_until = kStepStart;        // dropped once this layer has begun
     std::uint64_t discard_unless_pinned_after = 0;  // MoveOptions: the plan found its bytes dead
     std::uint64_t out_bytes = 0;                    // a move out of the fast tier: its bytes
+    std::uint64_t place = kNoPlace;                 // PlannedMove::place
   };
+  // The place of `offset` in the arena of `tier`; nullopt without places.
+  std::optional<Place> place_on(TierIndex tier, std::uint64_t offset) const;
   struct Queue;  // TBB's queue, kept out of this header
   void enqueue(std::uint32_t after_layer);
   void run();
@@ -135,6 +146,7 @@ class Executor final : public StepObserver, public PlacementAdvisor {
   PinSequenceFn pin_sequence_;
   std::multimap<std::uint32_t, const PlannedMove*> by_layer_;  // after_layer -> moves (immutable)
   std::unique_ptr<Queue> queue_;
+  ArenaId fast_arena_ = 0, home_arena_ = 0;  // set_places
   std::thread mover_;
   std::atomic<ExecutorState> state_{ExecutorState::kStopped};
   std::atomic<std::uint64_t> step_{0};              // the step in progress

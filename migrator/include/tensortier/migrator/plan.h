@@ -20,6 +20,9 @@
 
 namespace tensortier::migrator {
 
+// Ready memory (places.h): no place given.
+inline constexpr std::uint64_t kNoPlace = ~std::uint64_t{0};
+
 struct PlannedMove {
   ObjectKey key = 0;
   TierIndex to = 0;
@@ -38,6 +41,27 @@ struct PlannedMove {
   // simulate(): a move in not begun when births took the room it needs: the allocator refuses it
   // (no room on the fast tier) and the object stays on the slow tier until its next move.
   bool predicted_failed = false;
+  // Ready memory (Plan::places): its destination's offset in the arena of tier `to` (the fast
+  // arena, or the slow tier's arena of homes); kNoPlace: moved as without places.
+  std::uint64_t place = kNoPlace;
+};
+
+// Ready memory (lay_out_places, places.h): one fast-tier arena holding every fast stay of the
+// placed objects at planned offsets, and one slow-tier arena of homes for the objects that move.
+// Empty where the plan was made without (PlanInputs::ready_memory) or is page-granular.
+struct PlacesPlan {
+  std::uint64_t fast_bytes = 0;  // the fast arena
+  std::uint64_t home_bytes = 0;  // the arena of homes
+  // Where each placed object is born, or is when a step begins (persistent objects): its offset in
+  // the arena of the tier it is on then. Objects born slow that never move have none.
+  std::map<ObjectKey, std::uint64_t> first;
+  std::uint64_t stays = 0;                // fast stays laid out
+  std::uint64_t homes = 0;                // homes laid out
+  std::uint64_t fast_max_live_bytes = 0;  // the stays' max-live: no layout needs less
+  std::uint64_t unplaced_fast_bytes = 0;  // fast bytes of objects with no place (beside the arena)
+  std::uint32_t replans = 0;              // times the policy planned again under a lower budget
+  std::string problem;                    // "" where it fits the budget
+  bool empty() const { return fast_bytes == 0 && home_bytes == 0; }
 };
 
 struct Plan {
@@ -89,6 +113,7 @@ struct Plan {
   std::string solver;
   // simulate()'s verdict: "" where the plan is valid, else what is wrong (make_plan fills it).
   std::string problem;
+  PlacesPlan places;
 };
 
 const std::vector<std::string>& policy_names();

@@ -97,6 +97,9 @@ struct PlanInputs {
   // The longest an object born with no room on the fast tier waits for moves out to make it before
   // it falls back to the slow tier (RuntimeOptions::room_wait).
   double room_wait_ns = std::chrono::duration<double, std::nano>(kDefaultRoomWait).count();
+  // The runtime runs plans in ready memory (places.h): make_plan lays each plan out in arenas
+  // and has the policy plan again where the layout does not fit the budget.
+  bool ready_memory = false;
   // The oracle's exact solver (residency_model.h) stops after this long with the best it found.
   double oracle_time_limit_s = 10;
 
