@@ -118,8 +118,8 @@ int main(int argc, char** argv) {
       "NAME+free-mover with plans that count none of the mover's CPU against the layers "
       "(RuntimeOptions::mover_steals_compute 0), NAME+measured-mover with its plan made again after steps "
       "3-4 with the mover's CPU per byte as measured in them (needs --warmup 5 or more; last of the "
-      "suffixes), NAME+ready with its plan run in ready memory (moves copy between planned places; "
-      "before +measured-mover)");
+      "suffixes), NAME+remap with its moves made in place (copy + mremap) instead of between planned "
+      "places in ready memory (before +measured-mover)");
   cli::add_fast_budget_flag(app, fast_budget, "every policy's");
   cli::add_tiers_flag(app, tiers, "one runtime mode each; repeat for more modes (ratios are to the first)")
       ->capture_default_str();
@@ -166,8 +166,8 @@ int main(int argc, char** argv) {
     // short-lived objects allocated one by one, not at their planned offsets in one arena;
     // NAME+no-room-wait: an object born with no room on the fast tier falls back at once
     // (RuntimeOptions::room_wait 0); NAME+free-mover: plans weigh moves without the mover's CPU
-    // (RuntimeOptions::mover_steals_compute 0, as if the mover had a core of its own); NAME+ready:
-    // its plan run in ready memory (RuntimeOptions::ready_memory: moves are copies between places).
+    // (RuntimeOptions::mover_steals_compute 0, as if the mover had a core of its own); NAME+remap:
+    // its moves in place as before ready memory (RuntimeOptions::ready_memory off: copy + mremap).
     std::string name = policy;
     auto strip = [&name](std::string_view suffix) {  // true where `name` ended with it, now cut off
       if (!name.ends_with(suffix)) return false;
@@ -175,7 +175,7 @@ int main(int argc, char** argv) {
       return true;
     };
     const bool measured_mover = strip("+measured-mover");
-    const bool ready = strip("+ready");
+    const bool remap_moves = strip("+remap");
     const bool free_mover = strip("+free-mover");
     const bool no_room_wait = strip("+no-room-wait");
     const bool no_arena = strip("+no-arena");
@@ -185,7 +185,7 @@ int main(int argc, char** argv) {
     options.clean_moves = !copies;
     options.dead_moves = !copy_dead;
     options.short_lived_arena = !no_arena;
-    options.ready_memory = ready;
+    options.ready_memory = !remap_moves;
     if (no_room_wait) options.room_wait = std::chrono::nanoseconds{0};
     if (free_mover) options.mover_steals_compute = 0;
     options.fast_budget = fast_budget;

@@ -250,7 +250,7 @@ nlohmann::json summarize(const MatrixConfig& c, const nlohmann::json& tasks) {
           }
         }
         if (found.empty()) continue;
-        std::vector<double> floors, bounds;
+        std::vector<double> floors, bounds, timed_bounds;
         for (const json* t : found) {
           const double f = number(t->at("runs").at("fast-only"), "median_ms");
           double slow_floor = 0;
@@ -260,6 +260,9 @@ nlohmann::json summarize(const MatrixConfig& c, const nlohmann::json& tasks) {
             // (every cell of the group carries it).
             if (r.contains("bound_extra_ms") && number(r, "compute_ms") > 0)
               bounds.push_back(1.0 + number(r, "bound_extra_ms") / number(r, "compute_ms"));
+            // The timed bound (timed_bound.h): each run's, from its own profile; the median.
+            if (r.contains("timed_bound_ms") && number(r, "compute_ms") > 0 && p != "fast-only")
+              timed_bounds.push_back(1.0 + number(r, "timed_bound_ms") / number(r, "compute_ms"));
           }
           floors.push_back(f > 0 ? std::max(f, slow_floor) / f : 1.0);
         }
@@ -273,6 +276,8 @@ nlohmann::json summarize(const MatrixConfig& c, const nlohmann::json& tasks) {
             const double f = number(runs.at("fast-only"), "median_ms");
             v["median_ms"].push_back(number(r, "median_ms"));
             v["ratio"].push_back(f > 0 ? number(r, "median_ms") / f : 0.0);
+            if (r.contains("predicted_extra_ms") && number(r, "compute_ms") > 0)
+              v["predicted"].push_back(1.0 + number(r, "predicted_extra_ms") / number(r, "compute_ms"));
             for (const char* k : {"in_mib", "out_mib", "copied_mib", "late_dropped", "failed", "mover_cpu_ms",
                                   "charge_ms", "slow_mib", "fast_peak_mib"}) {
               v[k].push_back(number(r, k));
@@ -288,6 +293,7 @@ nlohmann::json summarize(const MatrixConfig& c, const nlohmann::json& tasks) {
                     {"reps", v["ratio"].size()},
                     {"floor", median(floors)}};
           if (!bounds.empty()) cell["bound"] = median(bounds);
+          if (!timed_bounds.empty()) cell["timed_bound"] = median(timed_bounds);
           for (auto& [k, values] : v) cell[k] = median(values);
           ratio_of[policy] = cell["ratio"].get<double>();
           cells.push_back(std::move(cell));
@@ -361,11 +367,12 @@ std::string markdown_tables(const nlohmann::json& summary) {
         "Step time over fast-only (median over repetitions of ratios taken side by side in one process); "
         "in brackets the penalty share, (policy - fast-only) / (slow-only - fast-only). Floor: the step "
         "time no plan can beat, over fast-only. Bound: the oracle's exact model (residency_model.h): no plan "
-        "is predicted to run faster than this, over the profiled compute.\n\n";
-    out += "| model | tiers | fast budget | reps | fast-only ms | floor | bound |";
+        "is predicted to run faster than this, over the profiled compute. Timed bound (timed_bound.h): the "
+        "same with the slow channel counted in time. In square brackets: what the plan predicted.\n\n";
+    out += "| model | tiers | fast budget | reps | fast-only ms | floor | bound | timed bound |";
     for (const std::string& p : policies)
       if (p != "fast-only") out += " " + p + " |";
-    out += "\n| --- | --- | --- | --- | --- | --- | --- |";
+    out += "\n| --- | --- | --- | --- | --- | --- | --- | --- |";
     for (const std::string& p : policies)
       if (p != "fast-only") out += " --- |";
     out += "\n";
@@ -374,9 +381,11 @@ std::string markdown_tables(const nlohmann::json& summary) {
       const json& f = cells.contains("fast-only") ? cells.at("fast-only") : cells.begin()->second;
       const std::string bound =
           f.contains("bound") ? fmt::format("{:.2f}x", f.at("bound").get<double>()) : "";
-      out += fmt::format("| {} | {} | {} | {} | {:.1f} | {:.2f}x | {} |", std::get<0>(row),
+      const std::string timed =
+          f.contains("timed_bound") ? fmt::format("{:.2f}x", f.at("timed_bound").get<double>()) : "";
+      out += fmt::format("| {} | {} | {} | {} | {:.1f} | {:.2f}x | {} | {} |", std::get<0>(row),
                          f.at("tiers").get<std::string>(), std::get<2>(row), f.at("reps").get<int>(),
-                         f.value("median_ms", 0.0), f.value("floor", 1.0), bound);
+                         f.value("median_ms", 0.0), f.value("floor", 1.0), bound, timed);
       for (const std::string& p : policies) {
         if (p == "fast-only") continue;
         auto it = cells.find(p);
@@ -386,8 +395,9 @@ std::string markdown_tables(const nlohmann::json& summary) {
         }
         const json& c = it->second;
         out += fmt::format(
-            " {:.2f}x{} |", c.value("ratio", 0.0),
-            c.contains("penalty_share") ? fmt::format(" ({:.2f})", c.at("penalty_share").get<double>()) : "");
+            " {:.2f}x{}{} |", c.value("ratio", 0.0),
+            c.contains("penalty_share") ? fmt::format(" ({:.2f})", c.at("penalty_share").get<double>()) : "",
+            c.contains("predicted") ? fmt::format(" [{:.2f}x]", c.at("predicted").get<double>()) : "");
       }
       out += "\n";
     }
@@ -445,9 +455,10 @@ std::string markdown_tables(const nlohmann::json& summary) {
 
 std::string csv(const nlohmann::json& summary) {
   static constexpr const char* kColumns[] = {
-      "model",  "tiers",         "spec",      "budget",   "policy",        "reps",      "median_ms",
-      "ratio",  "penalty_share", "floor",     "bound",    "in_mib",        "out_mib",   "late_dropped",
-      "failed", "mover_cpu_ms",  "charge_ms", "slow_mib", "fast_peak_mib", "copied_mib"};
+      "model",         "tiers",        "spec",          "budget",       "policy",    "reps",
+      "median_ms",     "ratio",        "penalty_share", "floor",        "bound",     "in_mib",
+      "out_mib",       "late_dropped", "failed",        "mover_cpu_ms", "charge_ms", "slow_mib",
+      "fast_peak_mib", "copied_mib",   "timed_bound",   "predicted"};
   std::string out;
   for (const char* c : kColumns) out += fmt::format("{}{}", out.empty() ? "" : ",", c);
   out += "\n";

@@ -178,6 +178,7 @@ Result<json> run_task(const MatrixConfig& c, const Task& task, const fs::path& o
       j["floor_slow_ms"] = plan->floor_slow_ns / 1e6;
       j["fast_budget_mib"] = static_cast<double>(plan->fast_budget_bytes) / (1 << 20);
       j["predicted_extra_ms"] = plan->predicted_extra_ns / 1e6;
+      j["timed_bound_ms"] = plan->timed_bound_ns / 1e6;
       if (!plan->variant.empty()) j["variant"] = plan->variant;
       j["compute_ms"] = plan->compute_ns / 1e6;
       if (!plan->solver.empty()) {

@@ -152,6 +152,9 @@ TEST(BenchMatrix, CellsAreMediansOverRepetitionsOfRatiosTakenWithinATask) {
       // An oracle's bound rides on the run that planned it: 1.10x, 1.20x, 1.12x of its compute.
       tasks[t.id]["runs"]["sentinel"]["compute_ms"] = 100.0;
       tasks[t.id]["runs"]["sentinel"]["bound_extra_ms"] = std::array{10.0, 20.0, 12.0}[t.rep];
+      // Its timed bound (1.05x, 1.08x, 1.04x) and its prediction (1.25x, 1.40x, 1.30x).
+      tasks[t.id]["runs"]["sentinel"]["timed_bound_ms"] = std::array{5.0, 8.0, 4.0}[t.rep];
+      tasks[t.id]["runs"]["sentinel"]["predicted_extra_ms"] = std::array{25.0, 40.0, 30.0}[t.rep];
     } else if (t.kind == TaskKind::kNumactl) {
       tasks[t.id] = task_result(t, {{"fast-only", 2.5 * f}});
     } else {
@@ -179,9 +182,12 @@ TEST(BenchMatrix, CellsAreMediansOverRepetitionsOfRatiosTakenWithinATask) {
 
   const std::string table = markdown_tables(s);
   EXPECT_NEAR(sent->at("bound").get<double>(), 1.12, 1e-9) << "the median of 1.10, 1.20, 1.12";
-  EXPECT_NE(table.find(
-                "| mlp | fast=numa:0,slow=numa:1 | 20% | 3 | 110.0 | 1.00x | 1.12x | 3.00x | 1.30x (0.15) |"),
-            std::string::npos)
+  EXPECT_NEAR(sent->at("timed_bound").get<double>(), 1.05, 1e-9) << "the median of 1.05, 1.08, 1.04";
+  EXPECT_NEAR(sent->at("predicted").get<double>(), 1.30, 1e-9) << "the median of 1.25, 1.40, 1.30";
+  EXPECT_NE(
+      table.find("| mlp | fast=numa:0,slow=numa:1 | 20% | 3 | 110.0 | 1.00x | 1.12x | 1.05x | 3.00x | 1.30x "
+                 "(0.15) [1.30x] |"),
+      std::string::npos)
       << table;
   EXPECT_NE(table.find("| mlp | membind-slow | 3 |"), std::string::npos) << table;
   EXPECT_NE(table.find("remote-numa: 2.80x | 3.00x |"), std::string::npos) << table;

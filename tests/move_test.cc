@@ -753,6 +753,50 @@ TEST(Places, APlaceStillHeldOrAFailedCopyLeavesTheObjectWhereItWas) {
   ASSERT_TRUE(alloc->destroy_arena(fast.value()).is_ok());
 }
 
+// With shadows on, an object moved from its home into a fast place keeps its home (and its bytes
+// there) until something writes it: moving it home again copies nothing, and nothing else takes
+// the home meanwhile; after a write (drop_shadows) the way home copies.
+TEST(Places, AnUnwrittenObjectGoesHomeWithoutACopy) {
+  constexpr std::size_t kBytes = 2 << 20;
+  auto alloc = allocator_for("fast=dram:16MiB,slow=emulated:cxl:64MiB");
+  ASSERT_NE(alloc, nullptr);
+  alloc->set_keep_shadows(true);
+  auto fast = alloc->create_arena(0, 4 << 20);
+  auto home = alloc->create_arena(1, 4 << 20);
+  ASSERT_TRUE(fast && home);
+  auto o = alloc->allocate_in_arena("o", kBytes, kDefaultGroup, 0, home.value(), 0);
+  ASSERT_TRUE(o);
+  fill(o->address, kBytes, 6);
+  MoveOptions in, out;
+  in.place = Place{fast.value(), 0};
+  out.place = Place{home.value(), 0};
+  auto moved_in = alloc->move(o->id, 0, in);
+  ASSERT_TRUE(moved_in) << moved_in.status().to_string();
+  EXPECT_FALSE(moved_in->clean);
+  EXPECT_EQ(alloc->allocate_in_arena("x", kBytes, kDefaultGroup, 0, home.value(), 0).status().code(),
+            StatusCode::kUnavailable)
+      << "its home is kept while it holds its bytes";
+  auto clean_out = alloc->move(o->id, 1, out);
+  ASSERT_TRUE(clean_out) << clean_out.status().to_string();
+  EXPECT_TRUE(clean_out->clean) << "unwritten: its home holds its bytes";
+  EXPECT_EQ(clean_out->address, o->address);
+  EXPECT_TRUE(holds(o->address, kBytes, 6));
+  EXPECT_EQ(alloc->usage()[1].clean_moves, 1u);
+  // In again, written (its shadow dropped first, as the runtime does for a layer's writes), out.
+  ASSERT_TRUE(alloc->move(o->id, 0, in));
+  const ObjectId id = o->id;
+  alloc->drop_shadows(std::span<const ObjectId>(&id, 1));
+  void* at = alloc->info_by_id(id)->address;
+  fill(at, kBytes, 8);
+  auto copied_out = alloc->move(id, 1, out);
+  ASSERT_TRUE(copied_out);
+  EXPECT_FALSE(copied_out->clean);
+  EXPECT_TRUE(holds(copied_out->address, kBytes, 8)) << "the write went home with it";
+  ASSERT_TRUE(alloc->free(copied_out->address).is_ok());
+  ASSERT_TRUE(alloc->destroy_arena(fast.value()).is_ok());
+  ASSERT_TRUE(alloc->destroy_arena(home.value()).is_ok()) << "the home's entry went with the object";
+}
+
 // A birth planned into the place of an object on its way out waits for it to leave.
 TEST(Places, ABirthWaitsForItsPlacesOccupantToLeave) {
   constexpr std::size_t kBytes = 8 << 20;  // out to emulated optane-server: several ms

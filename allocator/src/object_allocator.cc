@@ -62,117 +62,31 @@ std::string_view to_string(MoveMethod method) {
 }
 
 ObjectAllocator::ObjectAllocator(std::vector<std::unique_ptr<Tier>> tiers)
-    : tiers_(std::move(tiers)), tier_state_(tiers_.size()) {
+    : tiers_(std::move(tiers)), tier_state_(tiers_.size()), copy_engine_(CpuCopyEngine::create(1).value()) {
   for (std::size_t t = 0; t < tiers_.size(); ++t) tier_state_[t].usage.name = tiers_[t]->name();
 }
 
-// Helper threads of our own, not a TBB arena: TBB hands its tasks over inside libtbb, which the
-// thread sanitizer cannot see, so every split copy was reported as a data race (and the test of
-// three split copies ran 220 s under it); a mutex and condition variables here are seen. One copy
-// at a time: the parts of a copy go to whichever of the caller and the helpers is free first (in
-// a child after fork(), the caller alone takes them all).
-class ObjectAllocator::CopyPool {
- public:
-  // Throws std::system_error where a helper cannot start, after stopping the ones that did.
-  explicit CopyPool(unsigned helpers) {
-    try {
-      for (unsigned i = 0; i < helpers; ++i) threads_.emplace_back([this] { serve(); });
-    } catch (...) {
-      stop_and_join();
-      throw;
-    }
-  }
-  ~CopyPool() { stop_and_join(); }
-  CopyPool(const CopyPool&) = delete;
-  CopyPool& operator=(const CopyPool&) = delete;
-  // In a child after fork() the helpers are the parent's threads: none to wake or join here.
-  bool forked() const { return getpid() != pid_; }
-
-  // Runs part(i) for every i below `parts`, the calling thread among the workers; returns when
-  // all have ended.
-  void run(std::size_t parts, const std::function<void(std::size_t)>& part) {
-    std::lock_guard one_at_a_time(run_mutex_);
-    std::unique_lock lock(mutex_);
-    job_ = &part;
-    parts_ = parts;
-    next_ = 0;
-    left_ = parts;
-    work_.notify_all();
-    take_parts(lock);
-    done_.wait(lock, [&] { return left_ == 0; });
-    job_ = nullptr;
-  }
-
- private:
-  // Takes and runs parts while any is left; `lock` holds mutex_ (let go while a part runs).
-  void take_parts(std::unique_lock<std::mutex>& lock) {
-    while (job_ != nullptr && next_ < parts_) {
-      const std::size_t i = next_++;
-      const std::function<void(std::size_t)>& part = *job_;
-      lock.unlock();
-      part(i);
-      lock.lock();
-      if (--left_ == 0) done_.notify_all();
-    }
-  }
-  void serve() {
-    std::unique_lock lock(mutex_);
-    while (true) {
-      work_.wait(lock, [&] { return stop_ || (job_ != nullptr && next_ < parts_); });
-      if (stop_) return;
-      take_parts(lock);
-    }
-  }
-
-  void stop_and_join() {
-    {
-      std::lock_guard lock(mutex_);
-      stop_ = true;
-    }
-    work_.notify_all();
-    for (std::thread& t : threads_) t.join();
-  }
-
-  std::mutex run_mutex_;  // one copy at a time
-  std::mutex mutex_;      // what follows
-  std::condition_variable work_, done_;
-  const std::function<void(std::size_t)>* job_ = nullptr;
-  std::size_t parts_ = 0, next_ = 0, left_ = 0;
-  bool stop_ = false;
-  std::vector<std::thread> threads_;
-  const pid_t pid_ = getpid();
-};
-
 Status ObjectAllocator::set_copy_threads(unsigned threads) {
-  threads = std::max(1U, threads);
-  copy_pool_.reset();
-  copy_threads_.store(1, std::memory_order_release);
-  if (threads == 1) return Status::ok();
-  try {
-    copy_pool_ = std::make_unique<CopyPool>(threads - 1);
-  } catch (const std::system_error& e) {  // the helpers started before it are joined as it unwinds
-    return unavailable(fmt::format("{} copy helper threads could not be started: {}", threads - 1, e.what()));
+  Result<std::unique_ptr<CpuCopyEngine>> engine = CpuCopyEngine::create(threads);
+  if (!engine) {
+    set_copy_engine(CpuCopyEngine::create(1).value());  // one thread never fails to start
+    return engine.status();
   }
-  copy_threads_.store(threads, std::memory_order_release);
+  set_copy_engine(std::move(engine).value());
   return Status::ok();
 }
 
-unsigned ObjectAllocator::copy(void* to, const void* from, std::size_t bytes) {
-  const unsigned threads = copy_threads_.load(std::memory_order_acquire);
-  if (threads <= 1 || copy_pool_ == nullptr || bytes < kSplitCopyBytes) {
-    std::memcpy(to, from, bytes);
-    return 1;
-  }
-  // Parts of whole pages, one a thread: no two threads write one page.
-  const std::size_t part_bytes = round_up((bytes + threads - 1) / threads, kPageBytes);
-  const std::size_t parts = (bytes + part_bytes - 1) / part_bytes;
-  auto* dst = static_cast<std::byte*>(to);
-  const auto* src = static_cast<const std::byte*>(from);
-  copy_pool_->run(parts, [&](std::size_t i) {
-    const std::size_t at = i * part_bytes;
-    std::memcpy(dst + at, src + at, std::min(part_bytes, bytes - at));
-  });
-  return static_cast<unsigned>(parts);
+void ObjectAllocator::set_copy_engine(std::unique_ptr<CopyEngine> engine) {
+  copy_threads_.store(engine->threads(), std::memory_order_release);
+  copy_engine_ = std::move(engine);
+}
+
+Status ObjectAllocator::copy_with_engine(void* to, const void* from, std::size_t bytes, TierIndex to_tier,
+                                         MoveResult& result) {
+  result.copy_threads = copy_engine_->copy(to, from, bytes, CopyRoute{result.from, to_tier});
+  if (result.copy_threads != 0) return Status::ok();
+  return internal_error(
+      fmt::format("the {} copy engine failed to copy {}", copy_engine_->name(), format_bytes(bytes)));
 }
 
 std::uint64_t ObjectAllocator::mapping_calls() {
@@ -180,10 +94,6 @@ std::uint64_t ObjectAllocator::mapping_calls() {
 }
 
 ObjectAllocator::~ObjectAllocator() {
-  // A child after fork(): the copy pool's threads are the parent's; joining them would wait
-  // forever, so the pool is left, not destroyed (its copies ran on the calling thread alone).
-  if (copy_pool_ != nullptr && copy_pool_->forked())
-    (void)copy_pool_.release();  // NOLINT(bugprone-unused-return-value): leaked on purpose
   for (auto& [id, live] : live_) {
     if (live.chunk != nullptr || live.range.arena != 0) continue;
     const Range& r = live.range;
@@ -258,6 +168,18 @@ const ObjectAllocator::Occupant* ObjectAllocator::occupant_locked(const Arena& a
   auto next = a.live.lower_bound(offset + bytes);
   if (next == a.live.begin() || std::prev(next)->second.end <= offset) return nullptr;
   return &std::prev(next)->second;
+}
+
+// A copy out of a place on a slower tier into one on a faster tier leaves the source's bytes
+// there; with shadows on they are kept as the object's home copy (its occupant entry stays) until
+// something writes the object. Returns whether it keeps them. mutex_ held.
+bool ObjectAllocator::keeps_home_copy_locked(Range& r, ArenaId old_arena, const std::byte* old_base,
+                                             TierIndex from, TierIndex to) {
+  if (!keep_shadows_.load(std::memory_order_relaxed) || r.arena == 0 || to >= from || r.free_pending)
+    return false;
+  const Arena& home = arenas_.at(old_arena);
+  r.home_copy = Place{old_arena, static_cast<std::uint64_t>(old_base - home.range.base)};
+  return true;
 }
 
 void ObjectAllocator::leave_place_locked(ArenaId arena, const std::byte* base) {
@@ -516,6 +438,11 @@ void ObjectAllocator::give_back_range(TierIndex t, void* address, std::size_t by
 }
 
 void ObjectAllocator::drop_shadow_locked(Range& r) {
+  if (r.home_copy) {  // its home goes back to the arena
+    const Arena& home = arenas_.at(r.home_copy->arena);
+    leave_place_locked(r.home_copy->arena, home.range.base + r.home_copy->offset);
+    r.home_copy.reset();
+  }
   if (r.shadow == nullptr) return;
   tier_state_[r.shadow_tier].usage.shadow_bytes -= r.bytes;
   give_back_range(r.shadow_tier, r.shadow, r.bytes, r.shadow_owner);
@@ -909,12 +836,12 @@ Status ObjectAllocator::transfer(ObjectId id, TierIndex to, std::byte* base, std
     if (!status.is_ok()) put_pages_back(base, bytes, *tiers_[result.from]->numa_node(), status);
   } else if (cached) {
     destination = cached->address;
-    if (!clean) result.copy_threads = copy(destination, base, bytes);
+    if (!clean) status = copy_with_engine(destination, base, bytes, to, result);
   } else {
     Result<void*> mapped = tiers_[to]->map_reserved(bytes);  // populated: the pages are faulted in
     if (mapped) {
       destination = mapped.value();
-      if (!clean) result.copy_threads = copy(destination, base, bytes);
+      if (!clean) status = copy_with_engine(destination, base, bytes, to, result);
     } else {
       status = mapped.status();
     }
@@ -1068,6 +995,7 @@ Status ObjectAllocator::start_move_locked(Live& live, TierIndex to, const MoveOp
                                           MoveResult& result, MoveTicket& ticket) {
   Range& r = live.unit();
   ticket.chunk = live.chunk;
+  if (r.home_copy) drop_shadow_locked(r);  // leaving ready memory: its home goes back
   // An arena's object leaves its place by a copy to a new range (its pages are the arena's).
   result.method = r.arena != 0 ? MoveMethod::kNewAddress : move_method(r.tier, to);
   result.discarded = discards(r, ticket.chunk == nullptr, result.method, options);
@@ -1428,9 +1356,9 @@ void ObjectAllocator::commit_move(ObjectId id, Live* live, Chunk* chunk, MoveMet
   if (method == MoveMethod::kNewAddress || method == MoveMethod::kCopy) {
     table_.erase(r.slot);
     r.slot = new_slot.value();
-    if (old_arena != 0) {
+    if (old_arena != 0 && !keeps_home_copy_locked(r, old_arena, old_base, from, to)) {
       leave_place_locked(old_arena, old_base);
-    } else {
+    } else if (old_arena == 0) {
       give_back_range(from, old_base, r.bytes, old_owner);
     }
     if (!r.free_pending) {

@@ -24,8 +24,8 @@ Result<MoveResult> ObjectAllocator::move_to_place(std::unique_lock<std::mutex>& 
   result.bytes = ticket.bytes;
   void* destination = nullptr;
   bool injected = false;
-  Status status = transfer(id, to, ticket.base, ticket.bytes, ticket.cached_destination, result.discarded,
-                           destination, result, injected);
+  Status status = transfer(id, to, ticket.base, ticket.bytes, ticket.cached_destination,
+                           result.discarded || result.clean, destination, result, injected);
   return finish_place_move(id, ticket, place, status, injected, destination, result);
 }
 
@@ -68,6 +68,18 @@ Status ObjectAllocator::start_place_move_locked(Live& live, TierIndex to, const 
     return invalid_argument(fmt::format("move of '{}' ({}): offset {} of arena {} ({}) is no place for it",
                                         live.info.name, format_bytes(r.bytes), place.offset, place.arena,
                                         format_bytes(arena.range.bytes)));
+  }
+  // Back to the home it keeps a copy in (unwritten since it left): nothing to copy.
+  if (r.home_copy && r.home_copy->arena == place.arena && r.home_copy->offset == place.offset) {
+    r.home_copy.reset();  // its entry there is the object's again
+    result.method = MoveMethod::kCopy;
+    result.clean = true;
+    ++tier_state_[to].usage.clean_moves;
+    mark_moving_locked(r, r.tier, to, r.bytes, result.method);
+    ticket.base = r.base;
+    ticket.bytes = r.bytes;
+    ticket.cached_destination = CachedRange{destination, arena.range.owner};
+    return Status::ok();
   }
   if (const Occupant* o = occupant_locked(arena, place.offset, r.bytes); o != nullptr) {
     ++tier_state_[to].usage.place_misses;

@@ -23,4 +23,18 @@ bool CudaCopyEngine::done(EventHandle event) const {
   return device_.api().event_query(event) == 0;
 }
 
+CopyKind CudaMoveEngine::kind_of(CopyRoute route) const {
+  const bool from_device = route.from == device_tier_, to_device = route.to == device_tier_;
+  if (from_device) return to_device ? CopyKind::kDeviceToDevice : CopyKind::kDeviceToHost;
+  return to_device ? CopyKind::kHostToDevice : CopyKind::kHostToHost;
+}
+
+unsigned CudaMoveEngine::copy(void* to, const void* from, std::size_t bytes, CopyRoute route) {
+  Result<EventHandle> done = engine_.copy(to, from, bytes, kind_of(route));
+  if (!done) return 0;
+  const Status waited = device_.synchronize(done.value());
+  device_.release(done.value());
+  return waited.is_ok() ? 1 : 0;
+}
+
 }  // namespace tensortier::gpu

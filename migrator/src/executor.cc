@@ -217,7 +217,9 @@ void Executor::run() {
       ++stats_.off_plan_dropped;
       continue;
     }
-    const bool stale = job.step < now;
+    // A move out into a place is never stale: its place is the next occupant's, and its object's
+    // home is where the next step expects it.
+    const bool stale = job.step < now && !(job.to != plan_.fast && place_on(job.to, job.place));
     const std::uint32_t begun = !stale && job.step == now ? layers_begun_() : 0;
     const bool useless = job.useful_until != kStepStart && begun > job.useful_until;
     if (stale || useless) {
@@ -230,8 +232,9 @@ void Executor::run() {
     options.segment = job.segment;
     options.discard_unless_pinned_after = job.discard_unless_pinned_after;
     options.place = place_on(job.to, job.place);
-    // The place's previous occupant may be a few frees or moves behind the plan: a bounded wait.
-    if (options.place) options.occupant_wait = kDefaultRoomWait;
+    // The place's previous occupant may be a free behind the plan (the training thread frees what a
+    // layer leaves dead just after the layer ends): a short wait, so the mover is not held up.
+    if (options.place) options.occupant_wait = kOccupantWait;
     const auto move_start = std::chrono::steady_clock::now();
     Result<MoveResult> moved = move_(job.id, job.to, options);
     const auto busy_ns =

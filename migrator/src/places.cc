@@ -170,7 +170,9 @@ std::string lay_out_places(Plan& plan, const PlanInputs& in) {
   for (const PlanObject& o : in.objects) {
     auto found = moves.find(o.key);
     const std::vector<PlannedMove*>& mine = found != moves.end() ? found->second : none;
-    if (!o.persistent && o.freed >= in.layers) {  // of two steps: beside the arena
+    // Of two steps, or persistent and touched unannounced (host code may hold its address): no
+    // place, beside the arena.
+    if ((!o.persistent && o.freed >= in.layers) || (o.persistent && o.stays())) {
       if (ever_fast(plan, o, mine)) places.unplaced_fast_bytes += o.bytes;
       continue;
     }

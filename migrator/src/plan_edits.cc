@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "step_simulator.h"
+#include "tensortier/migrator/places.h"
 
 namespace tensortier::migrator {
 
@@ -59,6 +60,13 @@ std::optional<Plan> without_moves_in(const Plan& plan, const PlanInputs& inputs,
   }
   out.problem = StepSimulator(out, in).run();
   if (!out.problem.empty()) return std::nullopt;
+  // Ready memory: the edited plan's stays are not the made plan's; its places are laid out anew.
+  // Where they do not fit the budget, the runtime runs it with its moves in place (and says so).
+  if (!plan.places.empty()) {
+    const std::uint32_t replans = plan.places.replans;
+    (void)lay_out_places(out, in);
+    out.places.replans = replans;
+  }
   return out;
 }
 

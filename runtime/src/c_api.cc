@@ -70,6 +70,7 @@ tt_status tt_runtime_create(const char* spec, tt_runtime** out) {
     *out = nullptr;
     tensortier::RuntimeOptions options;
     if (spec != nullptr) options.tier_spec = spec;
+    options.ready_memory = false;  // C callers hold raw pointers: objects keep their address
     auto runtime = tensortier::Runtime::create(options);
     if (!runtime) return report(runtime.status());
     *out = new tt_runtime{std::move(runtime).value()};

@@ -253,10 +253,12 @@ bool Runtime::open_places(const migrator::Plan& plan) {
       spdlog::warn("policy {}: no ready memory, its moves go in place: {}", policy_, places.problem);
     return false;
   }
-  // The arena needs the fast tier's room: the objects the plan places leave it first (for the
-  // slow tier; place_persistent then brings each to its place), and the cache goes.
+  // The arena needs the fast tier's room: the objects the plan places or starts somewhere leave it
+  // first (for the slow tier; place_persistent then brings each where the plan starts it), and
+  // the cache goes.
   for (const ObjectInfo& o : allocator_.objects()) {
-    if (o.tier == plan.fast && !o.small && o.arena == 0 && places.first.contains(o.key))
+    if (o.tier == plan.fast && !o.small && o.arena == 0 &&
+        (places.first.contains(o.key) || plan.start.contains(o.key)))
       (void)allocator_.move(o.id, plan.slow);  // where it cannot, the arena may not fit: said below
   }
   allocator_.release_cache();

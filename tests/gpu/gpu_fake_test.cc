@@ -145,5 +145,25 @@ TEST(CudaCopyEngine, AMoveInThatDoesNotWaitForTheSlotsOccupantRaces) {
   EXPECT_EQ(fake.waits(), 1);
 }
 
+// The allocator's copy engine interface on CUDA: the direction follows the tiers, and a copy has
+// ended when copy() returns (the mover publishes the new address after it).
+TEST(CudaMoveEngine, CopiesEachWayByTheTiersAndReturnsWhenDone) {
+  const CudaApi& api = FakeCuda::install();
+  auto device = Device::open(api).value();
+  auto slots = GpuArena::open(*device, tier("fast=cuda:0:8MiB")).value();
+  auto homes = GpuArena::open(*device, tier("slow=pinned:8MiB")).value();
+  CudaMoveEngine engine(*device, /*device_tier=*/0);
+  EXPECT_EQ(engine.kind_of({1, 0}), CopyKind::kHostToDevice);
+  EXPECT_EQ(engine.kind_of({0, 1}), CopyKind::kDeviceToHost);
+  EXPECT_EQ(engine.kind_of({0, 0}), CopyKind::kDeviceToDevice);
+  EXPECT_EQ(engine.kind_of({1, 2}), CopyKind::kHostToHost);
+  std::memset(homes->at(0, kMiB), 5, kMiB);
+  EXPECT_EQ(engine.copy(slots->at(0, kMiB), homes->at(0, kMiB), kMiB, {1, 0}), 1u);
+  EXPECT_EQ(static_cast<const unsigned char*>(slots->at(0, kMiB))[kMiB - 1], 5);
+  EXPECT_EQ(engine.copy(homes->at(kMiB, kMiB), slots->at(0, kMiB), kMiB, {0, 1}), 1u);
+  EXPECT_EQ(static_cast<const unsigned char*>(homes->at(kMiB, kMiB))[0], 5);
+  EXPECT_EQ(engine.name(), "cuda");
+}
+
 }  // namespace
 }  // namespace tensortier::gpu

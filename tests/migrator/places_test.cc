@@ -24,7 +24,7 @@ class PlaceReplay {
       }
       moves_at(b, /*in=*/false);
       for (const PlanObject& o : in_.objects) {
-        if (!o.persistent && o.born == b && o.freed < in_.layers) born(o);
+        if (!o.persistent && o.born == b) born(o);
       }
       moves_at(b, /*in=*/true);
       if (!problem_.empty()) return problem_;
@@ -71,8 +71,8 @@ class PlaceReplay {
     auto o = by_key_.find(m.key);
     if (o == by_key_.end() || !at_.contains(m.key)) return;  // not alive: the simulator's to say
     if (at_[m.key].tier == m.to && (m.place == kNoPlace || at_[m.key].offset == m.place)) return;
-    if (m.place == kNoPlace && !o->second->persistent && o->second->freed >= in_.layers) {
-      at_[m.key] = Where{m.to, kNoPlace};  // of two steps: moved as without places
+    if (m.place == kNoPlace && !placed(*o->second)) {
+      at_[m.key] = Where{m.to, kNoPlace};  // no place: moved as without places
       return;
     }
     if (m.place == kNoPlace) {
@@ -86,7 +86,7 @@ class PlaceReplay {
   void take(const PlanObject& o, Where w, const std::string& when) {
     at_[o.key] = w;
     if (w.offset == kNoPlace) {
-      if (w.tier == plan_.fast && (o.persistent || o.freed < in_.layers))
+      if (w.tier == plan_.fast && placed(o))
         note(fmt::format("key {:#x} {} fast with no place", o.key, when));
       return;
     }
@@ -101,6 +101,8 @@ class PlaceReplay {
         note(fmt::format("key {:#x} {} into a place key {:#x} holds", o.key, when, key));
     }
   }
+  // Objects of one step, and persistent ones no host code touches unannounced, have places.
+  bool placed(const PlanObject& o) const { return o.persistent ? !o.stays() : o.freed < in_.layers; }
   void note(std::string problem) {
     if (problem_.empty()) problem_ = std::move(problem);
   }

@@ -21,8 +21,9 @@ has one is inconclusive (exit 1: choose another shape), never silently passed.
 Runs with Debian's python3-torch: /usr/bin/python3 crosscheck.py DIR [--trajectory]
 [--expect-winograd] (--trajectory only prints each step's loss error of both float32 runs against
 float64; --expect-winograd fails unless some convolution ran oneDNN's Winograd kernels, so that a
-check meant for them cannot pass on direct ones). Exit status 1 on a
-mismatch (naming the tensor) or an inconclusive run, 2 when torch is missing.
+check meant for them cannot pass on direct ones, and is skipped on a CPU without AVX-512, which
+oneDNN 2.6 has none for). Exit status 1 on a mismatch (naming the tensor) or an inconclusive run,
+2 when torch is missing, 77 when skipped.
 """
 import json
 import sys
@@ -40,6 +41,12 @@ except ImportError as e:  # pragma: no cover
 TOLERANCE = 1e-4
 FLOAT32_FACTOR = 4.0  # a gradient may be off by this many times PyTorch float32's own error, if more
 GRADIENT_FLOOR = 1e-3  # a gradient tensor's scale is at least this share of the model's largest
+# A gradient below that floor (zero in exact arithmetic: a conv's bias before batch norm) is the
+# noise of a sum's order, which differs between oneDNN's AVX2 and AVX-512 kernels (1.9e-4 of the
+# floor on an AVX2 host against PyTorch's 3.9e-5): within this share of the floor it passes (a
+# real error in such a tensor is of the order of the gradients, a thousand times more).
+NOISE_TOLERANCE = 1e-3
+SKIPPED = 77  # ctest's SKIP_RETURN_CODE for these tests: what the check needs is not on this host
 AMBIGUITY = 4.0  # a gate is ambiguous within this many times float32's RMS error of its input
 
 # Every ReLU input of a forward pass, in call order, while RECORD is a list (see main()).
@@ -308,6 +315,10 @@ def main():
     winograd = sorted(name for name, impl in m.get("implementations", {}).items() if "wino" in impl)
     print(f"{len(winograd)} convolutions on Winograd kernels{': ' + ', '.join(winograd) if winograd else ''}")
     if "--expect-winograd" in sys.argv and not winograd:
+        if "avx512f" not in Path("/proc/cpuinfo").read_text():
+            print(f"crosscheck {m['model']}: SKIPPED: this CPU has no AVX-512, and oneDNN 2.6 has Winograd "
+                  "kernels only for AVX-512")
+            return SKIPPED
         print(f"crosscheck {m['model']}: FAILED: no convolution ran Winograd kernels, and this check is for them")
         return 1
     losses64, grads64, gates64 = train(m, directory, torch.float64)
@@ -345,6 +356,8 @@ def main():
                 err = relative_error(grad, ref_grad, floor)
                 err32 = relative_error(grads32[p["name"]], ref_grad, floor)
                 bound = max(TOLERANCE, FLOAT32_FACTOR * err32)
+                if float(ref_grad.abs().max()) < floor:
+                    bound = max(bound, NOISE_TOLERANCE)
                 status = "ok" if err <= bound else "MISMATCH"
                 print(f"  step-1 gradient {p['name']:<28} relative {err:.1e} (pytorch float32 {err32:.1e}) {status}")
                 failures += err > bound

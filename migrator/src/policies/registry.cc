@@ -9,6 +9,7 @@
 
 #include "policies/policy_kit.h"
 #include "tensortier/migrator/places.h"
+#include "tensortier/migrator/timed_bound.h"
 
 namespace tensortier::migrator {
 namespace {
@@ -59,6 +60,7 @@ Result<Plan> make_plan(std::string_view policy, const PlanInputs& in) {
   // With ready memory, a layout over the budget is the policy's to fix: it plans again under a
   // budget lowered by the overshoot (the layout's slack over max-live is a few percent).
   PlanInputs inputs = in;
+  const TimedBound bound = timed_bound(in);
   for (std::uint32_t attempt = 0;; ++attempt) {
     Result<Plan> made = entry->make(inputs);
     if (!made) return made.status();
@@ -67,8 +69,10 @@ Result<Plan> make_plan(std::string_view policy, const PlanInputs& in) {
     plan.slow = in.slow;
     plan.fast_budget_bytes = inputs.fast_budget_bytes;
     (void)leave_in_place(plan, inputs);
-    (void)simulate(
-        plan, inputs);  // predictions and verdict; fast-only may pass a budget it was never meant to keep
+    // Predictions and verdict (fast-only may pass a budget it was never meant to keep); the bound.
+    (void)simulate(plan, inputs);
+    plan.timed_bound_ns = bound.added_ns;
+    plan.timed_bound = bound.describe();
     if (!in.ready_memory) return plan;
     inputs.fast_budget_bytes = in.fast_budget_bytes;  // the layout must fit the budget asked for
     if (lay_out_places(plan, inputs).empty() || attempt == kMostReplans || policy == "fast-only") {

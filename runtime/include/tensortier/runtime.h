@@ -105,14 +105,16 @@ struct RuntimeOptions {
   // are placed at the offsets the offset planner gave (no range taken or faulted per object).
   // false: they are allocated one by one, as any object (for comparison).
   bool short_lived_arena = true;
-  // Ready memory (issue 36, migrator/include/tensortier/migrator/places.h): a plan's fast stays get
-  // places in one pre-faulted arena of the fast tier, the objects it moves homes in one arena of
-  // the slow tier; births go to their place, and a move is a copy between places that publishes
-  // the new address (MoveOptions::place): nothing is mapped or remapped in a steady-state step.
-  // Objects then change address when they move: layers resolve them at layer_begin, host code
-  // through pin_objects or address queries. Env TENSORTIER_READY_MEMORY=1 turns it on. false:
-  // moves in place (copy + mremap, move_pages).
-  bool ready_memory = false;
+  // Ready memory (migrator/include/tensortier/migrator/places.h): a plan's fast stays get places
+  // in one pre-faulted arena of the fast tier, the objects it moves homes in one arena of the slow
+  // tier; births go to their place, and a move is a copy between places that publishes the new
+  // address (MoveOptions::place): nothing is mapped or remapped in a steady-state step. Objects
+  // change address when they move: layers resolve them at layer_begin, host code through
+  // pin_objects or address queries (objects touched unannounced never move). Page-granular plans
+  // (reactive-2m) move in place all the same. The C API turns it off (its callers hold raw
+  // pointers); TENSORTIER_READY_MEMORY=0 or 1 overrides either. false: moves in place (copy +
+  // mremap, move_pages).
+  bool ready_memory = true;
   // Threads a move's copy is split over (ObjectAllocator::set_copy_threads): the mover and helpers
   // on the cores the training threads leave spare. 0: from this machine (cpu_share and
   // copy_threads_for), and where no core is spare beyond the mover's own, 1, said in one line
@@ -407,7 +409,7 @@ class Runtime {
   // objects copied out to ranges of the slow tier first). runtime_migration.cc.
   bool open_places(const migrator::Plan& plan);
   void close_places();
-  bool ready_memory_ = false;
+  bool ready_memory_ = true;
   ArenaId fast_places_ = 0, home_places_ = 0;  // the training thread's (install_plan)
   std::atomic<std::uint64_t> place_misses_{0};
   std::atomic<ArenaId> arena_{0};  // read by allocating threads

@@ -28,6 +28,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tensortier/allocator/copy_engine.h"
 #include "tensortier/allocator/object_table.h"
 #include "tensortier/allocator/slot_bitmap.h"
 #include "tensortier/allocator/tier.h"
@@ -279,8 +280,11 @@ class ObjectAllocator {
   // thread alone. Counted in TierUsage::split_copies. Call it before other threads use the
   // allocator (not thread-safe against moves under way); copy_threads() is. Errors: kUnavailable
   // where a helper thread cannot be started; copies are then on the moving thread alone.
-  static constexpr std::size_t kSplitCopyBytes = std::size_t{4} << 20;
+  static constexpr std::size_t kSplitCopyBytes = CpuCopyEngine::kSplitBytes;
   Status set_copy_threads(unsigned threads);
+  // The engine every move copies with (copy_engine.h): the CPU's by default (set_copy_threads
+  // makes one). Same rules as set_copy_threads: before other threads use the allocator.
+  void set_copy_engine(std::unique_ptr<CopyEngine> engine);
   unsigned copy_threads() const { return copy_threads_.load(std::memory_order_acquire); }
   // Drops the shadows of these objects (ids that are not live are skipped); with shadows off it
   // returns at once, taking no lock.
@@ -315,6 +319,9 @@ class ObjectAllocator {
     TierIndex shadow_tier = 0;   // placement of the shadow's pages (reserved there)
     TierIndex shadow_owner = 0;  // whose mapping they are
     ArenaId arena = 0;           // the arena it lives in (a part of the arena's range), else 0
+    // Ready memory's shadow (keep_shadows on): the home place it last moved in from, still holding
+    // its bytes and kept as its occupant; moving back there copies nothing (a clean move).
+    std::optional<Place> home_copy;
     // Split (moved in segments): where each kSegmentBytes of it is and whose mapping that is;
     // `tier` and `owner` are then its first segment's. Empty: all of it on `tier`, of `owner`.
     struct Segment {
@@ -473,6 +480,8 @@ class ObjectAllocator {
   const Occupant* occupant_locked(const Arena& a, std::uint64_t offset, std::uint64_t bytes) const;
   // Lets a range's place in its arena go (its bytes stay the arena's). mutex_ held.
   void leave_place_locked(ArenaId arena, const std::byte* base);
+  bool keeps_home_copy_locked(Range& r, ArenaId old_arena, const std::byte* old_base, TierIndex from,
+                              TierIndex to);
   // move() into a planned place (place_moves.cc); `lock` holds mutex_, the object live, unpinned
   // and not moving.
   Result<MoveResult> move_to_place(std::unique_lock<std::mutex>& lock, ObjectId id, TierIndex to,
@@ -498,10 +507,10 @@ class ObjectAllocator {
   std::atomic<unsigned> copy_threads_{1};       // set_copy_threads
   std::uint32_t moves_copying_ = 0;             // moves between their reserve and their commit; mutex_
   bool fork_hold_ = false;                      // prepare_fork: new moves are refused; mutex_
-  class CopyPool;                               // set_copy_threads' helper threads
-  std::unique_ptr<CopyPool> copy_pool_;         // null while copy_threads_ is 1
-  // Copies `bytes` from `from` to `to` (set_copy_threads); returns the threads it took.
-  unsigned copy(void* to, const void* from, std::size_t bytes);
+  std::unique_ptr<CopyEngine> copy_engine_;     // set_copy_engine, set_copy_threads
+  // A move's copy by the engine: kInternal where the engine says it failed (the move then fails).
+  Status copy_with_engine(void* to, const void* from, std::size_t bytes, TierIndex to_tier,
+                          MoveResult& result);
 };
 
 }  // namespace tensortier

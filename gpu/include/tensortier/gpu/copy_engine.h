@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <span>
 
+#include "tensortier/allocator/copy_engine.h"
 #include "tensortier/gpu/device.h"
 
 namespace tensortier::gpu {
@@ -35,6 +36,29 @@ class CudaCopyEngine {
  private:
   StreamHandle stream_for(CopyKind kind) const;
   Device& device_;
+};
+
+// The CUDA copy engine behind the allocator's CopyEngine (copy_engine.h in allocator/): the
+// allocator's mover copies between a device tier and host tiers with it as with the CPU's, and
+// waits for each copy's event before it publishes the new address, so neither the executor nor
+// the policies change. `device_tier` is the allocator's index of the device tier; every other
+// tier is host memory (pinned, for copies at full speed).
+class CudaMoveEngine final : public tensortier::CopyEngine {
+ public:
+  CudaMoveEngine(Device& device, TierIndex device_tier)
+      : engine_(device), device_(device), device_tier_(device_tier) {}
+  std::string_view name() const override { return "cuda"; }
+  // Returns 1, or 0 where the runtime refused the copy or its wait (the bytes are then not known
+  // to be there: the caller's move must fail).
+  unsigned copy(void* to, const void* from, std::size_t bytes, CopyRoute route) override;
+  unsigned threads() const override { return 1; }
+  // The direction of a copy between these tiers.
+  CopyKind kind_of(CopyRoute route) const;
+
+ private:
+  CudaCopyEngine engine_;
+  Device& device_;
+  TierIndex device_tier_;
 };
 
 }  // namespace tensortier::gpu

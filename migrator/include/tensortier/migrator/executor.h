@@ -12,6 +12,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -28,6 +29,9 @@
 namespace tensortier::migrator {
 
 enum class ExecutorState { kStopped, kRunning, kPaused };
+
+// How long a move into a place waits for the place's previous occupant to leave (ready memory).
+inline constexpr std::chrono::milliseconds kOccupantWait{5};
 
 struct ExecutorStats {
   std::uint64_t steps = 0;          // steps begun while running

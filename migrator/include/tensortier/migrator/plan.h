@@ -107,6 +107,11 @@ struct Plan {
   // with no overlap, so only moves can hide behind compute).
   double floor_slow_ns = 0;
   double compute_ns = 0;  // the step's layers on fast memory
+  // No plan adds less than this a step with the slow tier's channel counted in time (timed_bound.h:
+  // the work each window of layers must hold to keep the peak's bytes off the fast tier), and the
+  // window that says so. make_plan fills both.
+  double timed_bound_ns = 0;
+  std::string timed_bound;
   // The oracle: no valid plan for these inputs predicts less than this (residency_model.h's
   // bound; 0 where the solver gave none), and what the solver did.
   double bound_extra_ns = 0;

@@ -1,0 +1,40 @@
+// A lower bound on the time any plan adds to a step that counts the slow tier's channel in time
+// (issue 36): the exact model (residency_model.h) has no time in it, and Plan::floor_slow_ns
+// spreads the channel's work over the whole step. Here every window W of layers [s, e) around a
+// boundary p where the live bytes pass the budget is weighed. The plan keeps D_p bytes off the
+// fast tier at p; an object so kept whose bytes are needed crosses to the slow tier after the
+// start of the layer that last wrote it before p (forced into W where that layer is in it) and
+// back by the end of its next reader (forced where that reader is in W), each way by a move (the
+// channel's time, M) or by the layer's own slow access (its charge, C). M must fit in W's
+// duration, which C lengthens, so
+//
+//   added >= max(M - layers(W), C) >= alpha (M - layers(W)) + (1 - alpha) C,   0 < alpha < 1;
+//
+// minimised over the D_p bytes and the ways (a fractional knapsack over four classes of bytes, a
+// lower bound of every integral choice), maximised over alpha, p and W. Bytes dead at p
+// (bytes_dead_at) and bytes not written before p in the step (their slow copy may be current)
+// cost nothing on that side; the mover's CPU is left out (it only adds). The simulator and the
+// emulated tier let a layer's slow traffic use idle channel time before the layer: the bound
+// counts only that traffic's charge, not its channel time. Thread safety: a pure function.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "tensortier/migrator/plan_inputs.h"
+
+namespace tensortier::migrator {
+
+struct TimedBound {
+  double added_ns = 0;  // no plan adds less (0: the windows force nothing past the layers' time)
+  // The window that gives it: layers [first_layer, end_layer), the boundary whose deficit it
+  // weighs, and the bytes and channel time forced into it.
+  std::uint32_t first_layer = 0, end_layer = 0, peak_boundary = 0;
+  std::uint64_t deficit_bytes = 0;
+  double alpha = 0, layers_ns = 0;
+  std::string describe() const;
+};
+
+TimedBound timed_bound(const PlanInputs& inputs);
+
+}  // namespace tensortier::migrator

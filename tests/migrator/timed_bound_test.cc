@@ -1,0 +1,56 @@
+// The timed bound (timed_bound.cc): exact on a step worked by hand, zero where everything fits,
+// and never above what the simulator predicts for any policy's valid plan.
+#include "tensortier/migrator/timed_bound.h"
+#include "plan_test_util.h"
+
+namespace tensortier::migrator {
+namespace {
+
+// Three 1 ms layers, moves at 1 ns a byte, slow accesses charged 0.5 ns a byte. A (10 MiB) is
+// written by layer 0 and read by layer 2; B (10 MiB) is born for layer 1 and read there. With
+// 10 MiB of room, 10 MiB are slow at boundary 1, and layers 0-1 (or 1-2) must carry them out (or
+// in) by moves, x bytes in 2 ms of layers, or by slow accesses, y bytes charged: added >=
+// max(x ns - 2 ms, 0.5 y ns) with x + y = 10 MiB. At alpha = 5/16 (the grid's best) the bound is
+// 5/16 (10 MiB - 2 ms); no window forces more.
+TEST(TimedBound, AStepWorkedByHand) {
+  PlanInputs in = plain_inputs(3, 10 * kMiB);
+  in.move_in_gbps = in.move_out_gbps = 1;
+  in.objects.push_back({1, 10 * kMiB, 0, 3, false, false, {0, 2}, {0}, {}, false});
+  in.objects.push_back({2, 10 * kMiB, 1, 2, false, false, {1}, {}, {}, false});
+  const TimedBound bound = timed_bound(in);
+  EXPECT_NEAR(bound.added_ns, (10.0 * kMiB - 2e6) * 5 / 16, 1);
+  EXPECT_EQ(bound.peak_boundary, 1u);
+  EXPECT_EQ(bound.end_layer - bound.first_layer, 2u);
+  EXPECT_NE(bound.describe().find("boundary 1"), std::string::npos) << bound.describe();
+  // B overwritten by layer 1 (its bytes dead before it): kept slow, it forces nothing.
+  in.objects[1].writes = {1};
+  in.objects[1].overwrites = {1};
+  EXPECT_EQ(timed_bound(in).added_ns, 0) << "B slow at boundary 1 forces nothing";
+  in.fast_budget_bytes = 20 * kMiB;
+  in.objects[1].overwrites.clear();
+  EXPECT_EQ(timed_bound(in).added_ns, 0) << "everything fits";
+}
+
+// Every policy's valid plan is predicted to add at least the bound (the simulator plays the same
+// channel): a bound above a prediction would be wrong.
+TEST(TimedBound, NoValidPlanIsPredictedBelowIt) {
+  std::mt19937 rng(11);
+  int binding = 0;
+  for (int seed = 0; seed < 200; ++seed) {
+    PlanInputs in = random_inputs(rng, seed % 2 == 0, seed % 3 == 0);
+    in.oracle_time_limit_s = 1;
+    for (const char* policy : {"slow-only", "first-touch", "reactive", "autoswap", "sentinel", "oracle"}) {
+      if (std::string(policy) == "oracle" && seed % 10 != 0) continue;  // the solver is slow
+      auto plan = make_plan(policy, in);
+      ASSERT_TRUE(plan);
+      if (!plan->problem.empty()) continue;
+      EXPECT_GE(plan->predicted_extra_ns + 1, plan->timed_bound_ns)
+          << policy << " seed " << seed << ": " << plan->timed_bound;
+      if (plan->timed_bound_ns > 0) ++binding;
+    }
+  }
+  EXPECT_GT(binding, 50) << "plans whose bound is above zero";
+}
+
+}  // namespace
+}  // namespace tensortier::migrator
