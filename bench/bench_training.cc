@@ -72,12 +72,12 @@ std::string plan_note(const migrator::Plan* plan) {
   return fmt::format(
       "; fast budget {}, floor {:.2f}x of fast-only; planned {} in, {} out, {} on the slow tier, births "
       "waiting {:.1f} ms for room ({} falling back), {} of moves in refused for room births took, mover CPU "
-      "{:.1f} ms, {:.1f} ms added{}{}{}",
+      "{:.1f} ms, {:.1f} ms added (no plan adds under {:.1f} ms with the slow channel in time: {}){}{}{}",
       format_bytes(plan->fast_budget_bytes),
       plan->compute_ns > 0 ? std::max(plan->compute_ns, plan->floor_slow_ns) / plan->compute_ns : 1.0,
       format_bytes(plan->bytes_in), format_bytes(plan->bytes_out), format_bytes(plan->slow_access_bytes),
       plan->room_wait_ns / 1e6, format_bytes(plan->fallback_bytes), format_bytes(plan->failed_in_bytes),
-      plan->mover_cpu_ns / 1e6, plan->predicted_extra_ns / 1e6,
+      plan->mover_cpu_ns / 1e6, plan->predicted_extra_ns / 1e6, plan->timed_bound_ns / 1e6, plan->timed_bound,
       plan->interval_layers != 0 ? fmt::format(", interval {} layers", plan->interval_layers) : "",
       plan->variant.empty() ? "" : fmt::format(", {}", plan->variant),
       plan->solver.empty() ? ""
@@ -276,10 +276,15 @@ int main(int argc, char** argv) {
       const TierUsage& fast = stats.tiers.front();
       fmt::print(
           "  {}: births on the fast tier that waited for room {:.1f} a step, {:.1f} ms a step; fell back "
-          "{:.1f} a step\n",
+          "{:.1f} a step; ready memory: {:.1f} copies into places a step, births that waited for their "
+          "place {:.1f}, births and moves that found it taken {:.1f}\n",
           r.tiers, static_cast<double>(fast.room_waits) / static_cast<double>(steps_run),
           static_cast<double>(fast.room_wait_ns) / 1e6 / static_cast<double>(steps_run),
-          static_cast<double>(fast.fallbacks_out) / static_cast<double>(steps_run));
+          static_cast<double>(fast.fallbacks_out) / static_cast<double>(steps_run),
+          static_cast<double>(stats.tiers.front().place_moves + stats.tiers.back().place_moves) /
+              static_cast<double>(steps_run),
+          static_cast<double>(fast.place_waits) / static_cast<double>(steps_run),
+          static_cast<double>(fast.place_misses) / static_cast<double>(steps_run));
       fmt::print(
           "  {}: per step {} in, {} out ({:.1f} moves out clean, {:.1f} moves of dead bytes), {:.1f} dropped "
           "late, {:.1f} failed; mover CPU {:.1f} ms a step for {} copied ({:.3f} ms a MiB){}\n",

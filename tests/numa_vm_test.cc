@@ -19,6 +19,7 @@
 #include "tensortier/allocator/topology.h"
 #include "tensortier/runtime.h"
 #include "tensortier/step_observer.h"
+#include "test_util.h"
 
 namespace tensortier {
 namespace {
@@ -366,6 +367,44 @@ void policy_across_the_nodes(const std::string& policy, std::size_t bytes, int u
     EXPECT_GT(stats.migration.segment_moves, 0u) << "no segment moved between the nodes";
     EXPECT_GT(watch.segments, 0u) << "no split object's pages were checked";
   }
+}
+
+// Ready memory on real nodes: the fast arena's pages on node 0 and the homes' on node 1, from
+// the start and after moves back and forth between them; the bytes go with each move. (The
+// policies' runs above place their objects so under ready memory, the runtime's default.)
+TEST(NumaVm, ReadyMemoryArenasStayOnTheirNodesAndMovesBetweenThemCarryTheBytes) {
+  REQUIRE_NUMA_VM();
+  auto alloc = testing::allocator_for("fast=numa:0:64MiB,slow=numa:1:256MiB");
+  ASSERT_NE(alloc, nullptr);
+  constexpr std::size_t kArena = 16 << 20, kBytes = 6 << 20;
+  auto fast = alloc->create_arena(0, kArena);
+  auto home = alloc->create_arena(1, kArena);
+  ASSERT_TRUE(fast && home);
+  auto o = alloc->allocate_in_arena("o", kBytes, kDefaultGroup, 0, home.value(), 0);
+  ASSERT_TRUE(o);
+  fill(o->address, kBytes, 3);
+  MoveOptions in, out;
+  in.place = Place{fast.value(), 4 << 20};
+  out.place = Place{home.value(), 0};
+  for (int round = 0; round < 3; ++round) {
+    auto moved_in = alloc->move(o->id, 0, in);
+    ASSERT_TRUE(moved_in) << moved_in.status().to_string();
+    EXPECT_TRUE(all_pages_on(moved_in->address, kBytes, 0));
+    EXPECT_TRUE(holds(moved_in->address, kBytes, static_cast<unsigned>(3 + round)));
+    fill(moved_in->address, kBytes, static_cast<unsigned>(4 + round));
+    auto moved_out = alloc->move(o->id, 1, out);
+    ASSERT_TRUE(moved_out) << moved_out.status().to_string();
+    EXPECT_TRUE(all_pages_on(moved_out->address, kBytes, 1));
+    EXPECT_TRUE(holds(moved_out->address, kBytes, static_cast<unsigned>(4 + round)));
+  }
+  ASSERT_TRUE(alloc->free(alloc->info_by_id(o->id)->address).is_ok());
+  auto whole_fast = alloc->allocate_in_arena("all", kArena, kDefaultGroup, 0, fast.value(), 0);
+  auto whole_home = alloc->allocate_in_arena("all", kArena, kDefaultGroup, 0, home.value(), 0);
+  ASSERT_TRUE(whole_fast && whole_home);
+  EXPECT_TRUE(all_pages_on(whole_fast->address, kArena, 0)) << "the fast arena, every page";
+  EXPECT_TRUE(all_pages_on(whole_home->address, kArena, 1)) << "the homes, every page";
+  ASSERT_TRUE(alloc->free(whole_fast->address).is_ok());
+  ASSERT_TRUE(alloc->free(whole_home->address).is_ok());
 }
 
 TEST(NumaVm, SentinelAcrossTheNodesKeepsEveryPageWhereItsPlacementSays) {

@@ -58,7 +58,7 @@ Result<Plan> make_plan(std::string_view policy, const PlanInputs& in) {
   if (entry == nullptr)
     return invalid_argument(fmt::format("unknown policy '{}' (known: {})", policy, known_policies()));
   // With ready memory, a layout over the budget is the policy's to fix: it plans again under a
-  // budget lowered by the overshoot (the layout's slack over max-live is a few percent).
+  // lower budget (the layout's slack over max-live is a few percent).
   PlanInputs inputs = in;
   const TimedBound bound = timed_bound(in);
   for (std::uint32_t attempt = 0;; ++attempt) {
@@ -81,8 +81,10 @@ Result<Plan> make_plan(std::string_view policy, const PlanInputs& in) {
     }
     const std::uint64_t need =
         plan.places.fast_bytes + plan.places.unplaced_fast_bytes + in.small_reserve_bytes;
-    const std::uint64_t lowered =
-        plan.fast_budget_bytes - std::min(plan.fast_budget_bytes, need - in.fast_budget_bytes);
+    // The overshoot, and 1% more of the budget each time (a policy's layout need not shrink by
+    // what its budget does).
+    const std::uint64_t cut = need - in.fast_budget_bytes + (attempt + 1) * (in.fast_budget_bytes / 100);
+    const std::uint64_t lowered = plan.fast_budget_bytes - std::min(plan.fast_budget_bytes, cut);
     if (lowered <= in.small_reserve_bytes) return plan;
     inputs.fast_budget_bytes = lowered;
   }
