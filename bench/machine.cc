@@ -1,11 +1,13 @@
 #include "machine.h"
 
 #include <sched.h>
+#include <sys/resource.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 #include <fmt/format.h>
@@ -109,6 +111,27 @@ std::string machine_line(const nlohmann::json& r) {
       r.value("cpus_online", 0L), r.value("threads_used", 0U), nodes, nodes == 1 ? "" : "s",
       cpu_less.empty() ? "" : " (" + cpu_less + ")",
       r.value("kernel", json("")).is_string() ? r.at("kernel").get<std::string>() : "unknown kernel");
+}
+
+long process_page_faults() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_minflt + usage.ru_majflt;
+}
+
+long tlb_shootdowns() {
+  std::ifstream in("/proc/interrupts");
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string name;
+    fields >> name;
+    if (name != "TLB:") continue;
+    long total = 0, count = 0;
+    while (fields >> count) total += count;
+    return total;
+  }
+  return -1;
 }
 
 }  // namespace tensortier::bench

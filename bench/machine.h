@@ -17,4 +17,10 @@ nlohmann::json machine_record();
 // One line for people: "CPU, N cores (M used), K NUMA nodes (node 1 CPU-less), Linux x.y".
 std::string machine_line(const nlohmann::json& record);
 
+// Counters read around a measured step: this process's page faults (minor and major), and the
+// machine's TLB shootdown interrupts so far (the "TLB" line of /proc/interrupts summed over CPUs:
+// every process's, so a busy neighbour adds to it); -1 where /proc has no such line.
+long process_page_faults();
+long tlb_shootdowns();
+
 }  // namespace tensortier::bench

@@ -279,7 +279,7 @@ nlohmann::json summarize(const MatrixConfig& c, const nlohmann::json& tasks) {
             if (r.contains("predicted_extra_ms") && number(r, "compute_ms") > 0)
               v["predicted"].push_back(1.0 + number(r, "predicted_extra_ms") / number(r, "compute_ms"));
             for (const char* k : {"in_mib", "out_mib", "copied_mib", "late_dropped", "failed", "mover_cpu_ms",
-                                  "charge_ms", "slow_mib", "fast_peak_mib"}) {
+                                  "charge_ms", "slow_mib", "fast_peak_mib", "faults", "tlb_shootdowns"}) {
               v[k].push_back(number(r, k));
             }
           }

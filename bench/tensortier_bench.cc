@@ -88,7 +88,7 @@ struct PolicyRun {
   std::unique_ptr<Network> net;
   std::unique_ptr<BatchIterator> batches;
   Batch batch;
-  std::vector<double> step_ms, charge_ms, slow_mib;
+  std::vector<double> step_ms, charge_ms, slow_mib, faults, tlb_shootdowns;
   // Its executor's counts before the first measured step: the migration figures are over the
   // measured steps (the first step under a plan, which places the plan's objects, is a warm-up).
   migrator::ExecutorStats before_measured;
@@ -112,8 +112,8 @@ Result<json> run_task(const MatrixConfig& c, const Task& task, const fs::path& o
       return Status(rt.status().code(),
                     fmt::format("--tiers '{}' --policy {}: {}", task.spec, policy, rt.status().message()));
     Engine engine(*rt.value());
-    runs.push_back(
-        PolicyRun{policy, std::move(rt).value(), std::move(engine), nullptr, nullptr, {}, {}, {}, {}, {}});
+    runs.push_back(PolicyRun{
+        policy, std::move(rt).value(), std::move(engine), nullptr, nullptr, {}, {}, {}, {}, {}, {}, {}});
   }
   for (PolicyRun& r : runs) {
     auto net = make_model(task.model, {10, c.width});
@@ -139,6 +139,7 @@ Result<json> run_task(const MatrixConfig& c, const Task& task, const fs::path& o
       }
       TENSORTIER_RETURN_IF_ERROR(r.batches->next(r.engine, r.batch));
       if (step == c.warmup) r.before_measured = r.runtime->stats().migration;
+      const long faults0 = bench::process_page_faults(), tlb0 = bench::tlb_shootdowns();
       const auto t0 = std::chrono::steady_clock::now();
       TENSORTIER_RETURN_IF_ERROR(r.runtime->step_begin());
       auto result = r.net->train_step(r.engine, r.batch, sgd);
@@ -151,6 +152,8 @@ Result<json> run_task(const MatrixConfig& c, const Task& task, const fs::path& o
         r.step_ms.push_back(ms);
         r.charge_ms.push_back(static_cast<double>(st.last_step_emulated_charge_ns) / 1e6);
         r.slow_mib.push_back(static_cast<double>(st.last_step_slow_bytes) / (1 << 20));
+        r.faults.push_back(static_cast<double>(bench::process_page_faults() - faults0));
+        if (tlb0 >= 0) r.tlb_shootdowns.push_back(static_cast<double>(bench::tlb_shootdowns() - tlb0));
       }
     }
   }
@@ -166,6 +169,8 @@ Result<json> run_task(const MatrixConfig& c, const Task& task, const fs::path& o
            {"step_ms", r.step_ms},
            {"charge_ms", bench::median(r.charge_ms)},
            {"slow_mib", bench::median(r.slow_mib)},
+           {"faults", bench::median(r.faults)},
+           {"tlb_shootdowns", r.tlb_shootdowns.empty() ? -1.0 : bench::median(r.tlb_shootdowns)},
            {"in_mib", m.in_mib},
            {"out_mib", m.out_mib},
            {"copied_mib", m.copied_mib},
