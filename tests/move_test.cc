@@ -694,7 +694,7 @@ TEST(Places, AMoveIntoAPlaceCopiesAndPublishesTheNewAddress) {
     to_home.place = Place{home.value(), 0};
     ASSERT_TRUE(alloc->move(o->id, 1, to_home));
     const std::uint64_t calls = ObjectAllocator::mapping_calls();
-    const long faults = testing::thread_page_faults();
+    [[maybe_unused]] const long faults = testing::thread_page_faults();
     for (int round = 0; round < 4; ++round) {
       ASSERT_TRUE(alloc->move(o->id, 0, into_fast));
       ASSERT_TRUE(alloc->move(o->id, 1, to_home));
