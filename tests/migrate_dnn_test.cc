@@ -257,9 +257,9 @@ TEST(Policies, FivePercentOfMovesFailingChangesNothingButSpeed) {
 }
 
 // Ready memory (on by default): over steady planned steps of ResNet-18 (width 16) at 20%, the
-// allocator makes no mapping call and the process takes no page fault (at most a stray one), while objects move by
-// copies between their places; with ready memory off the same plan moves in place, and both
-// train as fast-only does.
+// allocator makes no mapping call and the process takes no page fault (at most a stray one),
+// while objects move by copies between their places; with ready memory off the same plan moves
+// in place, and both train as fast-only does.
 class StepCounts final : public StepObserver {
  public:
   StepCounts() {  // no allocation of its own inside the steps it counts
@@ -300,7 +300,8 @@ TEST(ReadyMemory, SteadyPlannedStepsMapNothingAndFaultNothing) {
   EXPECT_EQ(to.mapping_calls - from.mapping_calls, 0u) << "mapping calls in steady planned steps";
 #if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
   // The process's: 0 in nearly every run; now and then 1, a heap outside the allocator growing
-XX
+  // (a thread's malloc arena). Moving in place faults at its remaps (RESULTS: 1,200-4,300 a step
+  // on ResNet-18 at batch 32).
   EXPECT_LE(to.faults - from.faults, 2) << "page faults in steady planned steps";
 #endif
   // Ready memory off: the same policy moves in place (copy + mremap), and trains the same.
