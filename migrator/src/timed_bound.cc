@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <limits>
 #include <vector>
 
 #include <fmt/format.h>
@@ -11,13 +12,13 @@
 namespace tensortier::migrator {
 namespace {
 
-// One object alive at boundary p, as the window sees it: the layer that last wrote it before p
-// (none: its slow copy may be current) and its next reader at or after p (none: no read back).
 struct Rates {
   double out_ns = 0, in_ns = 0;  // a move's channel time a byte, out and in
   double access_ns = 0;          // what a byte a layer reads or writes on the slow tier adds to it
 };
 
+// One object alive at boundary p, as the window sees it: the layer that last wrote it before p
+// (none: its slow copy may be current) and its next reader at or after p (none: no read back).
 struct Candidate {
   std::uint64_t bytes = 0;
   std::int64_t writer = -1;  // -1: none before p in the step
@@ -41,37 +42,33 @@ std::vector<Candidate> candidates_at(const PlanInputs& in, std::uint32_t p) {
   return out;
 }
 
-// Bytes of the candidates by what keeping them slow at p forces into layers [s, e): nothing, the
-// way out (written there), the way back (read there), or both.
-std::array<std::uint64_t, 4> bytes_by_side(const std::vector<Candidate>& cands, std::uint32_t s,
-                                           std::uint32_t e) {
-  std::array<std::uint64_t, 4> bytes{};
-  for (const Candidate& c : cands) {
-    const bool out = c.writer >= static_cast<std::int64_t>(s);
-    const bool in = c.reader >= 0 && c.reader + 1 <= static_cast<std::int64_t>(e);
-    bytes[(out ? 1 : 0) + (in ? 2 : 0)] += c.bytes;
-  }
-  return bytes;
-}
+// Bytes kept slow at p by what that forces into a window: nothing, the way out (written in it),
+// the way back (read in it), or both.
+using BytesBySide = std::array<std::uint64_t, 4>;
 
-// The least  alpha x (moves' channel time) + (1 - alpha) x (layers' slow-access charge)  that
-// keeping `deficit` bytes slow forces into the window: each side by the cheaper of a move and a
-// direct access, the cheapest bytes first.
-double least_weighted(const std::array<std::uint64_t, 4>& bytes, std::uint64_t deficit, double alpha,
-                      const Rates& rates) {
-  const double out = std::min(alpha * rates.out_ns, (1 - alpha) * rates.access_ns);
-  const double in = std::min(alpha * rates.in_ns, (1 - alpha) * rates.access_ns);
-  const std::array<double, 4> cost{0, out, in, out + in};
+// One weighing, alpha x (moves' channel time) + (1 - alpha) x (layers' slow-access charge): each
+// side's cost a byte by the cheaper of a move and a direct access, and the sides cheapest first.
+struct Weighing {
+  double alpha = 0;
+  std::array<double, 4> cost{};
   std::array<int, 4> order{0, 1, 2, 3};
-  std::ranges::sort(order, [&](int a, int b) { return cost[a] < cost[b]; });
-  double work = 0;
-  for (int k : order) {
-    const std::uint64_t take = std::min(deficit, bytes[k]);
-    work += static_cast<double>(take) * cost[k];
-    deficit -= take;
+  Weighing(double a, const Rates& rates) : alpha(a) {
+    const double out = std::min(alpha * rates.out_ns, (1 - alpha) * rates.access_ns);
+    const double in = std::min(alpha * rates.in_ns, (1 - alpha) * rates.access_ns);
+    cost = {0, out, in, out + in};
+    std::ranges::sort(order, [&](int x, int y) { return cost[x] < cost[y]; });
   }
-  return work;
-}
+  // The least weighted work that keeping `deficit` of these bytes slow forces: cheapest first.
+  double least(const BytesBySide& bytes, std::uint64_t deficit) const {
+    double work = 0;
+    for (int k : order) {
+      const std::uint64_t take = std::min(deficit, bytes[k]);
+      work += static_cast<double>(take) * cost[k];
+      deficit -= take;
+    }
+    return work;
+  }
+};
 
 constexpr int kAlphas = 16;  // alpha = 1/16 .. 15/16
 
@@ -94,23 +91,36 @@ TimedBound timed_bound(const PlanInputs& in) {
   TimedBound best;
   if (in.layers == 0) return best;
   const Rates rates{1.0 / in.move_out_gbps, 1.0 / in.move_in_gbps, in.slow_access_ns_per_byte};
+  std::vector<Weighing> weighings;
+  for (int k = 1; k < kAlphas; ++k) weighings.emplace_back(static_cast<double>(k) / kAlphas, rates);
   std::vector<double> before(in.layers + 1, 0);  // layer time before each boundary
   for (std::uint32_t l = 0; l < in.layers; ++l)
     before[l + 1] = before[l] + static_cast<double>(in.layer_ns[l]);
   const std::uint64_t room = in.fast_budget_bytes - std::min(in.fast_budget_bytes, in.small_reserve_bytes);
   for (std::uint32_t p = 0; p < in.layers; ++p) {
-    const std::vector<Candidate> cands = candidates_at(in, p);
+    std::vector<Candidate> cands = candidates_at(in, p);
     std::uint64_t live = 0;
     for (const Candidate& c : cands) live += c.bytes;
     if (live <= room) continue;
+    // By when their way back falls in the window (never: last), so that a sweep of the window's
+    // end moves each across once.
+    std::ranges::sort(cands, {}, [](const Candidate& c) {
+      return c.reader < 0 ? std::numeric_limits<std::int64_t>::max() : c.reader;
+    });
     for (std::uint32_t s = 0; s <= p; ++s) {
+      BytesBySide bytes{};
+      for (const Candidate& c : cands) bytes[c.writer >= s ? 1 : 0] += c.bytes;
+      std::size_t back = 0;  // the first candidate whose way back is not in [s, e) yet
       for (std::uint32_t e = std::max(p, s + 1); e <= in.layers; ++e) {
-        const std::array<std::uint64_t, 4> bytes = bytes_by_side(cands, s, e);
+        for (; back < cands.size() && cands[back].reader >= 0 && cands[back].reader + 1 <= e; ++back) {
+          const int out = cands[back].writer >= s ? 1 : 0;
+          bytes[out] -= cands[back].bytes;
+          bytes[out + 2] += cands[back].bytes;
+        }
         const double layers = before[e] - before[s];
-        for (int k = 1; k < kAlphas; ++k) {
-          const double alpha = static_cast<double>(k) / kAlphas;
-          const double added = least_weighted(bytes, live - room, alpha, rates) - alpha * layers;
-          if (added > best.added_ns) best = TimedBound{added, s, e, p, live - room, alpha, layers};
+        for (const Weighing& w : weighings) {
+          const double added = w.least(bytes, live - room) - w.alpha * layers;
+          if (added > best.added_ns) best = TimedBound{added, s, e, p, live - room, w.alpha, layers};
         }
       }
     }
