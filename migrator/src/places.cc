@@ -72,8 +72,11 @@ class StayWalker {
       const std::uint64_t t = move_tick(*m, plan_.fast);
       if (t < from || t >= to) continue;  // not alive then: the simulator says so
       if (m->to == tier) {                // already there: the move finds it in its place
-        if (tier == plan_.fast) stays.back().moves.push_back(m);
-        if (tier != plan_.fast) outs.push_back(m);
+        if (tier == plan_.fast) {
+          stays.back().moves.push_back(m);
+        } else {
+          outs.push_back(m);
+        }
         continue;
       }
       moved = true;
@@ -113,14 +116,16 @@ class StayWalker {
   std::uint64_t end_tick_;
 };
 
-}  // namespace
-
-namespace {
-
 // The stays' offsets in the fast arena: wrap stays stacked at the bottom (all of them are fast at
-// the step's end), the others laid out around them. Returns the arena's bytes.
-Result<std::uint64_t> lay_out_stays(const std::vector<Stay>& stays, std::uint64_t end_tick,
-                                    std::vector<std::uint64_t>& offsets) {
+// the step's end), the others laid out around them.
+struct StayLayout {
+  std::vector<std::uint64_t> offsets;  // by stay
+  std::uint64_t region_bytes = 0;      // the arena
+  std::uint64_t max_live_bytes = 0;    // the stays' max-live: no layout needs less
+};
+Result<StayLayout> lay_out_stays(const std::vector<Stay>& stays, std::uint64_t end_tick) {
+  StayLayout out;
+  std::vector<std::uint64_t>& offsets = out.offsets;
   offsets.assign(stays.size(), 0);
   std::vector<FixedBuffer> fixed;
   std::vector<PlannedBuffer> buffers;
@@ -144,7 +149,10 @@ Result<std::uint64_t> lay_out_stays(const std::vector<Stay>& stays, std::uint64_
   Result<OffsetPlan> laid = plan_offsets(buffers, options);
   if (!laid) return laid.status();
   for (std::size_t j = 0; j < index.size(); ++j) offsets[index[j]] = laid->offsets[j];
-  return laid->region_bytes;
+  out.region_bytes = laid->region_bytes;
+  for (const FixedBuffer& f : fixed) buffers.push_back(f.buffer);  // every stay's time, wraps in two
+  out.max_live_bytes = max_live_bytes(buffers, kPageBytes);
+  return out;
 }
 
 bool ever_fast(const Plan& plan, const PlanObject& o, const std::vector<PlannedMove*>& moves) {
@@ -183,31 +191,22 @@ std::string lay_out_places(Plan& plan, const PlanInputs& in) {
       home_of.emplace_back(&o, std::move(outs));
     }
   }
-  std::vector<std::uint64_t> offsets;
-  Result<std::uint64_t> fast_bytes = lay_out_stays(stays, end_tick, offsets);
+  Result<StayLayout> fast = lay_out_stays(stays, end_tick);
   OffsetPlannerOptions options;
   options.alignment_bytes = kPageBytes;
   Result<OffsetPlan> home_plan = plan_offsets(homes, options);
-  if (!fast_bytes || !home_plan)
-    return places.problem =
-               fmt::format("places: {}", (!fast_bytes ? fast_bytes.status() : home_plan.status()).message());
-  places.fast_bytes = fast_bytes.value();
+  if (!fast || !home_plan)
+    return places.problem = fmt::format("places: {}", (!fast ? fast.status() : home_plan.status()).message());
+  places.fast_bytes = fast->region_bytes;
+  places.fast_max_live_bytes = fast->max_live_bytes;
   places.home_bytes = home_plan->region_bytes;
   places.stays = stays.size();
   places.homes = homes.size();
-  std::vector<PlannedBuffer> lives;
   for (std::size_t i = 0; i < stays.size(); ++i) {
     const Stay& s = stays[i];
-    for (PlannedMove* m : s.moves) m->place = offsets[i];
-    if (s.first) places.first[s.key] = offsets[i];
-    if (s.wrap) {
-      lives.push_back(PlannedBuffer{s.start, end_tick, s.bytes});
-      lives.push_back(PlannedBuffer{0, s.end, s.bytes});
-    } else {
-      lives.push_back(PlannedBuffer{s.start, std::max(s.end, s.start + 1), s.bytes});
-    }
+    for (PlannedMove* m : s.moves) m->place = fast->offsets[i];
+    if (s.first) places.first[s.key] = fast->offsets[i];
   }
-  places.fast_max_live_bytes = max_live_bytes(lives, kPageBytes);
   for (std::size_t h = 0; h < home_of.size(); ++h) {
     const auto& [o, outs] = home_of[h];
     for (PlannedMove* m : outs) m->place = home_plan->offsets[h];
@@ -216,8 +215,7 @@ std::string lay_out_places(Plan& plan, const PlanInputs& in) {
   const std::uint64_t need = places.fast_bytes + places.unplaced_fast_bytes + in.small_reserve_bytes;
   if (need > in.fast_budget_bytes) {
     places.problem = fmt::format(
-        "places: the fast arena ({} bytes) and objects with no place ({}) and the small objects' reserve "
-        "({}) "
+        "places: the fast arena ({} bytes), objects with no place ({}) and the small objects' reserve ({}) "
         "need {} bytes, over the fast budget of {}",
         places.fast_bytes, places.unplaced_fast_bytes, in.small_reserve_bytes, need, in.fast_budget_bytes);
   }
