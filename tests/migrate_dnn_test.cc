@@ -59,6 +59,7 @@ struct TrainRun {
   std::string variant;                        // of the plan running at the end
   std::uint64_t region_bytes = 0;             // its short-lived region, where it places objects there
   std::vector<migrator::PlannedMove> moves;   // its moves
+  migrator::PlacesPlan places;                // its ready memory (empty: its moves go in place)
   std::string replan_result;                  // Runtime::replan_result() at the end
   double measured_mover_cpu_ns_per_byte = 0;  // Runtime::measured_mover_cpu_ns_per_byte()
   double planned_mover_cpu_ns = 0;            // the running plan's Plan::mover_cpu_ns
@@ -142,6 +143,7 @@ TrainRun train(const std::string& model, const std::string& policy, const std::s
   out.trial_result = r.trial_result();
   if (r.plan() != nullptr) out.variant = r.plan()->variant;
   if (r.plan() != nullptr) out.moves = r.plan()->moves;
+  if (r.plan() != nullptr) out.places = r.plan()->places;
   out.replan_result = r.replan_result();
   out.measured_mover_cpu_ns_per_byte = r.measured_mover_cpu_ns_per_byte();
   if (const migrator::Plan* p = r.plan(); p != nullptr) {
@@ -291,8 +293,16 @@ TEST(ReadyMemory, SteadyPlannedStepsMapNothingAndFaultNothing) {
                              "fast=dram:1GiB,slow=emulated:cxl:4GiB", {}, 16);
   EXPECT_EQ(run.losses, reference.losses);
   EXPECT_EQ(run.params, reference.params);
-  EXPECT_GT(run.stats.tiers[0].place_moves, 0u) << "nothing moved into the fast arena";
-  EXPECT_GT(run.stats.tiers[1].place_moves, 0u) << "nothing moved home";
+  // What the runtime planned: a fast arena and homes, and a place for every move.
+  auto every_move_placed = [](const TrainRun& r) {
+    return std::ranges::all_of(r.moves,
+                               [](const migrator::PlannedMove& m) { return m.place != migrator::kNoPlace; });
+  };
+  ASSERT_FALSE(run.moves.empty()) << "the plan moves nothing: no move to check";
+  EXPECT_GT(run.places.fast_bytes, 0u) << "no fast arena";
+  EXPECT_GT(run.places.homes, 0u) << "no homes";
+  EXPECT_EQ(run.places.problem, "");
+  EXPECT_TRUE(every_move_placed(run));
   ASSERT_EQ(counts.at_begin.size(), static_cast<std::size_t>(kRunSteps));
   // The last five steps, from the first one's start to the last one's end.
   const StepCounts::Counts& from = counts.at_begin[kRunSteps - 5];
@@ -306,16 +316,18 @@ TEST(ReadyMemory, SteadyPlannedStepsMapNothingAndFaultNothing) {
 #endif
   // Ready memory off: the same policy moves in place (copy + mremap), and trains the same.
   ASSERT_EQ(setenv("TENSORTIER_READY_MEMORY", "0", 1), 0);
-  StepCounts remap_counts;
-  const TrainRun remap = train("resnet18", "sentinel", "20%", 0, &remap_counts, 0, 0, kRunSteps,
+  const TrainRun remap = train("resnet18", "sentinel", "20%", 0, nullptr, 0, 0, kRunSteps,
                                "fast=dram:1GiB,slow=emulated:cxl:4GiB", {}, 16);
   ASSERT_EQ(unsetenv("TENSORTIER_READY_MEMORY"), 0);
   EXPECT_EQ(remap.losses, reference.losses);
   EXPECT_EQ(remap.params, reference.params);
+  // Planned without places, its moves go in place (that those remap, and are counted, is
+  // move_test's Places.MovesInPlaceMakeMappingCalls).
   EXPECT_EQ(remap.stats.tiers[0].place_moves + remap.stats.tiers[1].place_moves, 0u);
-  EXPECT_GT(remap.stats.migration.moves, 0u);
-  EXPECT_GT(remap_counts.at_end.back().mapping_calls - remap_counts.at_begin[kRunSteps - 5].mapping_calls, 0u)
-      << "moves in place remap: the counter would see them";
+  ASSERT_FALSE(remap.moves.empty()) << "the plan moves nothing: no move to check";
+  EXPECT_TRUE(remap.places.empty());
+  EXPECT_TRUE(std::ranges::none_of(
+      remap.moves, [](const migrator::PlannedMove& m) { return m.place != migrator::kNoPlace; }));
 }
 
 // An epoch's partial batch is a step of another kind: the plan (keys are allocation ordinals of

@@ -797,6 +797,26 @@ TEST(Places, AnUnwrittenObjectGoesHomeWithoutACopy) {
   ASSERT_TRUE(alloc->destroy_arena(home.value()).is_ok()) << "the home's entry went with the object";
 }
 
+// Moves in place (no place given) remap and unmap pages: the allocator's count of mapping calls
+// sees each one, as it sees none for moves between places (above).
+TEST(Places, MovesInPlaceMakeMappingCalls) {
+  constexpr std::size_t kBytes = 2 << 20;
+  auto alloc = allocator_for("fast=dram:16MiB,slow=dram:64MiB");
+  ASSERT_NE(alloc, nullptr);
+  auto o = alloc->allocate("o", kBytes, kDefaultGroup, 1);
+  ASSERT_TRUE(o);
+  fill(o->address, kBytes, 2);
+  for (TierIndex to : {TierIndex{0}, TierIndex{1}}) {
+    const std::uint64_t calls = ObjectAllocator::mapping_calls();
+    auto moved = alloc->move(o->id, to);
+    ASSERT_TRUE(moved) << moved.status().to_string();
+    EXPECT_EQ(moved->method, MoveMethod::kRemap);
+    EXPECT_GT(ObjectAllocator::mapping_calls(), calls) << "to tier " << to;
+  }
+  EXPECT_TRUE(holds(o->address, kBytes, 2));
+  ASSERT_TRUE(alloc->free(o->address).is_ok());
+}
+
 // A birth planned into the place of an object on its way out waits for it to leave.
 TEST(Places, ABirthWaitsForItsPlacesOccupantToLeave) {
   constexpr std::size_t kBytes = 8 << 20;  // out to emulated optane-server: several ms

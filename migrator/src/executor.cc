@@ -317,10 +317,6 @@ std::optional<std::uint64_t> Executor::arena_offset(ObjectKey key, std::size_t) 
   return it->second;
 }
 
-}  // namespace tensortier::migrator
-
-namespace tensortier::migrator {
-
 std::optional<Place> Executor::place_on(TierIndex tier, std::uint64_t offset) const {
   if (offset == kNoPlace || fast_arena_ == 0 || home_arena_ == 0) return std::nullopt;
   if (tier == plan_.fast) return Place{fast_arena_, offset};

@@ -250,9 +250,9 @@ Result<ObjectInfo> Runtime::allocate(std::string_view name, std::size_t bytes, G
   Result<ObjectInfo> info = unavailable("not in the arena");
   if (place) {
     // At its planned place (ready memory), after its previous occupant has left; where that
-    // takes too long (a late move out), where the tier would have put it.
+    // takes too long (a late move out), where the tier would have put it (the allocator counts
+    // the miss: TierUsage::place_misses).
     info = allocator_.allocate_in_arena(name, bytes, group, key, place->arena, place->offset, room_wait_);
-    if (!info) place_misses_.fetch_add(1, std::memory_order_relaxed);
   } else if (arena_offset) {
     // At its planned offset in the short-lived region; where that place is not free (a step that
     // strays from the profiled one), where the tier would have put it.

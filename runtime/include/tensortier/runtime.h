@@ -411,8 +411,7 @@ class Runtime {
   void close_places();
   bool ready_memory_ = true;
   ArenaId fast_places_ = 0, home_places_ = 0;  // the training thread's (install_plan)
-  std::atomic<std::uint64_t> place_misses_{0};
-  std::atomic<ArenaId> arena_{0};  // read by allocating threads
+  std::atomic<ArenaId> arena_{0};              // read by allocating threads
   bool short_lived_arena_ = true;
   std::atomic<std::uint64_t> arena_misses_{0};
   void trial_step(std::uint64_t duration_ns);
