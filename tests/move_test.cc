@@ -818,6 +818,73 @@ TEST(Places, MovesInPlaceMakeMappingCalls) {
 }
 
 // A birth planned into the place of an object on its way out waits for it to leave.
+// An address read before a move is another object's after it, once a new object is born in the
+// place the first left: freeing by id frees the object meant, wherever it is now; the stale
+// address frees the newcomer, which is why the DNN engine's tensors free by id.
+TEST(Places, FreeingByIdFreesTheObjectWhereverAMoveTookIt) {
+  constexpr std::size_t kBytes = 1 << 20;
+  auto alloc = allocator_for("fast=dram:16MiB,slow=dram:64MiB");
+  ASSERT_NE(alloc, nullptr);
+  auto fast = alloc->create_arena(0, 4 << 20);
+  auto home = alloc->create_arena(1, 4 << 20);
+  ASSERT_TRUE(fast && home);
+  auto leaving = alloc->allocate_in_arena("leaving", kBytes, kDefaultGroup, 0, fast.value(), 0);
+  ASSERT_TRUE(leaving);
+  const void* stale = leaving->address;
+  MoveOptions out;
+  out.place = Place{home.value(), 0};
+  ASSERT_TRUE(alloc->move(leaving->id, 1, out));
+  auto newcomer = alloc->allocate_in_arena("newcomer", kBytes, kDefaultGroup, 0, fast.value(), 0);
+  ASSERT_TRUE(newcomer);
+  ASSERT_EQ(newcomer->address, stale) << "the newcomer takes the place the first left";
+  ASSERT_TRUE(alloc->free(leaving->id).is_ok());
+  EXPECT_FALSE(alloc->info_by_id(leaving->id)) << "freed where it lives now";
+  EXPECT_TRUE(alloc->info_by_id(newcomer->id)) << "the newcomer is untouched";
+  EXPECT_EQ(alloc->free(leaving->id).code(), StatusCode::kNotFound) << "freed twice";
+  ASSERT_TRUE(alloc->free(newcomer->id).is_ok());
+  ASSERT_TRUE(alloc->destroy_arena(fast.value()).is_ok());
+  ASSERT_TRUE(alloc->destroy_arena(home.value()).is_ok());
+  expect_all_released(*alloc);
+}
+
+// close_arena: an empty arena goes at once; one with objects in it takes no new object (births
+// and moves into its places refuse) and goes back to its tier when the last one leaves.
+TEST(Places, AClosingArenaTakesNoneAndGoesWithItsLastObject) {
+  constexpr std::size_t kBytes = 1 << 20;
+  auto alloc = allocator_for("fast=dram:16MiB,slow=dram:64MiB");
+  ASSERT_NE(alloc, nullptr);
+  auto empty = alloc->create_arena(0, 4 << 20);
+  ASSERT_TRUE(empty);
+  Result<std::size_t> left = alloc->close_arena(empty.value());
+  ASSERT_TRUE(left);
+  EXPECT_EQ(left.value(), 0u);
+  EXPECT_EQ(alloc->close_arena(empty.value()).status().code(), StatusCode::kNotFound) << "gone already";
+  auto arena = alloc->create_arena(0, 4 << 20);
+  ASSERT_TRUE(arena);
+  auto stays = alloc->allocate_in_arena("stays", kBytes, kDefaultGroup, 0, arena.value(), 0);
+  ASSERT_TRUE(stays);
+  fill(stays->address, kBytes, 9);
+  const std::uint64_t cached = alloc->usage()[0].cached_bytes;
+  left = alloc->close_arena(arena.value());
+  ASSERT_TRUE(left);
+  EXPECT_EQ(left.value(), 1u);
+  EXPECT_FALSE(alloc->allocate_in_arena("late", kBytes, kDefaultGroup, 0, arena.value(), 2 << 20))
+      << "no birth in a closing arena";
+  auto other = alloc->allocate("other", kBytes, kDefaultGroup, 1);
+  ASSERT_TRUE(other);
+  MoveOptions into;
+  into.place = Place{arena.value(), 2 << 20};
+  EXPECT_FALSE(alloc->move(other->id, 0, into)) << "no move into a closing arena";
+  EXPECT_EQ(alloc->info_by_id(other->id)->tier, 1u);
+  EXPECT_TRUE(holds(stays->address, kBytes, 9)) << "its object stays whole";
+  EXPECT_EQ(alloc->usage()[0].cached_bytes, cached) << "the arena's range is still taken";
+  ASSERT_TRUE(alloc->free(stays->id).is_ok());
+  EXPECT_EQ(alloc->usage()[0].cached_bytes, cached + (4 << 20)) << "back to the tier with its last object";
+  EXPECT_EQ(alloc->destroy_arena(arena.value()).code(), StatusCode::kNotFound);
+  ASSERT_TRUE(alloc->free(other->id).is_ok());
+  expect_all_released(*alloc);
+}
+
 TEST(Places, ABirthWaitsForItsPlacesOccupantToLeave) {
   constexpr std::size_t kBytes = 8 << 20;  // out to emulated optane-server: several ms
   auto alloc = allocator_for("fast=dram:32MiB,slow=emulated:optane-server:64MiB");

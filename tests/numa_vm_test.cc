@@ -346,7 +346,7 @@ void policy_across_the_nodes(const std::string& policy, std::size_t bytes, int u
       fill(addresses[0], kBytes, ++seed[i]);
       std::memset(addresses[2], 1, kBytes / 2);
       ASSERT_TRUE(rt.layer_end().is_ok());
-      ASSERT_TRUE(rt.free(rt.address_of(act->id).value()).is_ok());
+      ASSERT_TRUE(rt.free(act->id).is_ok());
     }
     ASSERT_TRUE(rt.step_end().is_ok());
   }
@@ -449,7 +449,7 @@ TEST(NumaVm, MovesToAndFromTheDaxKmemTierLandOnTheirNode) {
     EXPECT_EQ(live_on(r, to), kBytes);
     EXPECT_EQ(live_on(r, to ^ 1u), 0u);
   }
-  EXPECT_TRUE(r.free(r.address_of(object->id).value()).is_ok());
+  EXPECT_TRUE(r.free(object->id).is_ok());
 }
 
 }  // namespace

@@ -486,7 +486,7 @@ TEST(Threaded, StressHelpersAllocateMoveAndFreeBesideProfiledAndPlainSteps) {
       ASSERT_TRUE(std::all_of(w, w + kBytes, [](unsigned char c) { return c == 3; })) << "step " << steps;
       std::memset(addresses[1], layer, kBytes);
       ASSERT_TRUE(runtime.layer_end().is_ok());
-      ASSERT_TRUE(runtime.free(runtime.address_of(act.id).value()).is_ok());
+      ASSERT_TRUE(runtime.free(act.id).is_ok());
     }
     ASSERT_TRUE(runtime.step_end().is_ok());
     // Between steps the weights move too, as a policy's mover would move them.
@@ -502,7 +502,7 @@ TEST(Threaded, StressHelpersAllocateMoveAndFreeBesideProfiledAndPlainSteps) {
   EXPECT_GT(rounds.load(), 100u) << "the helpers hardly ran beside the steps";
   EXPECT_GT(moves.load(), 10u) << "hardly any move went through (" << refused.load() << " refused)";
   ASSERT_NE(runtime.profile(), nullptr);
-  ASSERT_TRUE(runtime.free(runtime.address_of(weights.id).value()).is_ok());
+  ASSERT_TRUE(runtime.free(weights.id).is_ok());
   const RuntimeStats after = runtime.stats();
   EXPECT_EQ(after.live_objects, live_before) << "accounts are off after the stress";
   for (const TierUsage& u : after.tiers) EXPECT_EQ(u.live_bytes, 0u) << u.name;

@@ -161,6 +161,21 @@ Status ObjectAllocator::destroy_arena(ArenaId id) {
   return Status::ok();
 }
 
+Result<std::size_t> ObjectAllocator::close_arena(ArenaId id) {
+  std::lock_guard lock(mutex_);
+  auto it = arenas_.find(id);
+  if (it == arenas_.end()) return not_found(fmt::format("close_arena: no arena {}", id));
+  const std::size_t left = it->second.live.size();
+  if (left > 0) {
+    it->second.closing = true;  // leave_place_locked gives the range back after the last
+    return left;
+  }
+  const Range& r = it->second.range;
+  give_back_range(r.tier, r.base, r.bytes, r.owner);
+  arenas_.erase(it);
+  return std::size_t{0};
+}
+
 const ObjectAllocator::Occupant* ObjectAllocator::occupant_locked(const Arena& a, std::uint64_t offset,
                                                                   std::uint64_t bytes) const {
   // The occupant that starts last before this place's end overlaps it if it ends past its start
@@ -178,13 +193,19 @@ bool ObjectAllocator::keeps_home_copy_locked(Range& r, ArenaId old_arena, const 
   if (!keep_shadows_.load(std::memory_order_relaxed) || r.arena == 0 || to >= from || r.free_pending)
     return false;
   const Arena& home = arenas_.at(old_arena);
+  if (home.closing) return false;  // a home copy would keep a closing arena
   r.home_copy = Place{old_arena, static_cast<std::uint64_t>(old_base - home.range.base)};
   return true;
 }
 
 void ObjectAllocator::leave_place_locked(ArenaId arena, const std::byte* base) {
-  Arena& a = arenas_.at(arena);
+  auto it = arenas_.find(arena);
+  Arena& a = it->second;
   a.live.erase(static_cast<std::uint64_t>(base - a.range.base));
+  if (a.closing && a.live.empty()) {  // close_arena's: its last object has left
+    give_back_range(a.range.tier, a.range.base, a.range.bytes, a.range.owner);
+    arenas_.erase(it);
+  }
   moved_or_unpinned_.notify_all();  // a birth may wait for this place
 }
 
@@ -196,7 +217,8 @@ Result<ObjectInfo> ObjectAllocator::allocate_in_arena(std::string_view name, std
         fmt::format("object '{}': {} bytes do not go in an arena (a page or more)", name, bytes));
   std::unique_lock lock(mutex_);
   auto found = arenas_.find(arena_id);
-  if (found == arenas_.end()) return unavailable(fmt::format("object '{}': no arena {}", name, arena_id));
+  if (found == arenas_.end() || found->second.closing)
+    return unavailable(fmt::format("object '{}': no arena {} (or it is closing)", name, arena_id));
   Arena* a = &found->second;
   const std::uint64_t reserved = round_up(bytes, kPageBytes);
   if (offset % kPageBytes != 0 || offset + reserved > a->range.bytes) {
@@ -728,7 +750,23 @@ Status ObjectAllocator::free(const void* address) {
   }
   const ObjectId id = found->second;
   by_address_.erase(found);
+  free_locked(live_.find(id));
+  return Status::ok();
+}
+
+Status ObjectAllocator::free(ObjectId id) {
+  std::lock_guard lock(mutex_);
   auto it = live_.find(id);
+  if (it == live_.end() || it->second.range.free_pending)
+    return not_found(fmt::format(
+        "free of object {}: not live (never allocated, or already freed); nothing was changed", id));
+  by_address_.erase(it->second.info.address);
+  free_locked(it);
+  return Status::ok();
+}
+
+void ObjectAllocator::free_locked(std::unordered_map<ObjectId, Live>::iterator it) {
+  const ObjectId id = it->first;
   Live& live = it->second;
   const TierIndex t = live.unit().tier;
   TierUsage& usage = tier_state_[t].usage;
@@ -754,7 +792,6 @@ Status ObjectAllocator::free(const void* address) {
   } else {
     retire(id, live.range);
   }
-  return Status::ok();
 }
 
 Result<ObjectInfo> ObjectAllocator::info(const void* address) const {

@@ -61,6 +61,9 @@ Status ObjectAllocator::start_place_move_locked(Live& live, TierIndex to, const 
     return invalid_argument(fmt::format("move of '{}': arena {} is not an arena of tier '{}'", live.info.name,
                                         place.arena, tiers_[to]->name()));
   }
+  if (found->second.closing) {
+    return unavailable(fmt::format("move of '{}': arena {} is closing", live.info.name, place.arena));
+  }
   Arena& arena = found->second;
   std::byte* const destination = arena.range.base + place.offset;
   if (r.base == destination) return Status::ok();  // nothing to move

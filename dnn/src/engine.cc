@@ -10,10 +10,12 @@
 namespace tensortier::dnn {
 
 namespace {
-void free_tensor_memory(Runtime* runtime, void* address) {
+// By id where the runtime holds it: a mover may copy it elsewhere between reading its address
+// and the free, and another tensor be born where it was.
+void free_tensor_memory(Runtime* runtime, ObjectId id, void* address) {
   if (address == nullptr) return;
   if (runtime != nullptr) {
-    (void)runtime->free(address);
+    (void)runtime->free(id);
   } else {
     std::free(address);
   }
@@ -32,12 +34,12 @@ void* Tensor::address() const {
 }
 
 Tensor::~Tensor() {
-  free_tensor_memory(runtime_, address());
+  free_tensor_memory(runtime_, id_, address_);
 }
 
 Tensor& Tensor::operator=(Tensor&& other) noexcept {
   if (this != &other) {
-    free_tensor_memory(runtime_, address());
+    free_tensor_memory(runtime_, id_, address_);
     runtime_ = std::exchange(other.runtime_, nullptr);
     desc_ = other.desc_;
     name_ = std::move(other.name_);

@@ -276,6 +276,21 @@ Status Runtime::free(const void* address) {
   return allocator_.free(address);
 }
 
+Status Runtime::free(ObjectId id) {
+  std::lock_guard lock(alloc_events_mutex_);
+  // Its span as of now, for the observers; looked up again where a move relocated it meanwhile.
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    Result<ObjectInfo> info = allocator_.info_by_id(id);
+    if (!info) break;
+    SpanView span;
+    if (allocator_.lookup(info->address, &span) && span.id == (span.is_group ? info->group : id)) {
+      notify([&](StepObserver& o) { o.on_free(id, span); });
+      break;
+    }
+  }
+  return allocator_.free(id);
+}
+
 Result<void*> Runtime::address_of(ObjectId id) const {
   Result<ObjectInfo> info = allocator_.info_by_id(id);
   if (!info) return info.status();

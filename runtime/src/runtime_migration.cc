@@ -239,11 +239,27 @@ void Runtime::open_arena(const migrator::Plan& plan) {
 void Runtime::close_arena() {
   const ArenaId arena = arena_.exchange(0, std::memory_order_acq_rel);
   if (arena == 0) return;
-  if (Status s = allocator_.destroy_arena(arena); !s.is_ok()) {
-    // Objects still live in it (one a step left alive past its end): the arena stays until the
-    // runtime ends, no new object goes in it.
-    spdlog::warn("policy {}: the short-lived region stays: {}", policy_, s.message());
+  // Objects still live in it (one a step left alive past its end): no new object goes in it, its
+  // range goes when the last of them is freed.
+  if (Result<std::size_t> left = allocator_.close_arena(arena); left && left.value() > 0)
+    spdlog::warn("policy {}: the short-lived region stays until its {} objects left are freed", policy_,
+                 left.value());
+}
+
+// Moves every large object of the allocator's that `leaves` picks to tier `to`, in up to three
+// passes (a move can fail for a while: its object pinned, a copy refused); returns how many
+// stayed where they were.
+template <typename Leaves>
+std::size_t Runtime::move_all(Leaves leaves, TierIndex to) {
+  std::size_t stayed = 0;
+  for (int pass = 0; pass < 3; ++pass) {
+    stayed = 0;
+    for (const ObjectInfo& o : allocator_.objects()) {
+      if (!o.small && leaves(o) && !allocator_.move(o.id, to)) ++stayed;
+    }
+    if (stayed == 0) break;
   }
+  return stayed;
 }
 
 bool Runtime::open_places(const migrator::Plan& plan) {
@@ -256,11 +272,13 @@ bool Runtime::open_places(const migrator::Plan& plan) {
   // The arena needs the fast tier's room: the objects the plan places or starts somewhere leave it
   // first (for the slow tier; place_persistent then brings each where the plan starts it), and
   // the cache goes.
-  for (const ObjectInfo& o : allocator_.objects()) {
-    if (o.tier == plan.fast && !o.small && o.arena == 0 &&
-        (places.first.contains(o.key) || plan.start.contains(o.key)))
-      (void)allocator_.move(o.id, plan.slow);  // where it cannot, the arena may not fit: said below
-  }
+  // Where one cannot leave, the arena may not fit: said below.
+  (void)move_all(
+      [&](const ObjectInfo& o) {
+        return o.tier == plan.fast && o.arena == 0 &&
+               (places.first.contains(o.key) || plan.start.contains(o.key));
+      },
+      plan.slow);
   allocator_.release_cache();
   Result<ArenaId> fast =
       allocator_.create_arena(plan.fast, std::max<std::uint64_t>(places.fast_bytes, kPageBytes));
@@ -282,16 +300,14 @@ bool Runtime::open_places(const migrator::Plan& plan) {
 
 void Runtime::close_places() {
   if (fast_places_ == 0) return;
-  for (const ObjectInfo& o : allocator_.objects()) {
-    if (o.arena != fast_places_ && o.arena != home_places_) continue;
-    // To a range of the slow tier (the next plan places it again); where that fails, it stays.
-    if (Result<MoveResult> moved = allocator_.move(o.id, static_cast<TierIndex>(allocator_.tier_count() - 1));
-        !moved)
-      spdlog::warn("policy {}: '{}' stays in ready memory: {}", policy_, o.name, moved.status().message());
-  }
+  // To ranges of the slow tier (the next plan places them again). Where one cannot leave, its
+  // arena stays, taking no new object, until the last of its objects is freed.
+  (void)move_all([&](const ObjectInfo& o) { return o.arena == fast_places_ || o.arena == home_places_; },
+                 static_cast<TierIndex>(allocator_.tier_count() - 1));
   for (ArenaId* arena : {&fast_places_, &home_places_}) {
-    if (Status s = allocator_.destroy_arena(*arena); !s.is_ok())
-      spdlog::warn("policy {}: ready memory stays: {}", policy_, s.message());
+    if (Result<std::size_t> left = allocator_.close_arena(*arena); left && left.value() > 0)
+      spdlog::warn("policy {}: ready memory ({}) stays until its {} objects left are freed", policy_,
+                   *arena == fast_places_ ? "the fast arena" : "homes", left.value());
     *arena = 0;
   }
 }

@@ -52,7 +52,7 @@ void mover_beside_training(const std::string& policy, std::size_t bytes, int use
       std::memset(w, g, kBytes);
       std::memset(addresses[2], 1, kBytes / 2);
       ASSERT_TRUE(rt.layer_end().is_ok());
-      ASSERT_TRUE(rt.free(rt.address_of(act->id).value()).is_ok());  // a temporary
+      ASSERT_TRUE(rt.free(act->id).is_ok());  // a temporary
     }
     ASSERT_TRUE(rt.step_end().is_ok());
   }

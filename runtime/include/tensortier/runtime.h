@@ -175,7 +175,10 @@ class Runtime {
   // Places a named object; see ObjectAllocator::allocate for placement and errors.
   Result<ObjectInfo> allocate(std::string_view name, std::size_t bytes, GroupId group = kDefaultGroup,
                               TierIndex preferred = 0);
+  // Frees by address, or by id: where a mover may copy the object elsewhere meanwhile (ready
+  // memory), an address read before the call may already be another object's; an id never is.
   Status free(const void* address);
+  Status free(ObjectId id);
   Result<ObjectInfo> object(const void* address) const { return allocator_.info(address); }
   Result<ObjectInfo> object(ObjectId id) const { return allocator_.info_by_id(id); }
   // Every live object, in no particular order.
@@ -402,13 +405,15 @@ class Runtime {
   // Retires the running executor (its queued moves done first) and runs `next` from the next step.
   void install_plan(migrator::Plan next);
   // The plan's short-lived region as an allocator arena (none where the plan has none or the
-  // tier has no room); closing gives it back, or leaves it where objects still live in it.
+  // tier has no room); closing gives it back now, or once the objects still in it are freed.
   void open_arena(const migrator::Plan& plan);
   void close_arena();
   // Ready memory: the plan's two arenas made (and given to the executor), or let go (their
   // objects copied out to ranges of the slow tier first). runtime_migration.cc.
   bool open_places(const migrator::Plan& plan);
   void close_places();
+  template <typename Leaves>
+  std::size_t move_all(Leaves leaves, TierIndex to);
   bool ready_memory_ = true;
   ArenaId fast_places_ = 0, home_places_ = 0;  // the training thread's (install_plan)
   std::atomic<ArenaId> arena_{0};              // read by allocating threads

@@ -151,8 +151,11 @@ class ObjectAllocator {
   Result<ObjectInfo> allocate(std::string_view name, std::size_t bytes, GroupId group = kDefaultGroup,
                               TierIndex preferred = 0, ObjectKey key = 0);
   // Frees the object starting at `address`. A pointer it never gave, or one already freed, is a
-  // kNotFound error and changes nothing.
+  // kNotFound error and changes nothing. Where another thread may move the object (a mover), its
+  // address can change between reading it and this call: free by id.
   Status free(const void* address);
+  // Frees object `id`, wherever it lives now; kNotFound, changing nothing, where it is not live.
+  Status free(ObjectId id);
   // The live object starting at `address`, or with this id.
   Result<ObjectInfo> info(const void* address) const;
   Result<ObjectInfo> info_by_id(ObjectId id) const;
@@ -244,6 +247,10 @@ class ObjectAllocator {
   // The arena's range goes back to its tier's cache. kFailedPrecondition while an object lives
   // in it; kNotFound for an arena that does not exist.
   Status destroy_arena(ArenaId arena);
+  // As destroy_arena, except where objects still live in it: then no object goes in any more
+  // (allocate_in_arena and moves into its places refuse) and its range goes back when the last
+  // one leaves. Returns how many objects it waits for (0: gone now); kNotFound as destroy_arena.
+  Result<std::size_t> close_arena(ArenaId arena);
   // Called, under the allocator's lock, with the span of each range about to go back to its tier
   // (a released cache entry, a dropped empty group chunk): the profiler unprotects it there, as
   // the tier may hand the memory out again at once. Must not call the allocator. Set it before
@@ -458,6 +465,8 @@ class ObjectAllocator {
   std::vector<TierState> tier_state_;                     // by TierIndex
   std::unordered_map<ObjectId, Live> live_;               // every live object, and any freed while moving
   std::unordered_map<const void*, ObjectId> by_address_;  // live objects by start address
+  // free()'s work once the object is found (its by_address_ entry gone). mutex_ held.
+  void free_locked(std::unordered_map<ObjectId, Live>::iterator it);
   struct GroupKey {
     GroupId group = kDefaultGroup;
     TierIndex tier = 0;       // placement
@@ -475,6 +484,7 @@ class ObjectAllocator {
   struct Arena {
     Range range;                             // whole, as taken from its tier
     std::map<std::uint64_t, Occupant> live;  // offset -> each live object in it (or moving in)
+    bool closing = false;                    // close_arena: goes when `live` empties, takes none
   };
   // The occupant of arena `a` overlapping [offset, offset + bytes), or nullptr. mutex_ held.
   const Occupant* occupant_locked(const Arena& a, std::uint64_t offset, std::uint64_t bytes) const;
