@@ -20,7 +20,8 @@ nlohmann::json to_json(const MatrixConfig& c) {
               {"specs", c.specs},         {"batch", c.batch},           {"image_size", c.image_size},
               {"width", c.width},         {"steps", c.steps},           {"warmup", c.warmup},
               {"reps", c.reps},           {"numactl", c.numactl},       {"fast_node", c.fast_node},
-              {"slow_node", c.slow_node}, {"emulate_as", c.emulate_as}, {"trace_policy", c.trace_policy}};
+              {"slow_node", c.slow_node}, {"emulate_as", c.emulate_as}, {"trace_policy", c.trace_policy},
+              {"mover_cpu", c.mover_cpu}};
 }
 
 Result<MatrixConfig> config_from_json(const nlohmann::json& j) {
@@ -41,6 +42,7 @@ Result<MatrixConfig> config_from_json(const nlohmann::json& j) {
     j.at("slow_node").get_to(c.slow_node);
     j.at("emulate_as").get_to(c.emulate_as);
     j.at("trace_policy").get_to(c.trace_policy);
+    c.mover_cpu = j.value("mover_cpu", -1);  // results written before --mover-core have none
     return c;
   } catch (const json::exception& e) {
     return invalid_argument(fmt::format("a matrix config that is not tensortier-bench's: {}", e.what()));
@@ -296,6 +298,7 @@ nlohmann::json summarize(const MatrixConfig& c, const nlohmann::json& tasks) {
           if (!timed_bounds.empty()) cell["timed_bound"] = median(timed_bounds);
           for (auto& [k, values] : v) cell[k] = median(values);
           ratio_of[policy] = cell["ratio"].get<double>();
+          if (c.mover_cpu >= 0) cell["mover_cpu"] = c.mover_cpu;
           cells.push_back(std::move(cell));
         }
         // Penalty shares: how much of slow-only's penalty a policy pays.
@@ -345,7 +348,8 @@ nlohmann::json summarize(const MatrixConfig& c, const nlohmann::json& tasks) {
       }
     }
   }
-  return json{{"cells", cells}, {"numactl", numactl}, {"emulation_checks", checks}};
+  return json{
+      {"cells", cells}, {"numactl", numactl}, {"emulation_checks", checks}, {"mover_cpu", c.mover_cpu}};
 }
 
 std::string markdown_tables(const nlohmann::json& summary) {
@@ -362,6 +366,12 @@ std::string markdown_tables(const nlohmann::json& summary) {
     at[row][p] = cell;
   }
   std::string out;
+  if (const int cpu = summary.value("mover_cpu", -1); cpu >= 0) {
+    out += fmt::format(
+        "**Mover core**: the mover on CPU {} alone, the layers' threads (every policy's and fast-only's) on "
+        "the process's other CPUs; plans weigh moves without the mover's CPU.\n\n",
+        cpu);
+  }
   if (!rows.empty()) {
     out +=
         "Step time over fast-only (median over repetitions of ratios taken side by side in one process); "
@@ -458,7 +468,7 @@ std::string csv(const nlohmann::json& summary) {
       "model",         "tiers",        "spec",          "budget",       "policy",    "reps",
       "median_ms",     "ratio",        "penalty_share", "floor",        "bound",     "in_mib",
       "out_mib",       "late_dropped", "failed",        "mover_cpu_ms", "charge_ms", "slow_mib",
-      "fast_peak_mib", "copied_mib",   "timed_bound",   "predicted"};
+      "fast_peak_mib", "copied_mib",   "timed_bound",   "predicted",    "mover_cpu"};
   std::string out;
   for (const char* c : kColumns) out += fmt::format("{}{}", out.empty() ? "" : ",", c);
   out += "\n";

@@ -46,6 +46,10 @@ struct MatrixConfig {
   std::string emulate_as;
   // The policy whose step the traced task records (timeline and fast-tier occupancy).
   std::string trace_policy;
+  // Mover core (--mover-core): the mover bound to this CPU, the layers' threads (every policy's,
+  // fast-only's too) on the process's other CPUs, plans weighing moves without the mover's CPU.
+  // -1: the default, the mover among the layers' threads on every core.
+  int mover_cpu = -1;
 };
 
 nlohmann::json to_json(const MatrixConfig& config);

@@ -11,6 +11,7 @@
 // extra rows, and the emulated preset that claims to model the slow node is set beside it.
 // matrix.h has the bookkeeping; machine.h the machine record.
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -107,6 +108,10 @@ Result<json> run_task(const MatrixConfig& c, const Task& task, const fs::path& o
     options.policy = task.kind == TaskKind::kNumactl ? "" : policy;
     options.fast_budget = task.budget;
     options.trial_steps = 0;  // each policy's plan as made, every measured step (no trial swap)
+    if (c.mover_cpu >= 0) {   // a core of its own: its CPU takes nothing from the layers
+      options.mover_cpu = c.mover_cpu;
+      options.mover_steals_compute = 0;
+    }
     auto rt = Runtime::create(options);
     if (!rt)
       return Status(rt.status().code(),
@@ -251,6 +256,32 @@ std::string iso_now() {
   return fmt::format("{:%Y-%m-%dT%H:%M:%SZ}", tm);
 }
 
+// The CPUs this process may run on (its affinity mask), in order.
+std::vector<int> allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  return cpus;
+}
+
+// In a task's process, before it runs anything (--mover-core): its threads kept off the mover's
+// CPU (the affinity mask, which oneDNN's threads inherit) and as many oneDNN threads as CPUs left.
+void keep_layers_off(int mover_cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int left = 0;
+  for (int cpu : allowed_cpus()) {
+    if (cpu == mover_cpu) continue;
+    CPU_SET(cpu, &set);
+    ++left;
+  }
+  if (left == 0 || sched_setaffinity(0, sizeof set, &set) != 0) return;  // the task says so (runtime)
+  setenv("OMP_NUM_THREADS", std::to_string(left).c_str(), 1);
+}
+
 // An executable's path on PATH ("" when none).
 std::string which(const std::string& name) {
   const char* path = std::getenv("PATH");
@@ -262,8 +293,9 @@ std::string which(const std::string& name) {
   return "";
 }
 
-// Runs argv, passing its stderr through; returns (exit status, its stdout).
-std::pair<int, std::string> run_child(const std::vector<std::string>& argv) {
+// Runs argv, passing its stderr through; returns (exit status, its stdout). mover_cpu >= 0: the
+// child's threads kept off that CPU (keep_layers_off) from its start.
+std::pair<int, std::string> run_child(const std::vector<std::string>& argv, int mover_cpu = -1) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return {-1, ""};
   const pid_t parent = getpid();
@@ -278,6 +310,7 @@ std::pair<int, std::string> run_child(const std::vector<std::string>& argv) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(127);  // it died already, before the line above
     dup2(fds[1], STDOUT_FILENO);
+    if (mover_cpu >= 0) keep_layers_off(mover_cpu);
     std::vector<char*> args;
     for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
@@ -358,6 +391,7 @@ struct Cli {
   std::string numactl_nodes;
   std::string trace_policy = "sentinel";
   int max_tasks = 0;
+  bool mover_core = false;
 };
 
 // The matrix the command line asks for, with every name checked before anything runs.
@@ -377,6 +411,15 @@ Result<MatrixConfig> matrix_from(const Cli& cli) {
   c.warmup = cli.warmup;
   c.reps = cli.reps > 0 ? cli.reps : quick ? 1 : 3;
   c.trace_policy = cli.trace_policy;
+  if (cli.mover_core) {
+    const std::vector<int> cpus = allowed_cpus();
+    if (cpus.size() < 2)
+      return invalid_argument(fmt::format(
+          "--mover-core: needs two CPUs or more (one for the mover, the rest for the layers); this process "
+          "may use {}",
+          cpus.size()));
+    c.mover_cpu = cpus.back();
+  }
   if (c.warmup < 3)
     return invalid_argument(
         "--warmup must be at least 3: step 1 is profiled and the policies start at step 2");
@@ -621,7 +664,7 @@ int parent_main(const Cli& cli, const std::vector<std::string>& args) {
     }
     argv.insert(argv.end(), {self, "--run-task", task_file.string()});
     const auto t0 = std::chrono::steady_clock::now();
-    auto [rc, text] = run_child(argv);
+    auto [rc, text] = run_child(argv, c.mover_cpu);
     ++ran;
     const auto pos = text.rfind("RESULT ");
     json result;
@@ -742,6 +785,11 @@ int main(int argc, char** argv) {
                  "The policy whose step is traced (first model and spec, last budget)")
       ->capture_default_str();
   app.add_flag("--no-plots", cli.no_plots, "Do not draw the PNGs");
+  app.add_flag(
+      "--mover-core", cli.mover_core,
+      "The mover on the last CPU of this process's alone, every policy's layers (fast-only's too) on "
+      "the others, plans weighing moves without the mover's CPU: a server where migration has a core "
+      "of its own");
   app.add_option("--max-tasks", cli.max_tasks,
                  "Stop after this many tasks, as an interrupted run would (for tests)")
       ->check(CLI::NonNegativeNumber);

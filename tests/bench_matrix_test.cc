@@ -46,9 +46,15 @@ TEST(BenchMatrix, ConfigAndTasksRoundTripThroughJson) {
   c.fast_node = 0;
   c.slow_node = 1;
   c.emulate_as = "remote-numa";
+  c.mover_cpu = 3;
   auto back = config_from_json(to_json(c));
   ASSERT_TRUE(back.is_ok());
   EXPECT_EQ(to_json(back.value()), to_json(c));
+  EXPECT_EQ(back->mover_cpu, 3);
+  json before = to_json(c);
+  before.erase("mover_cpu");  // results written before --mover-core
+  ASSERT_TRUE(config_from_json(before).is_ok());
+  EXPECT_EQ(config_from_json(before)->mover_cpu, -1);
   for (const Task& t : expand(c)) {
     auto tb = task_from_json(to_json(t));
     ASSERT_TRUE(tb.is_ok());
@@ -228,7 +234,30 @@ TEST(BenchMatrix, EmulatedCellsNameTheirPresetAndMissingRunsLeaveNoCell) {
     EXPECT_FALSE(cell.contains("penalty_share")) << "no slow-only: no share";
   }
   EXPECT_NE(markdown_tables(s).find("emulated cxl"), std::string::npos);
+  EXPECT_EQ(markdown_tables(s).find("Mover core"), std::string::npos) << "not a mover-core run";
   EXPECT_TRUE(summarize(c, json::object()).at("cells").empty());
+}
+
+// A --mover-core run says so above its tables and in every cell and CSV row (its figures are
+// not comparable with a default run's).
+TEST(BenchMatrix, AMoverCoreRunIsLabelledInTablesCellsAndCsv) {
+  MatrixConfig c = small_matrix();
+  c.models = {"mlp"};
+  c.budgets = {"20%"};
+  c.specs = {"fast=dram,slow=emulated:cxl"};
+  c.reps = 1;
+  c.mover_cpu = 1;
+  json tasks = json::object();
+  const std::vector<Task> all = expand(c);
+  tasks[all[0].id] = task_result(all[0], {{"fast-only", 10}, {"sentinel", 12}});
+  const json s = summarize(c, tasks);
+  ASSERT_FALSE(s.at("cells").empty());
+  for (const json& cell : s.at("cells")) EXPECT_EQ(cell.value("mover_cpu", -1), 1);
+  EXPECT_NE(markdown_tables(s).find("**Mover core**: the mover on CPU 1 alone"), std::string::npos)
+      << markdown_tables(s);
+  const std::string text = csv(s);
+  EXPECT_NE(text.find(",mover_cpu\n"), std::string::npos) << "the header's last column";
+  EXPECT_NE(text.find(",1\n"), std::string::npos) << text;
 }
 
 }  // namespace

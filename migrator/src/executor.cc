@@ -1,7 +1,11 @@
 #include "tensortier/migrator/executor.h"
 
+#include <pthread.h>
+#include <sched.h>
+#include <string.h>
 #include <time.h>
 
+#include <cerrno>
 #include <chrono>
 #include <system_error>
 #include <thread>
@@ -86,6 +90,20 @@ Executor::~Executor() {
   stop();
 }
 
+// Binds the mover thread to mover_cpu_ (where one is set); what went wrong for mover_cpu_problem().
+void Executor::bind_mover() {
+  if (mover_cpu_ < 0) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (mover_cpu_ < CPU_SETSIZE) CPU_SET(static_cast<std::size_t>(mover_cpu_), &set);
+  const int error =
+      mover_cpu_ < CPU_SETSIZE ? pthread_setaffinity_np(mover_.native_handle(), sizeof set, &set) : EINVAL;
+  std::lock_guard lock(mover_cpu_mutex_);
+  mover_cpu_problem_ = error == 0 ? ""
+                                  : fmt::format("the mover could not be bound to CPU {}: {}; it runs unbound",
+                                                mover_cpu_, strerrordesc_np(error));
+}
+
 Status Executor::start() {
   if (state() != ExecutorState::kStopped) return Status::ok();
   state_.store(ExecutorState::kRunning, std::memory_order_release);
@@ -95,6 +113,7 @@ Status Executor::start() {
     state_.store(ExecutorState::kStopped, std::memory_order_release);
     return unavailable(fmt::format("its mover thread could not be started: {}", e.what()));
   }
+  bind_mover();
   return Status::ok();
 }
 
@@ -197,6 +216,11 @@ void Executor::enqueue(std::uint32_t after_layer) {
     std::lock_guard lock(stats_mutex_);
     stats_.missing += missing;
   }
+}
+
+std::string Executor::mover_cpu_problem() const {
+  std::lock_guard lock(mover_cpu_mutex_);
+  return mover_cpu_problem_;
 }
 
 void Executor::run() {

@@ -87,6 +87,11 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
   }
   TENSORTIER_RETURN_IF_ERROR(
       check_migration(migration->first, migration->second, *tiers.front(), profile.value()));
+  if (options.mover_cpu < -1) {
+    return invalid_argument(
+        fmt::format("mover_cpu {}: give a CPU's number (0 or more), or -1 to leave the mover unbound",
+                    options.mover_cpu));
+  }
   auto runtime = std::unique_ptr<Runtime>(
       new Runtime(std::move(tiers), format_tier_spec(configs), source, std::move(profile).value()));
   runtime->layer_move_wait_ = options.layer_move_wait;
@@ -95,6 +100,7 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
   runtime->clean_moves_ = options.clean_moves;
   runtime->dead_moves_ = options.dead_moves;
   runtime->mover_steals_compute_ = std::clamp(options.mover_steals_compute, 0.0, 1.0);
+  runtime->mover_cpu_ = options.mover_cpu;
   runtime->room_wait_ = std::max(options.room_wait, std::chrono::nanoseconds{0});
   runtime->trial_steps_ = options.trial_steps;
   runtime->measured_mover_steps_ = options.measured_mover_steps;

@@ -200,6 +200,7 @@ std::uint64_t Runtime::make_executor(migrator::Plan plan) {
       [this](ObjectId id, TierIndex to, const MoveOptions& options) { return move(id, to, options); },
       [this] { return layers_begun_.load(std::memory_order_acquire); },
       [this] { return allocator_.pin_sequence(); });
+  executor_->set_mover_cpu(mover_cpu_);
   const bool placed = open_places(executor_->plan());
   const std::uint64_t failed = executor_->place_persistent(allocator_.objects());
   if (!placed) open_arena(executor_->plan());  // (with places, the short-lived objects have theirs)
@@ -215,6 +216,10 @@ void Runtime::start_executor(std::string_view otherwise) {
     spdlog::warn("{}", policy_failure_);
     executor_.reset();
     return;
+  }
+  if (const std::string problem = executor_->mover_cpu_problem(); !problem.empty() && !mover_cpu_warned_) {
+    spdlog::warn("policy {}: {}", policy_, problem);
+    mover_cpu_warned_ = true;
   }
   advisor_.store(executor_.get(), std::memory_order_release);
   {  // under the lock stats() reads it with (see switch_plan)

@@ -1,5 +1,7 @@
 // The executor: its counts, its moves out, its mover thread beside a training thread that checks every byte
 // (run under ThreadSanitizer in CI: label "threaded").
+#include <sched.h>
+
 #include "plan_test_util.h"
 
 namespace tensortier::migrator {
@@ -180,6 +182,29 @@ TEST(Executor, CountsItsMovesOutFromHandOutToTheirEnd) {
   EXPECT_EQ(executor.stats().moves, 2u);
   EXPECT_EQ(executor.stats().bytes_out, 8 * kMiB);
   EXPECT_EQ(executor.stats().copied_bytes, 4 * kMiB) << "the move in only";
+}
+
+// --mover-core's binding: a CPU the process may use takes the mover thread; one that does not
+// exist leaves it unbound, said (the moves run all the same).
+TEST(Executor, TheMoverIsBoundToItsCpuOrSaysWhyNot) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+  int cpu = 0;
+  while (!CPU_ISSET(cpu, &allowed)) ++cpu;
+  auto no_move = [](ObjectId, TierIndex, const MoveOptions&) -> Result<MoveResult> { return MoveResult{}; };
+  for (const int asked : {cpu, CPU_SETSIZE + 5}) {
+    Executor executor(Plan{}, 1, no_move, [] { return 0u; });
+    executor.set_mover_cpu(asked);
+    ASSERT_TRUE(executor.start().is_ok());
+    if (asked == cpu) {
+      EXPECT_EQ(executor.mover_cpu_problem(), "");
+    } else {
+      EXPECT_NE(executor.mover_cpu_problem().find("could not be bound to CPU"), std::string::npos)
+          << executor.mover_cpu_problem();
+    }
+    executor.stop();
+  }
 }
 
 TEST(Executor, MoverThreadBesideTheTrainingThreadKeepsEveryByte) {

@@ -120,6 +120,11 @@ struct RuntimeOptions {
   // copy_threads_for), and where no core is spare beyond the mover's own, 1, said in one line
   // when a policy is set. n: n threads, at most one a CPU of the process's affinity mask.
   std::uint32_t copy_threads = 0;
+  // The CPU the mover thread runs on (Executor::set_mover_cpu): a core of its own, where the
+  // caller keeps the layers' threads off it (tensortier-bench --mover-core: the process's
+  // affinity and OMP_NUM_THREADS leave it out). -1: wherever the OS puts it. A CPU the process
+  // may not use leaves the mover unbound, said in one line.
+  int mover_cpu = -1;
 };
 
 // One layer's execution as marked by the program.
@@ -375,6 +380,8 @@ class Runtime {
   bool clean_moves_ = true;
   bool dead_moves_ = true;
   double mover_steals_compute_ = 1.0;
+  int mover_cpu_ = -1;
+  bool mover_cpu_warned_ = false;  // said once a run
   std::chrono::nanoseconds room_wait_{0};
   // The plan trial (RuntimeOptions::trial_steps, migrator::PlanTrial); training thread. Once a
   // run: trial_started_ stays set after it ends.

@@ -80,6 +80,11 @@ class Executor final : public StepObserver, public PlacementAdvisor {
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
 
+  // The CPU the mover thread runs on (its affinity; set before start()): a core of its own, the
+  // layers' threads kept off it by the caller. -1 (the default): wherever the OS puts it.
+  // Where the OS refuses it, the mover runs unbound and mover_cpu_problem() says why.
+  void set_mover_cpu(int cpu) { mover_cpu_ = cpu; }
+  std::string mover_cpu_problem() const;
   // Starts the mover thread. Errors: kUnavailable where no thread can be started (nothing runs).
   Status start();
   void stop();
@@ -151,7 +156,11 @@ class Executor final : public StepObserver, public PlacementAdvisor {
   std::multimap<std::uint32_t, const PlannedMove*> by_layer_;  // after_layer -> moves (immutable)
   std::unique_ptr<Queue> queue_;
   ArenaId fast_arena_ = 0, home_arena_ = 0;  // set_places
+  void bind_mover();
   std::thread mover_;
+  int mover_cpu_ = -1;
+  mutable std::mutex mover_cpu_mutex_;
+  std::string mover_cpu_problem_;  // under mover_cpu_mutex_
   std::atomic<ExecutorState> state_{ExecutorState::kStopped};
   std::atomic<std::uint64_t> step_{0};              // the step in progress
   std::atomic<std::uint64_t> queued_out_bytes_{0};  // queued_out_bytes()
