@@ -277,13 +277,16 @@ int main(int argc, char** argv) {
       fmt::print(
           "  {}: births on the fast tier that waited for room {:.1f} a step, {:.1f} ms a step; fell back "
           "{:.1f} a step; ready memory: {:.1f} copies into places a step, births that waited for their "
-          "place {:.1f}, births and moves that found it taken {:.1f}\n",
+          "place {:.1f} ({:.1f} ms a step), births and moves that found it taken {:.1f}\n",
           r.tiers, static_cast<double>(fast.room_waits) / static_cast<double>(steps_run),
           static_cast<double>(fast.room_wait_ns) / 1e6 / static_cast<double>(steps_run),
           static_cast<double>(fast.fallbacks_out) / static_cast<double>(steps_run),
           static_cast<double>(stats.tiers.front().place_moves + stats.tiers.back().place_moves) /
               static_cast<double>(steps_run),
-          static_cast<double>(fast.place_waits) / static_cast<double>(steps_run),
+          static_cast<double>(fast.place_waits + stats.tiers.back().place_waits) /
+              static_cast<double>(steps_run),
+          static_cast<double>(fast.place_wait_ns + stats.tiers.back().place_wait_ns) / 1e6 /
+              static_cast<double>(steps_run),
           static_cast<double>(fast.place_misses) / static_cast<double>(steps_run));
       fmt::print(
           "  {}: per step {} in, {} out ({:.1f} moves out clean, {:.1f} moves of dead bytes), {:.1f} dropped "

@@ -228,7 +228,8 @@ Result<ObjectInfo> ObjectAllocator::allocate_in_arena(std::string_view name, std
   // A previous occupant on its way out (its move under way, or moves out of this tier handed to a
   // mover: set_room_wait's `pending`) is waited for, up to occupant_wait: the plan put this object
   // here after it. One that is not leaving (freed later by this very thread, say) is not.
-  const auto deadline = std::chrono::steady_clock::now() + occupant_wait;
+  const auto wait_start = std::chrono::steady_clock::now();
+  const auto deadline = wait_start + occupant_wait;
   bool waited = false;
   while (const Occupant* o = occupant_locked(*a, offset, reserved)) {
     auto it = live_.find(o->id);
@@ -247,7 +248,13 @@ Result<ObjectInfo> ObjectAllocator::allocate_in_arena(std::string_view name, std
     waited = waited || !timed_out;
   }
   Arena& arena = *a;
-  if (waited) ++tier_state_[arena.range.tier].usage.place_waits;
+  if (waited) {
+    TierUsage& usage = tier_state_[arena.range.tier].usage;
+    ++usage.place_waits;
+    usage.place_wait_ns += static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - wait_start)
+            .count());
+  }
   const TierIndex t = arena.range.tier;
   Live live;
   live.info.name = std::string(name);

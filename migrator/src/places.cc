@@ -13,8 +13,8 @@
 namespace tensortier::migrator {
 namespace {
 
-// Three ticks a boundary b (places.h): deaths and moves out let their places go by 3b + 1,
-// births take theirs at 3b + 1, moves in at 3b + 2.
+// Three ticks a boundary b (places.h): deaths let their places go by 3b + 1, births take theirs
+// at 3b + 1; moves out let theirs go by 3b + 2, moves in take theirs at 3b + 2.
 std::uint64_t birth_tick(std::uint32_t boundary) {
   return 3 * std::uint64_t{boundary} + 1;
 }
@@ -84,7 +84,7 @@ class StayWalker {
       if (tier == plan_.fast) {
         stays.push_back(Stay{o.key, t, to, o.bytes, false, false, {m}});
       } else {
-        stays.back().end = t;
+        stays.back().end = t + 1;  // its place is free for b's moves in, not for b's births
         outs.push_back(m);
       }
     }

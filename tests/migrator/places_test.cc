@@ -1,5 +1,6 @@
 // Ready memory (places.cc): every plan's places replayed event by event against an independent
-// occupancy map: no birth or move in finds its place held by another object, every arena holds
+// occupancy map: no birth or move in finds its place held by another object (a birth, not even
+// by one moving out at its boundary), every arena holds
 // what is placed in it, persistent objects end the step where they began it, and the layout fits
 // the budget.
 #include "tensortier/migrator/places.h"
@@ -17,15 +18,16 @@ class PlaceReplay {
   std::string run() {
     for (const PlanObject& o : in_.objects) by_key_[o.key] = &o;
     start_persistent();
-    // At each boundary as the runtime meets them: deaths, moves out, births, moves in.
+    // At each boundary, births before the moves out handed out there have ended (their copies
+    // take time): deaths, births, moves out, moves in.
     for (std::uint32_t b = 0; b <= in_.layers; ++b) {
       for (const PlanObject& o : in_.objects) {
         if (!o.persistent && o.freed == b) at_.erase(o.key);
       }
-      moves_at(b, /*in=*/false);
       for (const PlanObject& o : in_.objects) {
         if (!o.persistent && o.born == b) born(o);
       }
+      moves_at(b, /*in=*/false);
       moves_at(b, /*in=*/true);
       if (!problem_.empty()) return problem_;
     }

@@ -134,6 +134,7 @@ struct TierUsage {
   std::uint64_t split_copies = 0;     // moves here whose copy was split over threads (set_copy_threads)
   std::uint64_t place_moves = 0;      // moves here into a planned place (MoveOptions::place)
   std::uint64_t place_waits = 0;      // births here that waited for their place's occupant to leave
+  std::uint64_t place_wait_ns = 0;    // how long they waited
   std::uint64_t place_misses = 0;     // births and moves here whose place was still taken
 };
 

@@ -4,9 +4,11 @@
 // in a steady-state step. Offsets come from the offset planner over a time axis of three ticks a
 // boundary b, in the order the runtime meets them (a stay holds its place over [start, end)):
 //
-//   3b + 1   deaths at b and the moves out handed out at b have let their places go;
-//            births at b take theirs (a program frees what it is done with, then allocates)
-//   3b + 2   the moves in handed out at b take theirs (after b's outs: one mover, outs first)
+//   3b + 1   deaths at b have let their places go; births at b take theirs (a program frees
+//            what it is done with, then allocates)
+//   3b + 2   the moves out handed out at b have let their places go (their copies take time: a
+//            birth in such a place would wait for one); the moves in handed out at b take theirs
+//            (after b's outs: one mover, outs first)
 //
 // Where the runtime meets them otherwise, the allocator keeps them apart: a birth waits (bounded)
 // for a place's occupant on its way out, or falls back; a move in waits (bounded) for it, or fails
