@@ -155,9 +155,7 @@ Status ObjectAllocator::destroy_arena(ArenaId id) {
     return failed_precondition(fmt::format(
         "destroy_arena: {} objects still live in arena {}; free them first", it->second.live.size(), id));
   }
-  const Range& r = it->second.range;
-  give_back_range(r.tier, r.base, r.bytes, r.owner);
-  arenas_.erase(it);
+  drop_arena_locked(it);
   return Status::ok();
 }
 
@@ -170,10 +168,14 @@ Result<std::size_t> ObjectAllocator::close_arena(ArenaId id) {
     it->second.closing = true;  // leave_place_locked gives the range back after the last
     return left;
   }
+  drop_arena_locked(it);
+  return std::size_t{0};
+}
+
+void ObjectAllocator::drop_arena_locked(std::map<ArenaId, Arena>::iterator it) {
   const Range& r = it->second.range;
   give_back_range(r.tier, r.base, r.bytes, r.owner);
   arenas_.erase(it);
-  return std::size_t{0};
 }
 
 const ObjectAllocator::Occupant* ObjectAllocator::occupant_locked(const Arena& a, std::uint64_t offset,
@@ -202,11 +204,8 @@ void ObjectAllocator::leave_place_locked(ArenaId arena, const std::byte* base) {
   auto it = arenas_.find(arena);
   Arena& a = it->second;
   a.live.erase(static_cast<std::uint64_t>(base - a.range.base));
-  if (a.closing && a.live.empty()) {  // close_arena's: its last object has left
-    give_back_range(a.range.tier, a.range.base, a.range.bytes, a.range.owner);
-    arenas_.erase(it);
-  }
-  moved_or_unpinned_.notify_all();  // a birth may wait for this place
+  if (a.closing && a.live.empty()) drop_arena_locked(it);  // close_arena's: its last object has left
+  moved_or_unpinned_.notify_all();                         // a birth may wait for this place
 }
 
 Result<ObjectInfo> ObjectAllocator::allocate_in_arena(std::string_view name, std::size_t bytes, GroupId group,

@@ -252,19 +252,17 @@ void Runtime::close_arena() {
 }
 
 // Moves every large object of the allocator's that `leaves` picks to tier `to`, in up to three
-// passes (a move can fail for a while: its object pinned, a copy refused); returns how many
-// stayed where they were.
+// passes (a move can fail for a while: its object pinned, a copy refused); what still cannot
+// leave stays where it is.
 template <typename Leaves>
-std::size_t Runtime::move_all(Leaves leaves, TierIndex to) {
-  std::size_t stayed = 0;
+void Runtime::move_all(Leaves leaves, TierIndex to) {
   for (int pass = 0; pass < 3; ++pass) {
-    stayed = 0;
+    bool stayed = false;
     for (const ObjectInfo& o : allocator_.objects()) {
-      if (!o.small && leaves(o) && !allocator_.move(o.id, to)) ++stayed;
+      if (!o.small && leaves(o) && !allocator_.move(o.id, to)) stayed = true;
     }
-    if (stayed == 0) break;
+    if (!stayed) return;
   }
-  return stayed;
 }
 
 bool Runtime::open_places(const migrator::Plan& plan) {
@@ -278,7 +276,7 @@ bool Runtime::open_places(const migrator::Plan& plan) {
   // first (for the slow tier; place_persistent then brings each where the plan starts it), and
   // the cache goes.
   // Where one cannot leave, the arena may not fit: said below.
-  (void)move_all(
+  move_all(
       [&](const ObjectInfo& o) {
         return o.tier == plan.fast && o.arena == 0 &&
                (places.first.contains(o.key) || plan.start.contains(o.key));
@@ -307,12 +305,12 @@ void Runtime::close_places() {
   if (fast_places_ == 0) return;
   // To ranges of the slow tier (the next plan places them again). Where one cannot leave, its
   // arena stays, taking no new object, until the last of its objects is freed.
-  (void)move_all([&](const ObjectInfo& o) { return o.arena == fast_places_ || o.arena == home_places_; },
-                 static_cast<TierIndex>(allocator_.tier_count() - 1));
+  move_all([&](const ObjectInfo& o) { return o.arena == fast_places_ || o.arena == home_places_; },
+           static_cast<TierIndex>(allocator_.tier_count() - 1));
   for (ArenaId* arena : {&fast_places_, &home_places_}) {
     if (Result<std::size_t> left = allocator_.close_arena(*arena); left && left.value() > 0)
       spdlog::warn("policy {}: ready memory ({}) stays until its {} objects left are freed", policy_,
-                   *arena == fast_places_ ? "the fast arena" : "homes", left.value());
+                   arena == &fast_places_ ? "the fast arena" : "homes", left.value());
     *arena = 0;
   }
 }

@@ -420,7 +420,7 @@ class Runtime {
   bool open_places(const migrator::Plan& plan);
   void close_places();
   template <typename Leaves>
-  std::size_t move_all(Leaves leaves, TierIndex to);
+  void move_all(Leaves leaves, TierIndex to);
   bool ready_memory_ = true;
   ArenaId fast_places_ = 0, home_places_ = 0;  // the training thread's (install_plan)
   std::atomic<ArenaId> arena_{0};              // read by allocating threads

@@ -503,6 +503,8 @@ class ObjectAllocator {
   Result<MoveResult> finish_place_move(ObjectId id, const MoveTicket& ticket, const Place& place,
                                        Status status, bool injected, void* destination, MoveResult result);
   std::map<ArenaId, Arena> arenas_;
+  // Gives the arena's range back to its tier and forgets it. mutex_ held.
+  void drop_arena_locked(std::map<ArenaId, Arena>::iterator it);
   ArenaId next_arena_ = 1;
   ObjectId next_id_ = 1;
   std::uint64_t live_bytes_ = 0;
