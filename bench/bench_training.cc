@@ -189,6 +189,8 @@ int main(int argc, char** argv) {
     if (no_room_wait) options.room_wait = std::chrono::nanoseconds{0};
     if (free_mover) options.mover_steals_compute = 0;
     options.fast_budget = fast_budget;
+    // The timed bound's channel program, printed beside each plan (fast-only's needs none).
+    if (name != "fast-only") options.timed_bound_s = 60;
     options.trial_steps = 0;  // the policy's plan as made, every measured step (no trial swap)
     // Step 1 is profiled, step 2 places the plan's objects, steps 3-4 measure the mover; the plan
     // made again runs from step 5 (placing its objects), so measured steps start at 6.

@@ -107,6 +107,7 @@ Result<json> run_task(const MatrixConfig& c, const Task& task, const fs::path& o
     // its "fast-only" is the runtime with no policy.
     options.policy = task.kind == TaskKind::kNumactl ? "" : policy;
     options.fast_budget = task.budget;
+    if (policy != "fast-only") options.timed_bound_s = 60;  // the timed bound's channel program
     options.trial_steps = 0;  // each policy's plan as made, every measured step (no trial swap)
     if (c.mover_cpu >= 0) {   // a core of its own: its CPU takes nothing from the layers
       options.mover_cpu = c.mover_cpu;

@@ -1,13 +1,11 @@
 #include "tensortier/migrator/residency_model.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
-#include <map>
-#include <memory>
 
-#include <Cbc_C_Interface.h>
 #include <fmt/format.h>
+
+#include "linear_program.h"
 
 namespace tensortier::migrator {
 namespace {
@@ -40,25 +38,6 @@ double bound_of(const PlanInputs& in, double slow_bytes, double in_bytes, double
       slow_bytes * in.slow_traffic_ns_per_byte() + in_bytes / in.move_in_gbps + out_bytes / in.move_out_gbps;
   return std::max(with_charge, slow_busy) - compute + mover_cpu_ns_of(in, in_bytes, out_bytes);
 }
-
-// A linear expression over the program's columns: coefficient per column, plus a constant.
-struct Expr {
-  std::map<int, double> terms;
-  double constant = 0;
-  Expr& add(int col, double coef) {
-    if (col >= 0) terms[col] += coef;
-    return *this;
-  }
-  Expr& add(const Expr& e, double scale) {
-    for (const auto& [col, coef] : e.terms) terms[col] += coef * scale;
-    constant += e.constant * scale;
-    return *this;
-  }
-};
-
-struct CbcDeleter {
-  void operator()(Cbc_Model* m) const { Cbc_deleteModel(m); }
-};
 
 }  // namespace
 
@@ -129,22 +108,13 @@ class ResidencyProgram {
 
  private:
   static constexpr double kMiB = 1024.0 * 1024.0;
-  struct Col {
-    double lb, ub, obj;
-    bool integer;
-  };
-  struct Row {
-    Expr e;
-    char sense;
-    double rhs;
-  };
   struct Vars {
     std::vector<std::uint32_t> uses;
     std::vector<int> y, gap;
     int pre = -1;
   };
-  int col(double lb, double ub, bool integer);
-  void row(Expr e, char sense, double rhs);
+  int col(double lb, double ub, bool integer) { return lp_.column(lb, ub, 0, integer); }
+  void row(Expr e, char sense, double rhs) { lp_.row(std::move(e), sense, rhs); }
   void add_object(std::size_t i);
   void add_gaps(const PlanObject& o, Vars& v, std::vector<Expr>& mi, std::vector<Expr>& mo);
   void add_copies_out_clean(const PlanObject& o, const Vars& v, const std::vector<Expr>& mi,
@@ -158,8 +128,7 @@ class ResidencyProgram {
   void for_each_boundary(std::size_t i, Visit&& visit) const;
 
   const PlanInputs& in_;
-  std::vector<Col> cols_;
-  std::vector<Row> rows_;
+  LinearProgram lp_;
   std::vector<Vars> vars_;
   Expr slow_fast_;  // sum of MiB x y: the slow-access MiB a plan avoids
   double slow_total_ = 0;
@@ -170,16 +139,6 @@ ResidencyProgram::ResidencyProgram(const PlanInputs& in) : in_(in), vars_(in.obj
   for (std::size_t i = 0; i < in.objects.size(); ++i) add_object(i);
   add_budget();
   add_objective();
-}
-
-int ResidencyProgram::col(double lb, double ub, bool integer) {
-  cols_.push_back({lb, ub, 0.0, integer});
-  return static_cast<int>(cols_.size()) - 1;
-}
-
-void ResidencyProgram::row(Expr e, char sense, double rhs) {
-  const double constant = e.constant;
-  rows_.push_back({std::move(e), sense, rhs - constant});
 }
 
 void ResidencyProgram::add_object(std::size_t i) {
@@ -316,53 +275,31 @@ void ResidencyProgram::add_objective() {
   const double cpu_ms = in_.mover_cpu_ns_per_byte * in_.mover_steals_compute * kMiB / 1e6;
   double compute_ms = 0;
   for (std::uint64_t ns : in_.layer_ns) compute_ms += static_cast<double>(ns) / 1e6;
-  const int T = col(0, 1e12, false);
-  cols_[static_cast<std::size_t>(T)].obj = 1;
+  const int T = lp_.column(0, 1e12, 1);
   row(Expr{}.add(T, 1).add(slow_fast_, charge_ms), 'G', charge_ms * slow_total_);
   row(Expr{}.add(T, 1).add(slow_fast_, traffic_ms).add(moved_in_, -in_ms).add(moved_out_, -out_ms), 'G',
       traffic_ms * slow_total_ - compute_ms);
-  for (const auto& [c, coef] : moved_in_.terms) cols_[static_cast<std::size_t>(c)].obj += coef * cpu_ms;
-  for (const auto& [c, coef] : moved_out_.terms) cols_[static_cast<std::size_t>(c)].obj += coef * cpu_ms;
+  for (const auto& [c, coef] : moved_in_.terms) lp_.add_objective(c, coef * cpu_ms);
+  for (const auto& [c, coef] : moved_out_.terms) lp_.add_objective(c, coef * cpu_ms);
 }
 
 ResidencySolution ResidencyProgram::solve(double time_limit_s) {
   ResidencySolution sol;
   sol.fast.assign(in_.objects.size(), std::vector<char>(in_.layers, 0));
-  std::unique_ptr<Cbc_Model, CbcDeleter> model(Cbc_newModel());
-  Cbc_setLogLevel(model.get(), 0);
-  for (Col& c : cols_) {
-    Cbc_addCol(model.get(), "", c.lb, c.ub, c.obj, c.integer ? 1 : 0, 0, nullptr, nullptr);
-    if (c.integer) ++sol.binaries;
-  }
-  for (Row& r : rows_) {
-    std::vector<int> idx;
-    std::vector<double> coef;
-    for (const auto& [c, v] : r.e.terms) {
-      if (v == 0) continue;
-      idx.push_back(c);
-      coef.push_back(v);
-    }
-    Cbc_addRow(model.get(), "", static_cast<int>(idx.size()), idx.data(), coef.data(), r.sense, r.rhs);
-  }
-  sol.rows = static_cast<int>(rows_.size());
-  Cbc_setMaximumSeconds(model.get(), std::max(0.1, time_limit_s));
-  Cbc_setAllowableFractionGap(model.get(), 1e-6);
-  const auto t0 = std::chrono::steady_clock::now();
-  Cbc_solve(model.get());
-  sol.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  sol.optimal = Cbc_isProvenOptimal(model.get()) != 0;
-  const double best_possible = Cbc_getBestPossibleObjValue(model.get());
-  if (std::isfinite(best_possible) && best_possible > -1e20)
-    sol.bound_ns = std::max(0.0, best_possible * 1e6);
-  const double* x = Cbc_bestSolution(model.get());
-  if (x == nullptr) {
-    sol.status = Cbc_isProvenInfeasible(model.get()) != 0
-                     ? "infeasible: the budget cannot hold what must be fast"
-                     : fmt::format("no solution within {:.1f} s", time_limit_s);
+  sol.binaries = lp_.integers();
+  sol.rows = lp_.rows();
+  const LinearProgram::Solved solved = lp_.solve(time_limit_s);
+  sol.seconds = solved.seconds;
+  sol.optimal = solved.optimal;
+  if (solved.best_possible > -1e20) sol.bound_ns = std::max(0.0, solved.best_possible * 1e6);
+  if (solved.x.empty()) {
+    sol.status = solved.infeasible ? "infeasible: the budget cannot hold what must be fast"
+                                   : fmt::format("no solution within {:.1f} s", time_limit_s);
     return sol;
   }
+  const double* x = solved.x.data();
   read_solution(x, sol);
-  if (sol.optimal) sol.bound_ns = std::max(0.0, Cbc_getObjValue(model.get()) * 1e6);
+  if (sol.optimal) sol.bound_ns = std::max(0.0, solved.objective * 1e6);
   const double gap = sol.cost_ns > 0 ? (sol.cost_ns - sol.bound_ns) / sol.cost_ns : 0.0;
   sol.status = fmt::format(
       "{}; its residency reads {:.0f} MiB on the slow tier, copies {:.0f} MiB in and {:.0f} MiB out, "

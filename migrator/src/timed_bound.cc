@@ -76,6 +76,9 @@ constexpr int kAlphas = 16;  // alpha = 1/16 .. 15/16
 
 std::string TimedBound::describe() const {
   if (added_ns <= 0) return "the channel's forced work fits in the layers' time";
+  if (program_ns > window_ns)
+    return fmt::format("the channel program over every boundary ({}); the worst window alone: {:.1f} ms",
+                       program, window_ns / 1e6);
   return fmt::format(
       "layers {}-{} ({:.1f} ms): keeping {:.1f} MiB off the fast tier at boundary {} forces moves "
       "and slow accesses into them (weighed {:.2f} to {:.2f})",
@@ -120,11 +123,24 @@ TimedBound timed_bound(const PlanInputs& in) {
         const double layers = before[e] - before[s];
         for (const Weighing& w : weighings) {
           const double added = w.least(bytes, live - room) - w.alpha * layers;
-          if (added > best.added_ns) best = TimedBound{added, s, e, p, live - room, w.alpha, layers};
+          if (added > best.window_ns) {
+            best.window_ns = added;
+            best.first_layer = s;
+            best.end_layer = e;
+            best.peak_boundary = p;
+            best.deficit_bytes = live - room;
+            best.alpha = w.alpha;
+            best.layers_ns = layers;
+          }
         }
       }
     }
   }
+  if (in.timed_program_s > 0)
+    best.program_ns = channel_program_bound(in, in.timed_program_s, best.program);
+  else
+    best.program = "not solved (PlanInputs::timed_program_s is 0)";
+  best.added_ns = std::max(best.window_ns, best.program_ns);
   return best;
 }
 

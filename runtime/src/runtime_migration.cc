@@ -150,6 +150,7 @@ void Runtime::set_plan_rates(migrator::PlanInputs& inputs) const {
     inputs.mover_steals_compute = mover_steals_compute_;
   }
   inputs.room_wait_ns = static_cast<double>(room_wait_.count());
+  inputs.timed_program_s = timed_bound_s_;
 }
 
 // Shadows kept where clean moves are free; births wait for the plan's moves out of the fast tier

@@ -125,6 +125,10 @@ struct RuntimeOptions {
   // affinity and OMP_NUM_THREADS leave it out). -1: wherever the OS puts it. A CPU the process
   // may not use leaves the mover unbound, said in one line.
   int mover_cpu = -1;
+  // How long the timed bound's channel program may take each time a plan is made
+  // (PlanInputs::timed_program_s; seconds on ResNet-18). 0: plans carry the window argument's
+  // bound only (Plan::timed_bound). The benches set it.
+  double timed_bound_s = 0;
 };
 
 // One layer's execution as marked by the program.
@@ -380,6 +384,7 @@ class Runtime {
   bool clean_moves_ = true;
   bool dead_moves_ = true;
   double mover_steals_compute_ = 1.0;
+  double timed_bound_s_ = 0;
   int mover_cpu_ = -1;
   bool mover_cpu_warned_ = false;  // said once a run
   std::chrono::nanoseconds room_wait_{0};

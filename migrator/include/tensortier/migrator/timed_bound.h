@@ -15,7 +15,12 @@
 // (bytes_dead_at) and bytes not written before p in the step (their slow copy may be current)
 // cost nothing on that side; the mover's CPU is left out (it only adds). The simulator and the
 // emulated tier let a layer's slow traffic use idle channel time before the layer: the bound
-// counts only that traffic's charge, not its channel time. Thread safety: a pure function.
+// counts only that traffic's charge, not its channel time.
+//
+// A second argument weighs every boundary at once: the channel program (timed_program.cc), a
+// linear program CBC solves in which every object's share on the slow tier at each boundary,
+// and the moves that change it within each layer's interval, are columns. The bound is the
+// larger of the two. Thread safety: pure functions.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +31,10 @@
 namespace tensortier::migrator {
 
 struct TimedBound {
-  double added_ns = 0;  // no plan adds less (0: the windows force nothing past the layers' time)
+  double added_ns = 0;    // no plan adds less: the larger of window_ns and program_ns
+  double window_ns = 0;   // the window argument's (0: the windows force nothing past the layers)
+  double program_ns = 0;  // the channel program's (0: not solved)
+  std::string program;    // what the channel program's solver did
   // The window that gives it: layers [first_layer, end_layer), the boundary whose deficit it
   // weighs, and the bytes and channel time forced into it.
   std::uint32_t first_layer = 0, end_layer = 0, peak_boundary = 0;
@@ -36,5 +44,9 @@ struct TimedBound {
 };
 
 TimedBound timed_bound(const PlanInputs& inputs);
+
+// The channel program's optimum in ns (0 where it was not solved within the time limit, and
+// `status` says so), and what the solver did.
+double channel_program_bound(const PlanInputs& inputs, double time_limit_s, std::string& status);
 
 }  // namespace tensortier::migrator

@@ -1,0 +1,177 @@
+// The timed bound's channel program (timed_bound.h): a linear program over the step's layers in
+// which the slow tier's channel is a resource in time. Its optimum is below every valid plan's
+// added time, so it bounds them from below, tighter than the window argument where many
+// boundaries are short of room at once.
+//
+//   per object i, per boundary t of its life:  s[t] in [0, 1]  its share on the slow tier there
+//                                              d[t] >= 0       its share fast and written since
+//                                                              its slow copy (clean moves out)
+//   per layer l between t = l and t' = l + 1:  in[l], out[l] >= 0  its shares copied in and out
+//                                              while layer l's interval runs
+//   per layer l:  slack[l] >= 0  what the step waits beyond layer l's own time and charge
+//
+//     in[l]  >= s[t] - s[t']                    moving in copies (not where its bytes are dead)
+//     out[l] >= s[t'] + d' - 1,  d[t'] >= d' - out[l],  d' = 1 - s[t] if layer l writes it, else d[t]
+//                                               only its dirty fast share costs a copy out
+//     moves' channel time in l <= layer l + charge(l) + slack[l]
+//     moves' channel time in l of objects layer l uses <= slack[l]   (they move when it is over)
+//     fast bytes at every boundary <= the room;  whole step: its time >= the channel's busy time
+//     minimise  sum over l of (charge(l) + slack[l]) + the mover's CPU the layers lose
+//
+// A plan's own schedule is a solution (an object half copied counts half), so no valid plan is
+// predicted to add less. Units: MiB and ms, so that coefficients are near 1.
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "linear_program.h"
+#include "tensortier/migrator/residency_model.h"
+#include "tensortier/migrator/timed_bound.h"
+
+namespace tensortier::migrator {
+namespace {
+
+class ChannelProgram {
+ public:
+  explicit ChannelProgram(const PlanInputs& in);
+  // The optimum in ns; status says what the solver did.
+  double solve(double time_limit_s, std::string& status) const;
+
+ private:
+  static constexpr double kMiB = 1024.0 * 1024.0;
+  void add_object(const PlanObject& o);
+  void add_transition(const PlanObject& o, std::uint32_t l, std::uint32_t next, const std::vector<int>& s,
+                      const std::vector<int>& d);
+  void add_layers();
+
+  const PlanInputs& in_;
+  LinearProgram lp_;
+  double charge_ms_ = 0, traffic_ms_ = 0, in_ms_ = 0, out_ms_ = 0, cpu_ms_ = 0;  // a MiB
+  std::vector<Expr> room_;                                                       // per boundary: fast MiB
+  std::vector<Expr> moves_;   // per layer: the moves' channel ms in its interval
+  std::vector<Expr> used_;    // per layer: those of the objects it uses
+  std::vector<Expr> charge_;  // per layer: its slow accesses' charge, ms
+  Expr traffic_;              // the slow accesses' channel ms over the step
+};
+
+ChannelProgram::ChannelProgram(const PlanInputs& in)
+    : in_(in), room_(in.layers), moves_(in.layers), used_(in.layers), charge_(in.layers) {
+  charge_ms_ = in.slow_access_ns_per_byte * kMiB / 1e6;
+  traffic_ms_ = in.slow_traffic_ns_per_byte() * kMiB / 1e6;
+  in_ms_ = kMiB / in.move_in_gbps / 1e6;
+  out_ms_ = kMiB / in.move_out_gbps / 1e6;
+  cpu_ms_ = in.mover_cpu_ns_per_byte * in.mover_steals_compute * kMiB / 1e6;
+  for (const PlanObject& o : in.objects) add_object(o);
+  add_layers();
+}
+
+void ChannelProgram::add_object(const PlanObject& o) {
+  const auto window = residency_window(in_, o);
+  const std::uint32_t first = window.first, end = window.second;
+  const bool declared = std::ranges::any_of(o.uses, [&](std::uint32_t t) { return t >= first && t < end; });
+  if (first >= end || !declared) return;  // no layer finds it: slow costs nothing
+  const double mib = static_cast<double>(o.bytes) / kMiB;
+  std::vector<int> s(in_.layers, -1), d(in_.layers, -1);
+  for (std::uint32_t t = first; t < end; ++t) {
+    s[t] = lp_.column(0, 1);
+    room_[t].add(s[t], -mib).constant += mib;
+    if (in_.clean_moves_out_free) d[t] = lp_.column(0, 1);
+  }
+  for (std::uint32_t t : o.uses) {
+    if (t < first || t >= end) continue;
+    charge_[t].add(s[t], mib * charge_ms_);
+    traffic_.add(s[t], mib * traffic_ms_);
+  }
+  // Layer l's interval takes boundary l to the next (a persistent object's last, around the cycle).
+  const std::uint32_t last = o.persistent ? end : end - 1;
+  for (std::uint32_t l = first; l < last; ++l) {
+    const std::uint32_t next = l + 1 == in_.layers ? 0 : l + 1;
+    if (o.stays()) {  // left where it is born
+      lp_.row(Expr{}.add(s[next], 1).add(s[l], -1), 'E', 0);
+      continue;
+    }
+    add_transition(o, l, next, s, d);
+  }
+}
+
+// Layer l's interval takes the object from boundary l to `next`.
+void ChannelProgram::add_transition(const PlanObject& o, std::uint32_t l, std::uint32_t next,
+                                    const std::vector<int>& s, const std::vector<int>& d) {
+  const std::uint32_t t = l;
+  const double mib = static_cast<double>(o.bytes) / kMiB;
+  const bool dead = in_.dead_moves_free && bytes_dead_at(in_, o, next);
+  const bool uses = std::ranges::binary_search(o.uses, l);
+  Expr work;
+  if (!dead) {
+    const int in = lp_.column(0, 1, mib * cpu_ms_);
+    lp_.row(Expr{}.add(in, 1).add(s[t], -1).add(s[next], 1), 'G', 0);
+    work.add(in, mib * in_ms_);
+  }
+  const bool written = std::ranges::binary_search(o.writes, l);
+  Expr dirty;  // its dirty fast share before the moves of l
+  if (in_.clean_moves_out_free) {
+    if (written) {
+      dirty.add(s[t], -1).constant = 1;
+    } else {
+      dirty.add(d[t], 1);
+    }
+  }
+  if (!dead) {
+    const int out = lp_.column(0, 1, mib * cpu_ms_);
+    if (in_.clean_moves_out_free) {
+      lp_.row(Expr{}.add(out, 1).add(s[next], -1).add(dirty, -1), 'G', -1);
+      lp_.row(Expr{}.add(d[next], 1).add(dirty, -1).add(out, 1), 'G', 0);
+    } else {
+      lp_.row(Expr{}.add(out, 1).add(s[next], -1).add(s[t], 1), 'G', 0);
+    }
+    work.add(out, mib * out_ms_);
+  }
+  moves_[l].add(work, 1);
+  if (uses) used_[l].add(work, 1);
+}
+
+void ChannelProgram::add_layers() {
+  const double room_mib =
+      static_cast<double>(in_.fast_budget_bytes - std::min(in_.fast_budget_bytes, in_.small_reserve_bytes)) /
+      kMiB;
+  for (std::uint32_t t = 0; t < in_.layers; ++t)
+    if (!room_[t].terms.empty()) lp_.row(std::move(room_[t]), 'L', room_mib);
+  Expr step;  // the step's time beyond its layers' own
+  double compute_ms = 0;
+  for (std::uint32_t l = 0; l < in_.layers; ++l) {
+    const double layer_ms = static_cast<double>(in_.layer_ns[l]) / 1e6;
+    compute_ms += layer_ms;
+    const int slack = lp_.column(0, 1e12, 1);
+    for (const auto& [c, coef] : charge_[l].terms) lp_.add_objective(c, coef);
+    step.add(slack, 1).add(charge_[l], 1);
+    if (!moves_[l].terms.empty())
+      lp_.row(Expr{}.add(moves_[l], 1).add(charge_[l], -1).add(slack, -1), 'L', layer_ms);
+    if (!used_[l].terms.empty()) lp_.row(Expr{}.add(used_[l], 1).add(slack, -1), 'L', 0);
+    step.add(moves_[l], -1);
+  }
+  lp_.row(step.add(traffic_, -1), 'G', -compute_ms);
+}
+
+double ChannelProgram::solve(double time_limit_s, std::string& status) const {
+  const LinearProgram::Solved solved = lp_.solve(time_limit_s);
+  if (!solved.optimal || solved.x.empty()) {
+    status = solved.infeasible ? "infeasible: the room cannot hold what must be fast"
+                               : fmt::format("not solved within {:.1f} s", time_limit_s);
+    return 0;
+  }
+  status = fmt::format("{} columns, {} rows, solved in {:.2f} s", lp_.columns(), lp_.rows(), solved.seconds);
+  return std::max(0.0, solved.objective * 1e6);
+}
+
+}  // namespace
+
+double channel_program_bound(const PlanInputs& in, double time_limit_s, std::string& status) {
+  if (in.layers == 0 || in.move_in_gbps <= 0 || in.move_out_gbps <= 0) {
+    status = "not run: no layers or no move bandwidth";
+    return 0;
+  }
+  return ChannelProgram(in).solve(time_limit_s, status);
+}
+
+}  // namespace tensortier::migrator
