@@ -71,13 +71,15 @@ std::string plan_note(const migrator::Plan* plan) {
   if (plan == nullptr) return "";
   return fmt::format(
       "; fast budget {}, floor {:.2f}x of fast-only; planned {} in, {} out, {} on the slow tier, births "
-      "waiting {:.1f} ms for room ({} falling back), {} of moves in refused for room births took, mover CPU "
+      "waiting {:.1f} ms for room and {:.1f} ms for their places ({} falling back), {} of moves in refused "
+      "for room births took, mover CPU "
       "{:.1f} ms, {:.1f} ms added (no plan adds under {:.1f} ms with the slow channel in time: {}){}{}{}",
       format_bytes(plan->fast_budget_bytes),
       plan->compute_ns > 0 ? std::max(plan->compute_ns, plan->floor_slow_ns) / plan->compute_ns : 1.0,
       format_bytes(plan->bytes_in), format_bytes(plan->bytes_out), format_bytes(plan->slow_access_bytes),
-      plan->room_wait_ns / 1e6, format_bytes(plan->fallback_bytes), format_bytes(plan->failed_in_bytes),
-      plan->mover_cpu_ns / 1e6, plan->predicted_extra_ns / 1e6, plan->timed_bound_ns / 1e6, plan->timed_bound,
+      plan->room_wait_ns / 1e6, plan->place_wait_ns / 1e6, format_bytes(plan->fallback_bytes),
+      format_bytes(plan->failed_in_bytes), plan->mover_cpu_ns / 1e6, plan->predicted_extra_ns / 1e6,
+      plan->timed_bound_ns / 1e6, plan->timed_bound,
       plan->interval_layers != 0 ? fmt::format(", interval {} layers", plan->interval_layers) : "",
       plan->variant.empty() ? "" : fmt::format(", {}", plan->variant),
       plan->solver.empty() ? ""

@@ -39,7 +39,7 @@ std::string StepSimulator::run() {
 void StepSimulator::reset_predictions() {
   plan_.peak_fast_bytes = plan_.bytes_in = plan_.bytes_out = plan_.clean_out_bytes = 0;
   plan_.slow_access_bytes = plan_.discard_bytes = 0;
-  plan_.mover_cpu_ns = plan_.mover_busy_ns = plan_.room_wait_ns = 0;
+  plan_.mover_cpu_ns = plan_.mover_busy_ns = plan_.room_wait_ns = plan_.place_wait_ns = 0;
   plan_.fallback_bytes = plan_.failed_in_bytes = 0;
   plan_.fast_bytes_by_boundary.assign(in_.layers + 1, 0);
   plan_.small_reserve_bytes = in_.small_reserve_bytes;
@@ -71,6 +71,8 @@ void StepSimulator::index() {
     if (!o.persistent) continue;
     auto s = plan_.start.find(o.key);
     set_tier(o, s != plan_.start.end() ? s->second : in_.fast);
+    auto place = plan_.places.first.find(o.key);
+    if (tier_[o.key] == in_.fast && place != plan_.places.first.end()) fast_place_[o.key] = place->second;
   }
   std::unordered_map<std::uint32_t, bool> has_in;  // boundary -> a move in listed so far
   for (PlannedMove& m : plan_.moves) {
@@ -105,6 +107,7 @@ void StepSimulator::free_deaths(std::uint32_t t) {
     if (found == tier_.end()) continue;
     if (found->second == in_.fast) fast_ -= it->second->bytes;
     tier_.erase(found);
+    fast_place_.erase(it->second->key);  // its place is free at once
     pending_.erase(it->second->key);
   }
 }
@@ -115,7 +118,10 @@ void StepSimulator::place_births(std::uint32_t t) {
     auto b = plan_.birth.find(it->second->key);
     const TierIndex where = b != plan_.birth.end() ? b->second : in_.fast;
     set_tier(*it->second, where);
-    if (where == in_.fast) born_fast_.push_back(it->second);
+    if (where != in_.fast) continue;
+    born_fast_.push_back(it->second);
+    if (auto place = plan_.places.first.find(it->second->key); place != plan_.places.first.end())
+      fast_place_[it->second->key] = place->second;
   }
 }
 
@@ -139,12 +145,24 @@ void StepSimulator::hand_out_moves(std::uint32_t t) {
 // One move handed to the mover: clean moves out and moves of dead bytes copy nothing and take no
 // slow-tier time (they wait their turn); the others hold the mover and the slow tier.
 void StepSimulator::hand_out(PlannedMove& m, const PlanObject& o, std::uint32_t t) {
+  const auto left_place = fast_place_.find(m.key);  // a move out's place in the fast arena
+  std::optional<std::size_t> leaving;               // its entry in leaving_, its end set below
+  if (m.to != in_.fast && left_place != fast_place_.end()) {
+    leaving = leaving_.size();
+    leaving_.push_back(Leaving{left_place->second, o.bytes, 0});
+  }
   set_tier(o, m.to);
   const bool in = m.to == in_.fast;
   m.discard = in_.dead_moves_free && bytes_dead_at(in_, o, t);
   const bool free_out = !m.discard && !in && in_.clean_moves_out_free && clean_[m.key];
   clean_[m.key] = in && !m.discard;  // a discarding move keeps no shadow
-  const double turn_ns = std::max(mover_free_ns_, clock_ns_);
+  double turn_ns = std::max(mover_free_ns_, clock_ns_);
+  if (in && m.place != kNoPlace) {  // the mover waits for the place to be left
+    turn_ns = std::max(turn_ns, place_left_at(m.place, o.bytes));
+    mover_free_ns_ = std::max(mover_free_ns_, turn_ns);
+    fast_place_[m.key] = m.place;
+  }
+  if (leaving) leaving_[*leaving].end_ns = turn_ns;
   if (free_out) {  // its slow pages come back: no copy, no slow-tier time
     plan_.bytes_out += m.bytes;
     plan_.clean_out_bytes += m.bytes;
@@ -168,6 +186,7 @@ void StepSimulator::hand_out(PlannedMove& m, const PlanObject& o, std::uint32_t 
   } else {
     pending_.erase(m.key);
     outs_.emplace_back(end_ns, m.bytes);
+    if (leaving) leaving_[*leaving].end_ns = end_ns;
   }
 }
 
@@ -179,6 +198,35 @@ void StepSimulator::seat_births() {
   const std::uint64_t room = in_.fast_budget_bytes - in_.small_reserve_bytes;
   if (held_at(clock_ns_) > room) wait_for_room(room);
   refuse_moves_in(room);
+  wait_for_places();
+}
+
+// When the fast arena's [offset, offset + bytes) is left by every move out of it under way.
+double StepSimulator::place_left_at(std::uint64_t offset, std::uint64_t bytes) const {
+  double at = 0;
+  for (const Leaving& l : leaving_) {
+    if (l.offset < offset + bytes && offset < l.offset + l.bytes) at = std::max(at, l.end_ns);
+  }
+  return at;
+}
+
+// Ready memory: this boundary's fast births wait for their places' occupants to leave (the
+// allocator's occupant wait, up to room_wait_ns); past that, a birth falls back to the slow tier.
+void StepSimulator::wait_for_places() {
+  std::erase_if(leaving_, [&](const Leaving& l) { return l.end_ns <= clock_ns_; });
+  for (const PlanObject* o : born_fast_) {
+    auto place = fast_place_.find(o->key);
+    if (place == fast_place_.end() || tier_[o->key] != in_.fast) continue;
+    const double left = place_left_at(place->second, o->bytes);
+    if (left <= clock_ns_) continue;
+    if (left - clock_ns_ <= in_.room_wait_ns) {
+      plan_.place_wait_ns += left - clock_ns_;
+      clock_ns_ = left;
+    } else {
+      set_tier(*o, in_.slow);
+      plan_.fallback_bytes += o->bytes;
+    }
+  }
 }
 
 // Where the fast tier has no room until moves out end, the births wait for those (the allocator's
@@ -320,6 +368,7 @@ void StepSimulator::set_tier(const PlanObject& o, TierIndex t) {
   if (!fresh && it->second == in_.fast) fast_ -= o.bytes;
   it->second = t;
   if (t == in_.fast) fast_ += o.bytes;
+  if (t != in_.fast) fast_place_.erase(o.key);  // no longer in the fast arena
 }
 
 std::uint64_t StepSimulator::held_at(double at_ns) {

@@ -4,6 +4,7 @@
 //   index()                                   objects by key, births, deaths, users, moves
 //   for each boundary t = 0 .. layers:
 //     free_deaths(t)  place_births(t)  hand_out_moves(t)  seat_births(t)  check_budget(t)
+//                     (seat_births: room, then places in ready memory)
 //     run_layer(t)                            (not after the last boundary)
 //   check_step_end()  fill_predictions()
 //
@@ -44,6 +45,8 @@ class StepSimulator {
   void hand_out_moves(std::uint32_t t);
   void hand_out(PlannedMove& m, const PlanObject& o, std::uint32_t t);
   void seat_births();
+  double place_left_at(std::uint64_t offset, std::uint64_t bytes) const;
+  void wait_for_places();
   void wait_for_room(std::uint64_t room);
   void refuse_moves_in(std::uint64_t room);
   void check_budget(std::uint32_t t);
@@ -72,6 +75,14 @@ class StepSimulator {
   // only then (fast_ counts every move as done at its hand-out).
   std::vector<std::pair<double, std::uint64_t>> outs_;  // (end, bytes)
   std::unordered_set<ObjectKey> refused_;               // objects whose move in the allocator would refuse
+  // Ready memory: each fast object's offset in the fast arena, and places in it being left by
+  // moves out, with when they end.
+  struct Leaving {
+    std::uint64_t offset = 0, bytes = 0;
+    double end_ns = 0;
+  };
+  std::unordered_map<ObjectKey, std::uint64_t> fast_place_;
+  std::vector<Leaving> leaving_;
 };
 
 // The inputs `plan` is played over: `inputs`, or for a page-granular plan their segments, made

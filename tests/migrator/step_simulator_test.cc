@@ -171,6 +171,55 @@ TEST(Plan, BirthsWaitForTheMovesOutThatMakeTheirRoom) {
   EXPECT_EQ(roomy.fallback_bytes, 0u);
 }
 
+// Ready memory: a birth goes to its place, and waits there for the move out of the place's
+// occupant to end, though the tier has room (or falls back past the runtime's wait). Here the
+// weight leaves offset 0 after layer 0 (8.4 ms at 1 GB/s) and the activation is born there before
+// layer 2, 2 ms into the step. Without places nothing waits.
+TEST(Plan, BirthsWaitForTheirPlacesOccupantToLeave) {
+  PlanInputs in;
+  in.layers = 3;
+  in.layer_ns.assign(3, 1'000'000);
+  in.fast_budget_bytes = 16 * kMiB;  // room for both at any time
+  in.move_in_gbps = in.move_out_gbps = 1.0;
+  in.slow_access_ns_per_byte = 1;
+  in.peak_bytes = 16 * kMiB;
+  in.objects.push_back({1, 8 * kMiB, 0, 3, true, false, {0}, {}, {}, false});  // a weight, read by layer 0
+  in.objects.push_back({step_key(0), 8 * kMiB, 2, 3, false, false, {2}, {2}, {}, false});  // born before 2
+  Plan plan;
+  plan.policy = "hand-made";
+  plan.fast_budget_bytes = in.fast_budget_bytes;
+  plan.start[1] = in.fast;
+  plan.birth[step_key(0)] = in.fast;
+  plan.moves = {{1, in.slow, 0, 3, kStepStart, 8 * kMiB}, {1, in.fast, 2, 3, 3, 8 * kMiB}};
+  plan.moves[0].place = 0;  // its home
+  plan.moves[1].place = 0;  // back to offset 0 after the activation is freed
+  plan.places.fast_bytes = plan.places.home_bytes = 8 * kMiB;
+  plan.places.first = {{1, 0}, {step_key(0), 0}};
+  auto run = [&](const Plan& p0, const PlanInputs& inputs) {
+    Plan p = p0;
+    EXPECT_EQ(simulate(p, inputs), "");
+    return p;
+  };
+  const double move_ns = 8.0 * kMiB / in.move_out_gbps;
+  const Plan waits = run(plan, in);
+  EXPECT_NEAR(waits.place_wait_ns, 1e6 + move_ns - 2e6, 1e3) << "from 2 ms to the move's end";
+  EXPECT_EQ(waits.room_wait_ns, 0.0);
+  EXPECT_EQ(waits.fallback_bytes, 0u);
+  EXPECT_GE(waits.predicted_extra_ns, waits.place_wait_ns);
+  PlanInputs short_wait = in;
+  short_wait.room_wait_ns = 1e6;  // the runtime waits 1 ms at most
+  const Plan falls = run(plan, short_wait);
+  EXPECT_EQ(falls.place_wait_ns, 0.0);
+  EXPECT_EQ(falls.fallback_bytes, 8 * kMiB);
+  EXPECT_EQ(falls.slow_access_bytes, 8 * kMiB) << "layer 2 finds it slow";
+  Plan unplaced = plan;
+  unplaced.places = {};
+  for (PlannedMove& m : unplaced.moves) m.place = kNoPlace;
+  const Plan free = run(unplaced, in);
+  EXPECT_EQ(free.place_wait_ns, 0.0);
+  EXPECT_LT(free.predicted_extra_ns, waits.predicted_extra_ns);
+}
+
 // A move in handed out and not begun (the mover is still on an earlier one) reserves no room
 // yet: a birth that finds the room free takes it, and when the move begins, the room it was
 // planned with is still held by a move out queued behind it. The allocator refuses it; the

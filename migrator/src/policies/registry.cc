@@ -76,6 +76,7 @@ Result<Plan> make_plan(std::string_view policy, const PlanInputs& in) {
     if (!in.ready_memory) return plan;
     inputs.fast_budget_bytes = in.fast_budget_bytes;  // the layout must fit the budget asked for
     if (lay_out_places(plan, inputs).empty() || attempt == kMostReplans || policy == "fast-only") {
+      if (!plan.places.empty()) (void)simulate(plan, inputs);  // played again in its places
       plan.places.replans = attempt;
       return plan;
     }

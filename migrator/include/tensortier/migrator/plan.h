@@ -94,8 +94,9 @@ struct Plan {
   double mover_cpu_ns = 0;              // the copies' CPU time per step (clean moves take none)
   double mover_busy_ns = 0;             // the mover's time in copies per step, slow-tier waits included
   double room_wait_ns = 0;              // births waiting for moves out to make their room, per step
-  std::uint64_t fallback_bytes = 0;     // births planned fast that find no room in time: slow instead
-  std::uint64_t failed_in_bytes = 0;    // moves in refused for room births took first (predicted_failed)
+  double place_wait_ns = 0;  // ready memory: births waiting for their place's occupant to leave, per step
+  std::uint64_t fallback_bytes = 0;   // births planned fast that find no room in time: slow instead
+  std::uint64_t failed_in_bytes = 0;  // moves in refused for room births took first (predicted_failed)
   // Planned bytes on the fast tier at each boundary 0..layers, once that boundary's moves are
   // handed out (as if each were done at once), and the room kept for small objects beside them.
   std::vector<std::uint64_t> fast_bytes_by_boundary;
@@ -172,7 +173,9 @@ std::size_t leave_in_place(Plan& plan, const PlanInputs& inputs);
 // for a move of its objects under way; a boundary's births come after its moves are handed out and find the
 // room of a move out only when that move ends (they wait for it, or fall back past inputs.room_wait_ns), and
 // a move in that has not begun when births take the room it needs fails (the allocator refuses it; the object
-// stays slow). The budget at a boundary is checked as if its moves were done.
+// stays slow). With ready memory laid out (Plan::places), a birth also waits for the move out of its place's
+// occupant to end (or falls back past room_wait_ns), and a move in does not start its copy before its place
+// is left (the mover waits). The budget at a boundary is checked as if its moves were done.
 std::string simulate(Plan& plan, const PlanInputs& inputs);
 
 }  // namespace tensortier::migrator
