@@ -100,11 +100,13 @@ TimedBound timed_bound(const PlanInputs& in) {
   for (std::uint32_t l = 0; l < in.layers; ++l)
     before[l + 1] = before[l] + static_cast<double>(in.layer_ns[l]);
   const std::uint64_t room = in.fast_budget_bytes - std::min(in.fast_budget_bytes, in.small_reserve_bytes);
+  bool short_of_room = false;  // some boundary's live bytes pass the room
   for (std::uint32_t p = 0; p < in.layers; ++p) {
     std::vector<Candidate> cands = candidates_at(in, p);
     std::uint64_t live = 0;
     for (const Candidate& c : cands) live += c.bytes;
     if (live <= room) continue;
+    short_of_room = true;
     // By when their way back falls in the window (never: last), so that a sweep of the window's
     // end moves each across once.
     std::ranges::sort(cands, {}, [](const Candidate& c) {
@@ -136,7 +138,9 @@ TimedBound timed_bound(const PlanInputs& in) {
       }
     }
   }
-  if (in.timed_program_s > 0)
+  if (!short_of_room)  // everything fast and nothing moved is the program's solution: 0
+    best.program = "not needed: every boundary's live bytes fit the room";
+  else if (in.timed_program_s > 0)
     best.program_ns = channel_program_bound(in, in.timed_program_s, best.program);
   else
     best.program = "not solved (PlanInputs::timed_program_s is 0)";

@@ -98,37 +98,27 @@ void ChannelProgram::add_object(const PlanObject& o) {
 // Layer l's interval takes the object from boundary l to `next`.
 void ChannelProgram::add_transition(const PlanObject& o, std::uint32_t l, std::uint32_t next,
                                     const std::vector<int>& s, const std::vector<int>& d) {
-  const std::uint32_t t = l;
+  if (in_.dead_moves_free && bytes_dead_at(in_, o, next)) return;  // its bytes move with no copy
   const double mib = static_cast<double>(o.bytes) / kMiB;
-  const bool dead = in_.dead_moves_free && bytes_dead_at(in_, o, next);
-  const bool uses = std::ranges::binary_search(o.uses, l);
-  Expr work;
-  if (!dead) {
-    const int in = lp_.column(0, 1, mib * cpu_ms_);
-    lp_.row(Expr{}.add(in, 1).add(s[t], -1).add(s[next], 1), 'G', 0);
-    work.add(in, mib * in_ms_);
-  }
-  const bool written = std::ranges::binary_search(o.writes, l);
-  Expr dirty;  // its dirty fast share before the moves of l
+  const int in = lp_.column(0, 1, mib * cpu_ms_);
+  lp_.row(Expr{}.add(in, 1).add(s[l], -1).add(s[next], 1), 'G', 0);
+  const int out = lp_.column(0, 1, mib * cpu_ms_);
   if (in_.clean_moves_out_free) {
-    if (written) {
-      dirty.add(s[t], -1).constant = 1;
+    Expr dirty;  // its dirty fast share before the moves of l
+    if (std::ranges::binary_search(o.writes, l)) {
+      dirty.add(s[l], -1).constant = 1;
     } else {
-      dirty.add(d[t], 1);
+      dirty.add(d[l], 1);
     }
+    lp_.row(Expr{}.add(out, 1).add(s[next], -1).add(dirty, -1), 'G', -1);
+    lp_.row(Expr{}.add(d[next], 1).add(dirty, -1).add(out, 1), 'G', 0);
+  } else {
+    lp_.row(Expr{}.add(out, 1).add(s[next], -1).add(s[l], 1), 'G', 0);
   }
-  if (!dead) {
-    const int out = lp_.column(0, 1, mib * cpu_ms_);
-    if (in_.clean_moves_out_free) {
-      lp_.row(Expr{}.add(out, 1).add(s[next], -1).add(dirty, -1), 'G', -1);
-      lp_.row(Expr{}.add(d[next], 1).add(dirty, -1).add(out, 1), 'G', 0);
-    } else {
-      lp_.row(Expr{}.add(out, 1).add(s[next], -1).add(s[t], 1), 'G', 0);
-    }
-    work.add(out, mib * out_ms_);
-  }
+  Expr work;
+  work.add(in, mib * in_ms_).add(out, mib * out_ms_);
   moves_[l].add(work, 1);
-  if (uses) used_[l].add(work, 1);
+  if (std::ranges::binary_search(o.uses, l)) used_[l].add(work, 1);
 }
 
 void ChannelProgram::add_layers() {

@@ -125,28 +125,37 @@ TEST(Plan, MovesOfDeadBytesAreMarkedAndCostNothing) {
   EXPECT_EQ(undeclared.discard_bytes, 0u);
 }
 
-// A move out takes time, and the room it leaves is there only when it ends. An activation born
-// where the plan moved a weight out just before must wait for that move (the runtime's room
-// wait), or fall back to the slow tier where the wait would be longer than the runtime allows;
-// the prediction counts either. Where the move is fast enough, nothing waits.
-TEST(Plan, BirthsWaitForTheMovesOutThatMakeTheirRoom) {
+// Three 1 ms layers, moves at 1 GB/s (8 MiB out: 8.4 ms, against 1 ms layers), slow accesses
+// charged 1 ns a byte; a weight (key 1, 8 MiB) read by layer 0, moved out after it and back after
+// layer 2; `activation` (key step_key(0)) born on the fast tier.
+struct WeightMovedOut {
   PlanInputs in;
-  in.layers = 3;
-  in.layer_ns.assign(3, 1'000'000);
-  in.fast_budget_bytes = 10 * kMiB;
-  in.move_in_gbps = 1.0;
-  in.move_out_gbps = 1.0;  // 8 MiB out: 8.4 ms, against 1 ms layers
+  Plan plan;
+};
+WeightMovedOut weight_moved_out_after_layer_0(std::uint64_t budget, PlanObject activation) {
+  WeightMovedOut w{plain_inputs(3, budget), {}};
+  PlanInputs& in = w.in;
+  in.move_in_gbps = in.move_out_gbps = 1.0;
   in.slow_access_ns_per_byte = 1;
   in.peak_bytes = 16 * kMiB;
-  in.objects.push_back({1, 8 * kMiB, 0, 3, true, false, {0}, {}, {}, false});  // a weight, read by layer 0
-  in.objects.push_back(
-      {step_key(0), 8 * kMiB, 1, 3, false, false, {1, 2}, {1}, {}, false});  // born before layer 1
-  Plan plan;
+  in.objects.push_back({1, 8 * kMiB, 0, 3, true, false, {0}, {}, {}, false});
+  in.objects.push_back(std::move(activation));
+  Plan& plan = w.plan;
   plan.policy = "hand-made";
   plan.fast_budget_bytes = in.fast_budget_bytes;
   plan.start[1] = in.fast;
   plan.birth[step_key(0)] = in.fast;
   plan.moves = {{1, in.slow, 0, 3, kStepStart, 8 * kMiB}, {1, in.fast, 2, 3, 3, 8 * kMiB}};
+  return w;
+}
+
+// A move out takes time, and the room it leaves is there only when it ends. An activation born
+// where the plan moved a weight out just before must wait for that move (the runtime's room
+// wait), or fall back to the slow tier where the wait would be longer than the runtime allows;
+// the prediction counts either. Where the move is fast enough, nothing waits.
+TEST(Plan, BirthsWaitForTheMovesOutThatMakeTheirRoom) {
+  const auto [in, plan] = weight_moved_out_after_layer_0(
+      10 * kMiB, {step_key(0), 8 * kMiB, 1, 3, false, false, {1, 2}, {1}, {}, false});  // born before layer 1
   auto run = [&](const PlanInputs& inputs) {
     Plan p = plan;
     EXPECT_EQ(simulate(p, inputs), "");
@@ -176,22 +185,9 @@ TEST(Plan, BirthsWaitForTheMovesOutThatMakeTheirRoom) {
 // weight leaves offset 0 after layer 0 (8.4 ms at 1 GB/s) and the activation is born there before
 // layer 2, 2 ms into the step. Without places nothing waits.
 TEST(Plan, BirthsWaitForTheirPlacesOccupantToLeave) {
-  PlanInputs in;
-  in.layers = 3;
-  in.layer_ns.assign(3, 1'000'000);
-  in.fast_budget_bytes = 16 * kMiB;  // room for both at any time
-  in.move_in_gbps = in.move_out_gbps = 1.0;
-  in.slow_access_ns_per_byte = 1;
-  in.peak_bytes = 16 * kMiB;
-  in.objects.push_back({1, 8 * kMiB, 0, 3, true, false, {0}, {}, {}, false});  // a weight, read by layer 0
-  in.objects.push_back({step_key(0), 8 * kMiB, 2, 3, false, false, {2}, {2}, {}, false});  // born before 2
-  Plan plan;
-  plan.policy = "hand-made";
-  plan.fast_budget_bytes = in.fast_budget_bytes;
-  plan.start[1] = in.fast;
-  plan.birth[step_key(0)] = in.fast;
-  plan.moves = {{1, in.slow, 0, 3, kStepStart, 8 * kMiB}, {1, in.fast, 2, 3, 3, 8 * kMiB}};
-  plan.moves[0].place = 0;  // its home
+  auto [in, plan] = weight_moved_out_after_layer_0(  // room for both at any time
+      16 * kMiB, {step_key(0), 8 * kMiB, 2, 3, false, false, {2}, {2}, {}, false});  // born before 2
+  plan.moves[0].place = 0;                                                           // its home
   plan.moves[1].place = 0;  // back to offset 0 after the activation is freed
   plan.places.fast_bytes = plan.places.home_bytes = 8 * kMiB;
   plan.places.first = {{1, 0}, {step_key(0), 0}};

@@ -80,7 +80,7 @@ TEST(TimedBound, NoValidPlanIsPredictedBelowIt) {
           << policy << " seed " << seed << ": " << plan->timed_bound;
       if (plan->timed_bound_ns > 0) ++binding;
     }
-    if (timed_bound(in).program_ns > timed_bound(in).window_ns) ++program_binds;
+    if (const TimedBound bound = timed_bound(in); bound.program_ns > bound.window_ns) ++program_binds;
   }
   EXPECT_GT(binding, 50) << "plans whose bound is above zero";
   EXPECT_GT(program_binds, 20) << "inputs where the channel program beats the window argument";

@@ -69,14 +69,18 @@ Result<Plan> make_plan(std::string_view policy, const PlanInputs& in) {
     plan.slow = in.slow;
     plan.fast_budget_bytes = inputs.fast_budget_bytes;
     (void)leave_in_place(plan, inputs);
-    // Predictions and verdict (fast-only may pass a budget it was never meant to keep); the bound.
-    (void)simulate(plan, inputs);
     plan.timed_bound_ns = bound.added_ns;
     plan.timed_bound = bound.describe();
-    if (!in.ready_memory) return plan;
+    // Predictions and verdict (fast-only may pass a budget it was never meant to keep), played in
+    // the plan's places where it has them: a layout reads none of them.
+    if (!in.ready_memory) {
+      (void)simulate(plan, inputs);
+      return plan;
+    }
     inputs.fast_budget_bytes = in.fast_budget_bytes;  // the layout must fit the budget asked for
-    if (lay_out_places(plan, inputs).empty() || attempt == kMostReplans || policy == "fast-only") {
-      if (!plan.places.empty()) (void)simulate(plan, inputs);  // played again in its places
+    const bool fits = lay_out_places(plan, inputs).empty();
+    (void)simulate(plan, inputs);
+    if (fits || attempt == kMostReplans || policy == "fast-only") {
       plan.places.replans = attempt;
       return plan;
     }
