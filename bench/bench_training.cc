@@ -129,8 +129,16 @@ int main(int argc, char** argv) {
   app.add_option("--conv", conv,
                  "Convolution algorithm of every mode: auto (Winograd where it pays) or direct")
       ->capture_default_str();
-  bool in_place = false;
-  app.add_flag("--in-place", in_place, "ReLUs in place where the graph allows (every mode)");
+  bool in_place = true;
+  app.add_flag("--in-place,!--no-in-place", in_place,
+               "ReLUs and residual adds in place where the graph allows (every mode; default on)");
+  bool fuse = true;
+  app.add_flag("--fuse,!--no-fuse", fuse, "Batch norms apply the ReLU after them (every mode; default on)");
+  bool keep_tensors = false;
+  app.add_flag("--keep-tensors", keep_tensors,
+               "Every forward tensor kept to its backward and parameters' gradients across steps, as "
+               "before autograd's lifetimes (every mode; with --no-in-place --no-fuse: the engine before "
+               "issue 38)");
   CLI11_PARSE(app, argc, argv);
   const Result<ConvAlgorithm> conv_algorithm = parse_conv_algorithm(conv);
   if (!conv_algorithm)
@@ -222,10 +230,13 @@ int main(int argc, char** argv) {
       Run{"plain", "", nullptr, Engine::without_runtime(), nullptr, nullptr, {}, {}, {}, {}, {}, {}});
   for (Run& r : runs) {
     r.engine.set_conv_algorithm(conv_algorithm.value());
-    r.engine.set_in_place_relu(in_place);
+    r.engine.set_in_place(in_place);
+    r.engine.set_fuse_batch_norm_relu(fuse);
     auto net = make_model(model, {10, width});
     if (!net) return fmt::print(stderr, "{}\n", net.status().to_string()), 1;
     r.net = std::move(net).value();
+    r.net->set_free_after_last_reader(!keep_tensors);
+    r.net->set_keep_gradients(keep_tensors);
     if (Status s = r.net->build(r.engine, input, 1); !s.is_ok())
       return fmt::print(stderr, "{}\n", s.to_string()), 1;
     r.batches = std::make_unique<BatchIterator>(data, static_cast<std::size_t>(batch), 1);
@@ -341,12 +352,15 @@ int main(int argc, char** argv) {
         "{:.1f}, "
         "\"failed\": {:.1f}, \"mover_cpu_ms\": {:.1f}, \"mover_cpu_ms_measured\": {:.1f}, "
         "\"copied_mib_measured\": {:.1f}, \"floor_slow_ms\": {:.1f}, \"conv\": \"{}\", "
-        "\"peak_live_mib\": {:.1f}, \"in_place\": {}}}\n",
+        "\"peak_live_mib\": {:.1f}, \"peak_between_primitives_mib\": {:.1f}, \"in_place\": {}, \"fuse\": {}, "
+        "\"keep_tensors\": {}}}\n",
         model, r.mode, r.tiers, median(r.step_ms), median(r.faults), median(r.charge_ms), floor_of(r),
         r.runtime ? emulated_note(*r.runtime) : "", median(r.slow_mib), run.in_mib, run.out_mib,
         run.late_dropped, run.failed, run.mover_cpu_ms, measured.mover_cpu_ms, measured.copied_mib,
         r.runtime && r.runtime->plan() != nullptr ? r.runtime->plan()->floor_slow_ns / 1e6 : 0.0,
-        to_string(conv_algorithm.value()), static_cast<double>(st.peak_live_bytes) / (1 << 20), in_place);
+        to_string(conv_algorithm.value()), static_cast<double>(st.peak_live_bytes) / (1 << 20),
+        static_cast<double>(r.engine.peak_live_bytes_between_primitives()) / (1 << 20), in_place, fuse,
+        keep_tensors);
   }
   return 0;
 }

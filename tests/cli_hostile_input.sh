@@ -124,8 +124,10 @@ else
 expect_refusal policy-no-profile-few-files "^policy 'sentinel' does not run: the profile it plans from could not be made: the process's threads cannot be listed|Too many open files" \
   bash -c 'ulimit -n 5; exec "$0" "$@"' "$train" "${policy[@]}" --model mlp --fast-budget 50%
 fi
+# Batch 16: a step of batch 4 fits in 2 MiB.
 expect_warning budget-share-over-the-tier "is more than the fast tier holds: it keeps the tier's 2.00 MiB" \
-  "$train" "${policy[@]}" --fast-budget 100% --model lenet5
+  "$train" --data synthetic --width 4 --batch 16 --synthetic-count 32 --steps 4 \
+  --tiers fast=dram:2MiB,slow=emulated:optane:64MiB --policy sentinel --fast-budget 100% --model lenet5
 
 # Fashion-MNIST files that lie: test images of another size, a header whose dims overflow.
 python3 - "$work" <<'PY'

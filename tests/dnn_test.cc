@@ -2,14 +2,18 @@
 // layer marks that name the right objects, bad input, and LeNet-5 on Fashion-MNIST.
 #include <zlib.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <optional>
+#include <string_view>
 
 #include <gtest/gtest.h>
 
 #include "tensortier/dnn/data.h"
 #include "tensortier/dnn/models.h"
+#include "tensortier/profiler/step_profile.h"
 #include "test_util.h"
 
 namespace tensortier::dnn {
@@ -25,13 +29,14 @@ struct Fixture {
 
 // A built model, its data set and one loaded batch.
 Fixture make(std::unique_ptr<Network> net, const std::string& spec, dnnl::memory::dims input, int classes,
-             std::size_t samples = 0, bool in_place = false) {
+             std::size_t samples = 0, bool in_place = true, bool fuse = true) {
   Fixture f;
   auto rt = Runtime::create({spec});
   EXPECT_TRUE(rt) << rt.status().to_string();
   f.rt = std::move(rt).value();
   f.engine = std::make_unique<Engine>(*f.rt);
-  f.engine->set_in_place_relu(in_place);
+  f.engine->set_in_place(in_place);
+  f.engine->set_fuse_batch_norm_relu(fuse);
   f.net = std::move(net);
   const Status built = f.net->build(*f.engine, input, /*seed=*/42);
   EXPECT_TRUE(built.is_ok()) << built.to_string();
@@ -44,10 +49,10 @@ Fixture make(std::unique_ptr<Network> net, const std::string& spec, dnnl::memory
 }
 
 Fixture make(const std::string& model, const std::string& spec, dnnl::memory::dims input, int classes,
-             int width, std::size_t samples = 0, bool in_place = false) {
+             int width, std::size_t samples = 0, bool in_place = true, bool fuse = true) {
   auto net = make_model(model, {classes, width});
   EXPECT_TRUE(net) << net.status().to_string();
-  return make(std::move(net).value(), spec, input, classes, samples, in_place);
+  return make(std::move(net).value(), spec, input, classes, samples, in_place, fuse);
 }
 
 // conv (with and without bias), batch norm, residual add, average pooling (padded), global
@@ -118,10 +123,32 @@ TEST(GradientCheck, ConvBatchNormResidualAddAveragePoolLinear) {
   check_gradients(make(smooth_residual(), "fast=dram:1GiB", {4, 2, 6, 6}, 3), /*kinked=*/false);
 }
 TEST(GradientCheck, ReluAndMaxPool) {
-  check_gradients(make("small_cnn", "fast=dram:1GiB", {4, 2, 8, 8}, 3, 4), /*kinked=*/true);
+  check_gradients(make("small_cnn", "fast=dram:1GiB", {4, 2, 8, 8}, 3, 4, 0, /*in_place=*/false), true);
 }
 TEST(GradientCheck, InPlaceRelu) {  // each ReLU writes over its convolution's output
   check_gradients(make("small_cnn", "fast=dram:1GiB", {4, 2, 8, 8}, 3, 4, 0, /*in_place=*/true), true);
+}
+TEST(GradientCheck, InPlaceResidualAdd) {  // the add writes over the branch's batch-norm output
+  check_gradients(make(smooth_residual(), "fast=dram:1GiB", {4, 2, 6, 6}, 3, 0, /*in_place=*/true), false);
+}
+// conv -> batch norm -> ReLU twice, the batch norms applying their ReLUs (fuse_norm_relu).
+TEST(GradientCheck, BatchNormFusedWithRelu) {
+  auto n = std::make_unique<Network>("bn_relu");
+  n->add(make_conv("conv1", {4, 3, 1, 1, false}), {Network::kInput});
+  n->add(make_batch_norm("conv1.bn"));
+  n->add(make_relu("conv1.relu"));
+  n->add(make_conv("conv2", {6, 3, 2, 1, false}));
+  n->add(make_batch_norm("conv2.bn"));
+  n->add(make_relu("conv2.relu"));
+  n->add(make_global_avg_pool("gap"));
+  n->add(make_linear("fc", 3));
+  Fixture f = make(std::move(n), "fast=dram:1GiB", {4, 2, 8, 8}, 3, 0, true, /*fuse=*/true);
+  ASSERT_TRUE(gradients(f));
+  std::size_t relu_layers = 0;
+  for (const LayerRecord& l : f.rt->last_step_layers())
+    relu_layers += l.name.find("relu") != std::string::npos;
+  EXPECT_EQ(relu_layers, 0u) << "the ReLUs run inside their batch norms";
+  check_gradients(std::move(f), true);
 }
 TEST(GradientCheck, MlpOnImages) {
   check_gradients(make("mlp", "fast=dram:1GiB", {4, 1, 4, 4}, 3, 4), true);
@@ -155,17 +182,18 @@ TEST(Training, ResultsDoNotDependOnWhereTensorsLive) {
   EXPECT_LT(fast_only.first.back(), fast_only.first.front());  // and it learns
 }
 
-// ReLUs in place (Engine::set_in_place_relu): the same losses and parameters to the bit, with the
-// ReLUs' outputs written over their inputs' objects, so the step holds less.
-TEST(Training, InPlaceReluChangesNoResultAndHoldsLess) {
+// ReLUs and residual adds in place (Engine::set_in_place): the same losses and parameters to the
+// bit, with their outputs written over their first inputs' objects, so the step holds less.
+TEST(Training, InPlaceLayersChangeNoResultAndHoldLess) {
   struct Run {
     std::vector<double> losses;
     std::vector<float> params;
     std::uint64_t peak_bytes = 0;
     std::size_t relus = 0, relus_in_place = 0;  // in the last step; in place: writes what it reads
+    std::size_t adds = 0, adds_in_place = 0;
   };
   auto run = [](bool in_place) {
-    Fixture f = make("resnet18", "fast=dram:1GiB", {6, 3, 16, 16}, 4, 8, 18, in_place);
+    Fixture f = make("resnet18", "fast=dram:1GiB", {6, 3, 16, 16}, 4, 8, 18, in_place, /*fuse=*/false);
     BatchIterator it(f.data, 6, 3);
     Run r;
     for (int step = 0; step < 3; ++step) {
@@ -179,9 +207,13 @@ TEST(Training, InPlaceReluChangesNoResultAndHoldsLess) {
       r.params.insert(r.params.end(), p->value.data(), p->value.data() + p->value.elements());
     r.peak_bytes = f.rt->stats().peak_live_bytes;
     for (const LayerRecord& l : f.rt->last_step_layers()) {
-      if (!l.name.ends_with("relu.fwd")) continue;
-      ++r.relus;
-      if (l.reads.size() == 1 && l.writes.size() == 1 && l.reads[0] == l.writes[0]) ++r.relus_in_place;
+      if (l.name.ends_with("relu.fwd")) {
+        ++r.relus;
+        if (l.reads.size() == 1 && l.writes.size() == 1 && l.reads[0] == l.writes[0]) ++r.relus_in_place;
+      } else if (l.name.ends_with("add.fwd")) {
+        ++r.adds;
+        if (l.reads.size() == 2 && l.writes.size() == 1 && l.reads[0] == l.writes[0]) ++r.adds_in_place;
+      }
     }
     return r;
   };
@@ -193,7 +225,184 @@ TEST(Training, InPlaceReluChangesNoResultAndHoldsLess) {
   EXPECT_EQ(apart.relus_in_place, 0u);
   EXPECT_EQ(in_place.relus, 17u);
   EXPECT_EQ(in_place.relus_in_place, 17u);  // each reads the only output of a batch norm or an add
+  EXPECT_EQ(apart.adds, 8u);
+  EXPECT_EQ(apart.adds_in_place, 0u);
+  EXPECT_EQ(in_place.adds_in_place, 8u);  // each over its branch's batch-norm output
   EXPECT_LT(in_place.peak_bytes, apart.peak_bytes);
+}
+
+// One profiled training step of `model` (the second step: the first allocates what persists).
+std::shared_ptr<const profiler::StepProfile> profiled_step(Fixture& f) {
+  for (int step = 0; step < 2; ++step) {
+    if (step == 1) f.rt->request_profile();
+    EXPECT_TRUE(f.rt->step_begin().is_ok());
+    EXPECT_TRUE(f.net->train_step(*f.engine, f.batch, {0.05F, 0.9F, 1e-4F}));
+    EXPECT_TRUE(f.rt->step_end().is_ok());
+  }
+  return f.rt->profile();
+}
+
+// Activations that no backward layer reads but that outlive the node of their last forward
+// reader (a node's layers share its name: "add.src1_reorder", "add.fwd"; the loss reads the
+// logits), in one profiled step.
+std::vector<std::string> outliving_activations(const profiler::StepProfile& p) {
+  std::size_t loss = p.layers.size();
+  for (const auto& l : p.layers) {
+    if (l.name == "loss") loss = l.index;
+  }
+  EXPECT_LT(loss, p.layers.size());
+  auto node_of = [&](std::size_t layer) {
+    const std::string& name = p.layers[layer].name;
+    return name.substr(0, name.rfind('.'));
+  };
+  std::vector<std::string> outliving;
+  for (const auto& o : p.objects) {
+    if (o.group != kActivations || !o.freed_at_layer) continue;
+    std::optional<std::size_t> last_forward;
+    bool backward_reads = false;
+    for (const auto& l : p.layers) {
+      if (std::find(l.declared_reads.begin(), l.declared_reads.end(), o.id) == l.declared_reads.end())
+        continue;
+      if (l.index <= loss) last_forward = l.index;
+      backward_reads = backward_reads || l.index > loss;
+    }
+    if (backward_reads || !last_forward) continue;
+    std::size_t next_node = *last_forward + 1;  // the first layer of the node after the reader's
+    while (next_node < loss && node_of(next_node) == node_of(*last_forward)) ++next_node;
+    if (*o.freed_at_layer > next_node) outliving.push_back(o.name);
+  }
+  return outliving;
+}
+
+// Autograd's lifetimes: a forward tensor no backward reads (a batch norm's output that only the
+// residual add reads, the logits) dies after its last forward reader. Kept until its node's
+// backward (as before), the same tensors are found outliving their readers: the check can fail.
+TEST(Lifetimes, ForwardTensorsNoBackwardReadsDieAfterTheirLastReader) {
+  auto check = [](const char* model, bool free_early) {
+    Fixture f = make(model, "fast=dram:1GiB", {4, 3, 16, 16}, 4, 4, 8);
+    f.net->set_free_after_last_reader(free_early);
+    const auto profile = profiled_step(f);  // f's profiler is gone before the next one starts
+    EXPECT_NE(profile, nullptr);
+    return profile == nullptr ? std::pair<std::vector<std::string>, std::uint64_t>{{"no profile"}, 0}
+                              : std::pair{outliving_activations(*profile), profile->peak_live_bytes};
+  };
+  for (const char* model : {"resnet18", "resnet50", "vgg11_bn"}) {
+    SCOPED_TRACE(model);
+    const auto [outliving, peak_bytes] = check(model, true);
+    EXPECT_TRUE(outliving.empty()) << outliving.size() << " outlive their readers, e.g. "
+                                   << outliving.front();
+    const auto [kept, kept_peak_bytes] = check(model, false);
+    EXPECT_FALSE(kept.empty());
+    EXPECT_LT(peak_bytes, kept_peak_bytes);
+  }
+}
+
+// In train_step a parameter's gradient is born for its layer's backward and dies with its SGD
+// update right after it, so the gradients never all live at once.
+TEST(Lifetimes, ParameterGradientsLiveFromTheirBackwardToTheirUpdate) {
+  Fixture f = make("resnet18", "fast=dram:1GiB", {4, 3, 16, 16}, 4, 4, 8);
+  const auto profile = profiled_step(f);
+  ASSERT_NE(profile, nullptr);
+  std::uint32_t loss = 0;
+  for (const auto& l : profile->layers) {
+    if (l.name == "loss") loss = l.index;
+  }
+  std::size_t grads = 0;
+  for (const auto& o : profile->objects) {
+    if (o.group != kParamGrads) continue;
+    ++grads;
+    ASSERT_TRUE(o.born_at_layer && o.freed_at_layer) << o.name << " lives across steps";
+    const std::string param = o.name.substr(0, o.name.size() - std::string_view(".grad").size());
+    EXPECT_EQ(profile->layers.at(*o.freed_at_layer - 1).name, "sgd." + param);
+    EXPECT_GT(*o.born_at_layer, loss) << o.name << " is born before backward";
+  }
+  EXPECT_EQ(grads, f.net->params().size());
+  for (const auto& [name, p] : f.net->params()) EXPECT_TRUE(p->grad.empty()) << name;
+}
+
+// Batch norms fused with their ReLUs (the stem's and the first of each block in ResNet-18; VGG's
+// with batch norm: every one) against apart: the same losses and parameters to float rounding,
+// fewer layers, and no ReLU layer after a batch norm.
+TEST(Training, FusedBatchNormReluAgreesWithApart) {
+  for (const char* model : {"resnet18", "vgg11_bn"}) {
+    SCOPED_TRACE(model);
+    auto run = [&](bool fuse) {
+      Fixture f = make(model, "fast=dram:1GiB", {4, 3, 16, 16}, 4, 4, 20, true, fuse);
+      BatchIterator it(f.data, 4, 3);
+      std::vector<double> losses;
+      for (int step = 0; step < 5; ++step) {
+        EXPECT_TRUE(it.next(*f.engine, f.batch).is_ok());
+        EXPECT_TRUE(f.rt->step_begin().is_ok());
+        auto r = f.net->train_step(*f.engine, f.batch, {0.05F, 0.9F, 1e-4F});
+        EXPECT_TRUE(f.rt->step_end().is_ok());
+        losses.push_back(r ? r->loss : -1);
+      }
+      std::vector<float> params;
+      for (auto& [name, p] : f.net->params())
+        params.insert(params.end(), p->value.data(), p->value.data() + p->value.elements());
+      std::size_t relus = 0;
+      for (const LayerRecord& l : f.rt->last_step_layers())
+        relus += l.name.find("relu") != std::string::npos && l.name.ends_with(".fwd");
+      return std::tuple{losses, params, relus, f.rt->last_step_layers().size()};
+    };
+    const auto [fused_losses, fused_params, fused_relus, fused_layers] = run(true);
+    const auto [losses, params, relus, layers] = run(false);
+    ASSERT_EQ(fused_losses.size(), losses.size());
+    for (std::size_t i = 0; i < losses.size(); ++i)
+      EXPECT_NEAR(fused_losses[i], losses[i], 1e-6 * std::abs(losses[i]));
+    ASSERT_EQ(fused_params.size(), params.size());
+    double worst = 0;
+    for (std::size_t i = 0; i < params.size(); ++i)
+      worst = std::max(
+          worst, std::abs(static_cast<double>(fused_params[i]) - params[i]) / (1e-3 + std::abs(params[i])));
+    EXPECT_LT(worst, 1e-5) << "parameters after 5 steps";
+    const bool resnet = std::string(model) == "resnet18";
+    EXPECT_EQ(relus - fused_relus, resnet ? 9u : 8u);  // ResNet: the stem's and each block's first
+    EXPECT_EQ(fused_relus, resnet ? 8u : 0u);          // after the residual adds
+    EXPECT_LT(fused_layers, layers);
+  }
+}
+
+// Every lifetime change of issue 38 but the fusion (ReLUs and adds in place, forward tensors freed
+// after their last reader, each layer's SGD update right after its backward, gradients freed) against
+// none of them (every tensor kept to its backward, gradients of the whole step first, then SGD
+// over every parameter, written out here): the same losses and parameters, to the bit.
+TEST(Lifetimes, AutogradLifetimesAndFusedUpdatesChangeNoBit) {
+  constexpr SgdOptions kSgd{0.05F, 0.9F, 1e-3F};
+  auto run = [&](bool new_lifetimes) {
+    Fixture f = make("resnet18", "fast=dram:1GiB", {4, 3, 16, 16}, 4, 4, 20, new_lifetimes, /*fuse=*/false);
+    f.net->set_free_after_last_reader(new_lifetimes);
+    BatchIterator it(f.data, 4, 3);
+    std::vector<double> losses;
+    for (int step = 0; step < 5; ++step) {
+      EXPECT_TRUE(it.next(*f.engine, f.batch).is_ok());
+      EXPECT_TRUE(f.rt->step_begin().is_ok());
+      auto r = new_lifetimes ? f.net->train_step(*f.engine, f.batch, kSgd)
+                             : f.net->compute_gradients(*f.engine, f.batch);
+      EXPECT_TRUE(r) << r.status().to_string();
+      losses.push_back(r ? r->loss : -1);
+      for (auto& [name, p] : f.net->params()) {
+        if (new_lifetimes) break;
+        float* w = p->value.data();
+        float* v = p->momentum.data();
+        const float* g = p->grad.data();
+        const float wd = p->decay ? kSgd.weight_decay : 0.0F;
+        for (std::size_t e = 0; e < p->value.elements(); ++e) {
+          v[e] = kSgd.momentum * v[e] + (g[e] + wd * w[e]);
+          w[e] -= kSgd.learning_rate * v[e];
+        }
+      }
+      EXPECT_TRUE(f.rt->step_end().is_ok());
+    }
+    std::vector<float> params;
+    for (auto& [name, p] : f.net->params())
+      params.insert(params.end(), p->value.data(), p->value.data() + p->value.elements());
+    return std::pair{losses, params};
+  };
+  const auto before = run(false), after = run(true);
+  EXPECT_EQ(before.first, after.first);
+  EXPECT_EQ(before.second, after.second);
+  EXPECT_LT(after.first.back(), after.first.front());
 }
 
 TEST(Training, LayerMarksNameTheObjectsEachPrimitiveTouches) {

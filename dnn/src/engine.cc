@@ -81,6 +81,9 @@ Result<Tensor> Engine::allocate(std::string_view name, const dnnl::memory::desc&
     if (!object) return object.status();
     tensor.address_ = object->address;
     tensor.id_ = object->id;
+    if (group != kScratchpads) {  // no scratchpad lives outside run(), which frees its own
+      peak_between_primitives_bytes_ = std::max(peak_between_primitives_bytes_, runtime_->live_bytes());
+    }
   } else {
     tensor.address_ = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
     if (tensor.address_ == nullptr)

@@ -29,12 +29,9 @@ Status param(Engine& e, const std::string& name, const memory::desc& desc, const
              Param& p, bool decay = true) {
   auto value = e.allocate(name, desc, kParams);
   if (!value) return value.status();
-  auto grad = e.allocate(name + ".grad", desc, kParamGrads);
-  if (!grad) return grad.status();
   auto momentum = e.allocate(name + ".momentum", desc, kOptimizerState);
   if (!momentum) return momentum.status();
   p.value = std::move(value).value();
-  p.grad = std::move(grad).value();
   p.momentum = std::move(momentum).value();
   p.plain = plain_desc;
   p.decay = decay;
@@ -126,6 +123,10 @@ class Shapes {
 class Conv final : public Layer {
  public:
   Conv(std::string name, ConvOptions o) : Layer(std::move(name)), o_(o) {}
+  // An input reordered into the convolution's layout: backward reads that copy instead.
+  bool backward_reads_input(std::size_t /*k*/) const override {
+    return shapes_.empty() || shapes_->src == shapes_->input;
+  }
 
   Result<memory::desc> build(Engine& e, const std::vector<memory::desc>& inputs) override {
     if (Status s = need_inputs(name_, inputs, 1); !s.is_ok()) return s;
@@ -330,6 +331,13 @@ class BatchNorm final : public Layer {
  public:
   BatchNorm(std::string name, float epsilon, float momentum)
       : Layer(std::move(name)), epsilon_(epsilon), momentum_(momentum) {}
+  // Fused, its output is relu(bn(x)) and its backward masks the gradient by its workspace (a bit
+  // per element in blocked layouts, a byte in plain ones).
+  bool fuse_relu() override {
+    if (!shapes_.empty()) return false;  // built unfused already
+    fused_relu_ = true;
+    return true;
+  }
 
   Result<memory::desc> build(Engine& e, const std::vector<memory::desc>& inputs) override {
     if (Status s = need_inputs(name_, inputs, 1); !s.is_ok()) return s;
@@ -343,7 +351,8 @@ class BatchNorm final : public Layer {
                                             d[1], scale_.value.elements()));
       }
       shape.count = static_cast<std::size_t>(d[0] * (d.size() == 4 ? d[2] * d[3] : 1));
-      const auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
+      auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
+      if (fused_relu_) flags = flags | dnnl::normalization_flags::fuse_norm_relu;
       const auto attr = Engine::user_scratchpad();
       const dnnl::batch_normalization_forward::primitive_desc train(
           dnnl::batch_normalization_forward::desc(prop_kind::forward_training, shape.data, epsilon_, flags),
@@ -362,6 +371,7 @@ class BatchNorm final : public Layer {
       shape.pad_train = {name_ + ".fwd.scratchpad", train.scratchpad_desc()};
       shape.pad_infer = {name_ + ".infer.scratchpad", infer.scratchpad_desc()};
       shape.pad_bwd = {name_ + ".bwd.scratchpad", bwd.scratchpad_desc()};
+      shape.workspace = train.workspace_desc();
       if (scale_.value.empty()) {  // the first shape: parameters and running statistics, made once
         stats_ = train.mean_desc();
         const memory::desc c({d[1]}, dt::f32, tag::x);
@@ -394,11 +404,17 @@ class BatchNorm final : public Layer {
       if (!r) return r.status();
       *t = std::move(r).value();
     }
+    std::vector<Arg> writes{{DNNL_ARG_DST, &out}, {DNNL_ARG_MEAN, &mean_}, {DNNL_ARG_VARIANCE, &variance_}};
+    if (shapes_->workspace.get_size() != 0) {  // fused with its ReLU: the mask for backward
+      auto w = e.allocate(name_ + ".workspace", shapes_->workspace, kWorkspaces, /*zero=*/false);
+      if (!w) return w.status();
+      workspace_ = std::move(w).value();
+      writes.emplace_back(DNNL_ARG_WORKSPACE, &workspace_);
+    }
     TENSORTIER_RETURN_IF_ERROR(
         e.run(name_ + ".fwd", shapes_->train,
               {{DNNL_ARG_SRC, in[0]}, {DNNL_ARG_SCALE, &scale_.value}, {DNNL_ARG_SHIFT, &shift_.value}},
-              {{DNNL_ARG_DST, &out}, {DNNL_ARG_MEAN, &mean_}, {DNNL_ARG_VARIANCE, &variance_}},
-              shapes_->pad_train));
+              writes, shapes_->pad_train));
     // Running statistics as PyTorch keeps them (unbiased variance); oneDNN has no primitive for
     // this update, and it is C floats.
     const std::size_t count = shapes_->count;
@@ -422,19 +438,19 @@ class BatchNorm final : public Layer {
       scratch_diff = std::move(t).value();
       diff_src = &scratch_diff;
     }
-    TENSORTIER_RETURN_IF_ERROR(e.run(name_ + ".bwd", shapes_->bwd,
-                                     {{DNNL_ARG_SRC, in[0]},
-                                      {DNNL_ARG_MEAN, &mean_},
-                                      {DNNL_ARG_VARIANCE, &variance_},
-                                      {DNNL_ARG_DIFF_DST, &diff_out},
-                                      {DNNL_ARG_SCALE, &scale_.value},
-                                      {DNNL_ARG_SHIFT, &shift_.value}},  // 2.6 asks for shift too
+    std::vector<Arg> reads{
+        {DNNL_ARG_SRC, in[0]},           {DNNL_ARG_MEAN, &mean_},
+        {DNNL_ARG_VARIANCE, &variance_}, {DNNL_ARG_DIFF_DST, &diff_out},
+        {DNNL_ARG_SCALE, &scale_.value}, {DNNL_ARG_SHIFT, &shift_.value}};  // 2.6 asks for shift too
+    if (!workspace_.empty()) reads.emplace_back(DNNL_ARG_WORKSPACE, &workspace_);
+    TENSORTIER_RETURN_IF_ERROR(e.run(name_ + ".bwd", shapes_->bwd, reads,
                                      {{DNNL_ARG_DIFF_SRC, diff_src},
                                       {DNNL_ARG_DIFF_SCALE, &scale_.grad},
                                       {DNNL_ARG_DIFF_SHIFT, &shift_.grad}},
                                      shapes_->pad_bwd));
     e.release(mean_);
     e.release(variance_);
+    e.release(workspace_);
     return Status::ok();
   }
 
@@ -450,17 +466,19 @@ class BatchNorm final : public Layer {
 
  private:
   struct Shape {
-    memory::desc data;      // the input's layout, which the output and gradients keep
-    std::size_t count = 1;  // values per channel: N x H x W
+    memory::desc data;       // the input's layout, which the output and gradients keep
+    memory::desc workspace;  // fused with a ReLU: its mask (none: 0 bytes)
+    std::size_t count = 1;   // values per channel: N x H x W
     dnnl::batch_normalization_forward train, infer;
     dnnl::batch_normalization_backward bwd;
     Scratchpad pad_train, pad_infer, pad_bwd;
   };
   float epsilon_, momentum_;
+  bool fused_relu_ = false;
   Shapes<Shape> shapes_;  // per input shape; shapes_-> is the batch in progress's
   memory::desc stats_;    // mean and variance: one value per channel, whatever the batch
   Param scale_, shift_;
-  Tensor running_mean_, running_var_, mean_, variance_;
+  Tensor running_mean_, running_var_, mean_, variance_, workspace_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -469,6 +487,8 @@ class Relu final : public Layer {
   using Layer::Layer;
   bool can_run_in_place() const override { return true; }
   void set_in_place(bool on) override { in_place_ = on; }
+  bool is_relu() const override { return true; }
+  bool backward_reads_input(std::size_t /*k*/) const override { return !in_place_; }
   bool backward_reads_output() const override { return in_place_; }
   Result<memory::desc> build(Engine& e, const std::vector<memory::desc>& inputs) override {
     if (Status s = need_inputs(name_, inputs, 1); !s.is_ok()) return s;
@@ -517,6 +537,8 @@ class Pool final : public Layer {
         stride_(stride),
         padding_(padding),
         global_(global) {}
+  // Max pooling's backward reads its workspace, average pooling's nothing of forward's.
+  bool backward_reads_input(std::size_t /*k*/) const override { return false; }
 
   Result<memory::desc> build(Engine& e, const std::vector<memory::desc>& inputs) override {
     if (Status s = need_inputs(name_, inputs, 1); !s.is_ok()) return s;
@@ -697,6 +719,8 @@ class Linear final : public Layer {
 class Add final : public Layer {
  public:
   using Layer::Layer;
+  bool can_run_in_place() const override { return true; }  // forward() is then given in[0] as out
+  bool backward_reads_input(std::size_t /*k*/) const override { return false; }
   Result<memory::desc> build(Engine& e, const std::vector<memory::desc>& inputs) override {
     if (Status s = need_inputs(name_, inputs, 2); !s.is_ok()) return s;
     if (inputs[0].dims() != inputs[1].dims()) {
@@ -731,6 +755,7 @@ class Add final : public Layer {
                                        {{DNNL_ARG_TO, &converted}}));
       second = &converted;
     }
+    // In place, `out` is in[0]: one object, read and written (oneDNN's binary allows dst == src0).
     return e.run(name_ + ".fwd", shapes_->fwd, {{DNNL_ARG_SRC_0, in[0]}, {DNNL_ARG_SRC_1, second}},
                  {{DNNL_ARG_DST, &out}});
   }

@@ -18,25 +18,8 @@ Status Network::build(Engine& engine, const dnnl::memory::dims& input_dims, std:
   if (nodes_.empty()) return failed_precondition(fmt::format("network '{}' has no layers", name_));
   if (built_) return failed_precondition(fmt::format("network '{}' is built already", name_));
   if (input_dims.size() != 4) return invalid_argument("network input must be N,C,H,W");
-  if (engine.in_place_relu()) {
-    std::vector<int> readers(nodes_.size(), 0);
-    for (const Node& node : nodes_) {
-      for (int j : node.inputs) {
-        if (j >= 0 && static_cast<std::size_t>(j) < nodes_.size()) ++readers[static_cast<std::size_t>(j)];
-      }
-    }
-    for (std::size_t i = 0; i < nodes_.size(); ++i) {
-      Node& node = nodes_[i];
-      if (!node.layer->can_run_in_place() || node.inputs.size() != 1 || node.inputs[0] < 0 ||
-          static_cast<std::size_t>(node.inputs[0]) >= i) {
-        continue;
-      }
-      const auto j = static_cast<std::size_t>(node.inputs[0]);
-      if (readers[j] != 1 || nodes_[j].layer->backward_reads_output()) continue;
-      node.in_place_of = node.inputs[0];
-      node.layer->set_in_place(true);
-    }
-  }
+  if (engine.fuse_batch_norm_relu()) fuse_relus();
+  if (engine.in_place()) choose_in_place();
   TENSORTIER_RETURN_IF_ERROR(use_shape(engine, input_dims));
   for (Node& node : nodes_) node.layer->init_params(engine, seed);
   const auto& logits = nodes_.back().output_desc.dims();
@@ -45,6 +28,92 @@ Status Network::build(Engine& engine, const dnnl::memory::dims& input_dims, std:
   input_dims_ = input_dims;
   built_ = true;
   return Status::ok();
+}
+
+// How many nodes read each node's output (an input listed twice counts twice).
+std::vector<int> Network::readers() const {
+  std::vector<int> count(nodes_.size(), 0);
+  for (const Node& node : nodes_) {
+    for (int j : node.inputs) {
+      if (j >= 0 && static_cast<std::size_t>(j) < nodes_.size()) ++count[static_cast<std::size_t>(j)];
+    }
+  }
+  return count;
+}
+
+void Network::fuse_relus() {
+  const std::vector<int> readers = this->readers();
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    Node& node = nodes_[i];
+    if (!node.layer->is_relu() || node.inputs.size() != 1 || node.inputs[0] < 0 ||
+        static_cast<std::size_t>(node.inputs[0]) >= i) {
+      continue;
+    }
+    Node& producer = nodes_[static_cast<std::size_t>(node.inputs[0])];
+    if (readers[static_cast<std::size_t>(node.inputs[0])] != 1 || producer.in_place_of >= 0 ||
+        !producer.layer->fuse_relu()) {
+      continue;
+    }
+    node.pass_through = true;
+    node.in_place_of = node.inputs[0];
+  }
+}
+
+void Network::choose_in_place() {
+  const std::vector<int> readers = this->readers();
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    Node& node = nodes_[i];
+    if (node.in_place_of >= 0) continue;  // passed through already
+    if (!node.layer->can_run_in_place() || node.inputs.empty() || node.inputs[0] < 0 ||
+        static_cast<std::size_t>(node.inputs[0]) >= i) {
+      continue;
+    }
+    const int first = node.inputs[0];
+    const auto j = static_cast<std::size_t>(first);
+    if (readers[j] != 1 || nodes_[j].layer->backward_reads_output()) continue;
+    // Another input in the same object (through an in-place chain) would be overwritten as read.
+    const bool shares = std::any_of(node.inputs.begin() + 1, node.inputs.end(),
+                                    [&](int k) { return k >= 0 && root_of(k) == root_of(first); });
+    if (shares) continue;
+    node.in_place_of = first;
+    node.layer->set_in_place(true);
+  }
+}
+
+// Each object (a root node's) is read in forward by the nodes that take any node of its in-place
+// chain as input, the loss reading the last node's; some backward reads it where a reader's
+// backward reads that input or a chain node's backward reads its output.
+void Network::plan_lifetimes() {
+  const std::size_t n = nodes_.size();
+  std::vector<std::size_t> last(n);
+  kept_for_backward_.assign(n, false);
+  for (std::size_t i = 0; i < n; ++i) {
+    last[i] = i;  // an output nothing reads is freed after its own forward
+    if (!nodes_[i].pass_through && nodes_[i].layer->backward_reads_output())
+      kept_for_backward_[static_cast<std::size_t>(root_of(static_cast<int>(i)))] = true;
+  }
+  last[static_cast<std::size_t>(root_of(static_cast<int>(n) - 1))] = n;  // the loss reads the logits
+  for (std::size_t i = 0; i < n; ++i) {
+    const Node& node = nodes_[i];
+    for (std::size_t k = 0; k < node.inputs.size(); ++k) {
+      if (node.inputs[k] == kInput) continue;
+      const auto root = static_cast<std::size_t>(root_of(node.inputs[k]));
+      last[root] = std::max(last[root], i);
+      if (!node.pass_through && node.layer->backward_reads_input(k)) kept_for_backward_[root] = true;
+    }
+  }
+  last_read_at_.assign(n + 1, {});
+  for (std::size_t i = 0; i < n; ++i) {
+    if (nodes_[i].in_place_of < 0) last_read_at_[last[i]].push_back(static_cast<int>(i));
+  }
+}
+
+void Network::release_read_by(Engine& engine, std::size_t position, bool training) {
+  for (int root : last_read_at_[position]) {
+    if (!training || (free_after_last_reader_ && !kept_for_backward_[static_cast<std::size_t>(root)])) {
+      engine.release(nodes_[static_cast<std::size_t>(root)].output);
+    }
+  }
 }
 
 Status Network::use_shape(Engine& engine, const dnnl::memory::dims& input_dims) {
@@ -71,6 +140,7 @@ Status Network::use_shape(Engine& engine, const dnnl::memory::dims& input_dims) 
     if (!out) return out.status();
     node.output_desc = out.value();
   }
+  plan_lifetimes();  // what a backward reads may depend on the layouts just chosen
   current_dims_ = input_dims;
   return Status::ok();
 }
@@ -88,16 +158,23 @@ Status Network::forward(Engine& engine, const Tensor& images, bool training) {
       if (!out) return out.status();
       node.output = std::move(out).value();
     }
-    TENSORTIER_RETURN_IF_ERROR(node.layer->forward(engine, in, output_of(static_cast<int>(i)), training));
+    if (!node.pass_through) {
+      TENSORTIER_RETURN_IF_ERROR(node.layer->forward(engine, in, output_of(static_cast<int>(i)), training));
+    }
+    release_read_by(engine, i, training);
   }
   return Status::ok();
 }
 
 const Tensor& Network::output_of(int node) const {
   if (node == kInput) return *images_;
+  return nodes_[static_cast<std::size_t>(root_of(node))].output;
+}
+
+int Network::root_of(int node) const {
   while (nodes_[static_cast<std::size_t>(node)].in_place_of >= 0)
     node = nodes_[static_cast<std::size_t>(node)].in_place_of;
-  return nodes_[static_cast<std::size_t>(node)].output;
+  return node;
 }
 
 // Softmax cross-entropy, written here: oneDNN 2.6 has no loss primitive, and this is N x classes
@@ -151,12 +228,25 @@ Result<StepResult> Network::loss(Engine& engine, const Batch& batch, bool with_g
     }
     result.loss = total / static_cast<double>(n);
   }));
+  release_read_by(engine, nodes_.size(), with_gradient);
   return result;
 }
 
-Status Network::backward(Engine& engine) {
+Status Network::backward(Engine& engine, const SgdOptions* sgd) {
   for (std::size_t i = nodes_.size(); i-- > 0;) {
     Node& node = nodes_[i];
+    if (node.pass_through) {  // its producer applies it: the gradient passes on (its one reader's)
+      nodes_[static_cast<std::size_t>(node.inputs[0])].diff = std::move(node.diff);
+      continue;
+    }
+    const std::vector<Param*> params = node.layer->params();
+    for (Param* p : params) {
+      if (!p->grad.empty()) continue;  // kept from the step before
+      // Not zeroed: every layer's backward writes all of its parameters' gradients.
+      auto g = engine.allocate(p->value.name() + ".grad", p->value.desc(), kParamGrads, /*zero=*/false);
+      if (!g) return g.status();
+      p->grad = std::move(g).value();
+    }
     std::vector<const Tensor*> in;
     std::vector<Tensor> fresh(node.inputs.size());  // gradients this node produces
     std::vector<Tensor*> diff_in;
@@ -195,30 +285,31 @@ Status Network::backward(Engine& engine) {
     }
     engine.release(node.output);
     engine.release(node.diff);
+    if (sgd == nullptr) continue;
+    for (Param* p : params) {
+      TENSORTIER_RETURN_IF_ERROR(sgd_update(engine, *p, *sgd));
+      if (!keep_gradients_) engine.release(p->grad);
+    }
   }
   return Status::ok();
 }
 
 // SGD with momentum and weight decay as torch.optim.SGD: g = grad + wd * w; v = m * v + g;
-// w -= lr * v. A loop over floats per parameter, one marked layer each.
-Status Network::sgd_update(Engine& engine, const SgdOptions& sgd) {
-  for (auto& named : params()) {
-    Param* p = named.second;  // not a structured binding: lambdas cannot capture those before clang 16
-    const std::string& name = named.first;
-    // Weights and momentum are read, then written: declared in both.
-    TENSORTIER_RETURN_IF_ERROR(
-        engine.host_layer("sgd." + name, {&p->grad, &p->value, &p->momentum}, {&p->value, &p->momentum}, [&] {
-          float* w = p->value.data();
-          float* v = p->momentum.data();
-          const float* g = p->grad.data();
-          const float wd = p->decay ? sgd.weight_decay : 0.0F;
-          for (std::size_t e = 0, n = p->value.elements(); e < n; ++e) {
-            v[e] = sgd.momentum * v[e] + (g[e] + wd * w[e]);
-            w[e] -= sgd.learning_rate * v[e];
-          }
-        }));
-  }
-  return Status::ok();
+// w -= lr * v. A loop over floats, one marked layer per parameter.
+Status Network::sgd_update(Engine& engine, Param& param, const SgdOptions& sgd) {
+  Param* p = &param;
+  // Weights and momentum are read, then written: declared in both.
+  return engine.host_layer("sgd." + p->value.name(), {&p->grad, &p->value, &p->momentum},
+                           {&p->value, &p->momentum}, [&] {
+                             float* w = p->value.data();
+                             float* v = p->momentum.data();
+                             const float* g = p->grad.data();
+                             const float wd = p->decay ? sgd.weight_decay : 0.0F;
+                             for (std::size_t e = 0, n = p->value.elements(); e < n; ++e) {
+                               v[e] = sgd.momentum * v[e] + (g[e] + wd * w[e]);
+                               w[e] -= sgd.learning_rate * v[e];
+                             }
+                           });
 }
 
 void Network::release_outputs(Engine& engine) {
@@ -228,21 +319,22 @@ void Network::release_outputs(Engine& engine) {
   }
 }
 
-Result<StepResult> Network::compute_gradients(Engine& engine, const Batch& batch) {
+Result<StepResult> Network::run_step(Engine& engine, const Batch& batch, const SgdOptions* sgd) {
   Status s = forward(engine, batch.images, /*training=*/true);
   Result<StepResult> result = s.is_ok() ? loss(engine, batch, true) : Result<StepResult>(s);
   if (result) {
-    if (Status b = backward(engine); !b.is_ok()) result = b;
+    if (Status b = backward(engine, sgd); !b.is_ok()) result = b;
   }
   release_outputs(engine);  // after an error too: nothing leaks into the next step
   return result;
 }
 
+Result<StepResult> Network::compute_gradients(Engine& engine, const Batch& batch) {
+  return run_step(engine, batch, nullptr);
+}
+
 Result<StepResult> Network::train_step(Engine& engine, const Batch& batch, const SgdOptions& sgd) {
-  auto result = compute_gradients(engine, batch);
-  if (!result) return result;
-  if (Status s = sgd_update(engine, sgd); !s.is_ok()) return s;
-  return result;
+  return run_step(engine, batch, &sgd);
 }
 
 Result<StepResult> Network::evaluate(Engine& engine, const Batch& batch) {

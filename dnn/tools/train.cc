@@ -40,7 +40,8 @@ struct Options {
   float lr = 0.05F, momentum = 0.9F, weight_decay = 0.0F;
   int width = 64;
   std::string conv = "auto";  // convolution algorithm (ConvAlgorithm)
-  bool in_place = false;      // ReLUs in place (Engine::set_in_place_relu)
+  bool in_place = true;       // ReLUs and residual adds in place (Engine::set_in_place)
+  bool fuse = true;           // batch norms apply their ReLUs (Engine::set_fuse_batch_norm_relu)
   int image_size = 32, channels = 3, classes = 10;
   std::size_t train_limit = 0, test_limit = 0, synthetic_count = 2048;
   std::string tiers;
@@ -173,8 +174,11 @@ void add_training_flags(CLI::App& app, Options& o) {
   app.add_option("--conv", o.conv,
                  "Convolutions: auto (oneDNN's Winograd kernels where they pay, else direct) or direct")
       ->capture_default_str();
-  app.add_flag("--in-place", o.in_place,
-               "ReLUs write over their input where nothing else reads it (less memory; same results)");
+  app.add_flag("--in-place,!--no-in-place", o.in_place,
+               "ReLUs and residual adds write over their first input where nothing else reads it (less "
+               "memory, same results; default on)");
+  app.add_flag("--fuse,!--no-fuse", o.fuse,
+               "Batch norms apply the ReLU after them in one pass (oneDNN fuse_norm_relu; default on)");
   app.add_option("--image-size", o.image_size, "Synthetic data: image height and width")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
@@ -331,7 +335,8 @@ Result<Run> make_run(const Options& o, const std::string& policy, const Dataset&
   const Result<ConvAlgorithm> conv = parse_conv_algorithm(o.conv);
   if (!conv) return conv.status();
   run.engine->set_conv_algorithm(conv.value());
-  run.engine->set_in_place_relu(o.in_place);
+  run.engine->set_in_place(o.in_place);
+  run.engine->set_fuse_batch_norm_relu(o.fuse);
   auto model = make_model(o.model, {train.classes, o.width});
   if (!model) return model.status();
   run.net = std::move(model).value();

@@ -574,6 +574,10 @@ Status Runtime::layer_end() {
   return Status::ok();
 }
 
+std::uint64_t Runtime::live_bytes() const {
+  return allocator_.live_bytes();
+}
+
 RuntimeStats Runtime::stats() const {
   RuntimeStats s;
   s.tiers = allocator_.usage();

@@ -1,8 +1,9 @@
 // Writes what the PyTorch cross-check (crosscheck.py) compares against: a model's initial
 // weights, five deterministic batches, the gradients of step 1 and the losses of five SGD steps,
 // as raw float32 files and a JSON manifest.
-// Usage: dnn_crosscheck_dump [--in-place] MODEL OUT_DIR [N C H W WIDTH LR [LAST]]   (--in-place:
-// ReLUs in place, Engine::set_in_place_relu; MODEL: any make_model
+// Usage: dnn_crosscheck_dump [--no-in-place] MODEL OUT_DIR [N C H W WIDTH LR [LAST]]   (--no-in-place:
+// no ReLU or add in place and no batch norm fused with its ReLU, Engine::set_in_place and
+// set_fuse_batch_norm_relu; MODEL: any make_model
 // name; the batch shape N x C x H x W, the model's width and SGD's learning rate; LAST < N: the
 // data set has 2N + LAST samples, so the batches are N, N, LAST (an epoch's last, partial batch),
 // N, N: the network switches to primitives for LAST samples and back)
@@ -42,8 +43,8 @@ int fail(const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool in_place = argc > 1 && std::string(argv[1]) == "--in-place";
-  if (in_place) --argc, ++argv;
+  const bool in_place = !(argc > 1 && std::string(argv[1]) == "--no-in-place");
+  if (!in_place) --argc, ++argv;
   if (argc != 3 && argc != 9 && argc != 10)
     return fail("usage: dnn_crosscheck_dump MODEL OUT_DIR [N C H W WIDTH LR [LAST]]");
   const std::string model = argv[1];
@@ -71,17 +72,19 @@ int main(int argc, char** argv) {
   auto rt = Runtime::create({"fast=dram:256MiB"});
   if (!rt) return fail(rt.status().to_string());
   Engine engine(*rt.value());
-  engine.set_in_place_relu(in_place);
+  engine.set_in_place(in_place);
+  engine.set_fuse_batch_norm_relu(in_place);
   auto net = make_model(model, {kClasses, width});
   if (!net) return fail(net.status().to_string());
   if (Status s = net.value()->build(engine, input, 5); !s.is_ok()) return fail(s.to_string());
+  net.value()->set_keep_gradients(true);  // step 1's gradients are written after its update
 
   nlohmann::json manifest{
       {"model", model},
       {"input", input},
       {"classes", kClasses},
       {"width", width},
-      {"in_place_relu", in_place},
+      {"in_place", in_place},
       {"sgd", {{"lr", sgd.learning_rate}, {"momentum", sgd.momentum}, {"weight_decay", sgd.weight_decay}}}};
   for (const Layer* layer : net.value()->layers()) {  // the kernels chosen, e.g. Winograd convolutions
     if (!layer->implementation().empty())

@@ -117,12 +117,23 @@ class Engine {
   // keep theirs.
   void set_conv_algorithm(ConvAlgorithm algorithm) { conv_algorithm_ = algorithm; }
   ConvAlgorithm conv_algorithm() const { return conv_algorithm_; }
-  // Whether networks built from now on run their ReLUs in place where the graph allows (the
-  // ReLU's input read by nothing else, and its producer's backward not reading it): the ReLU
-  // writes over its input's object, as torchvision's ReLU(inplace=True), and its backward reads
-  // its output instead of its input. Off by default; results are bit-identical either way.
-  void set_in_place_relu(bool on) { in_place_relu_ = on; }
-  bool in_place_relu() const { return in_place_relu_; }
+  // Whether networks built from now on run ReLUs and residual adds in place where the graph
+  // allows (the first input read by nothing else, and its producer's backward not reading its
+  // output): the layer writes over that input's object, as torchvision's ReLU(inplace=True) and
+  // `out += identity`; an in-place ReLU's backward reads its output instead of its input. On by
+  // default; results are bit-identical either way.
+  void set_in_place(bool on) { in_place_ = on; }
+  bool in_place() const { return in_place_; }
+  // Whether networks built from now on fuse a batch norm with the ReLU that alone reads it
+  // (oneDNN's fuse_norm_relu: one pass instead of two each way, a one-bit mask per element kept
+  // for backward in blocked layouts). On by default; results agree to float rounding.
+  void set_fuse_batch_norm_relu(bool on) { fuse_batch_norm_relu_ = on; }
+  bool fuse_batch_norm_relu() const { return fuse_batch_norm_relu_; }
+  // The most bytes of live runtime objects at any moment no primitive runs (sampled after each
+  // allocation outside run()): the runtime's peak without the scratchpads that live only inside
+  // one primitive. PyTorch's profile_memory figure nets such allocations the same way. 0 without
+  // a runtime.
+  std::uint64_t peak_live_bytes_between_primitives() const { return peak_between_primitives_bytes_; }
 
   // A new zero-filled tensor of `desc`'s size in `group` (`zero` false: its bytes are whatever
   // the memory held, for a tensor written before it is read). Errors come from the runtime.
@@ -172,7 +183,9 @@ class Engine {
 
   Runtime* runtime_;  // null: plain allocation, no marks
   ConvAlgorithm conv_algorithm_ = ConvAlgorithm::kAuto;
-  bool in_place_relu_ = false;
+  bool in_place_ = true;
+  bool fuse_batch_norm_relu_ = true;
+  std::uint64_t peak_between_primitives_bytes_ = 0;
   dnnl::engine engine_;
   dnnl::stream stream_;
   std::unordered_map<const void*, BoundArgs> bound_;

@@ -30,7 +30,7 @@ namespace tensortier::dnn {
 // the same tensor (oihw, oi, x), for initialization and export (Engine::reorder_now).
 struct Param {
   Tensor value;
-  Tensor grad;
+  Tensor grad;  // allocated by the Network for its layer's backward (network.h says until when)
   Tensor momentum;
   dnnl::memory::desc plain;
   bool decay = true;  // weight decay applies (PyTorch applies it to every parameter by default)
@@ -54,13 +54,22 @@ class Layer {
                          bool training) = 0;
   virtual Status backward(Engine& engine, const std::vector<const Tensor*>& inputs, const Tensor& output,
                           const Tensor& diff_output, const std::vector<Tensor*>& diff_inputs) = 0;
-  // In place: a layer that can write its output over its one input (ReLU) says so, and the
-  // Network tells it before its first build where the graph allows it; its forward() is then
-  // given its input's tensor as the output. A layer whose backward() reads its own output (an
-  // in-place ReLU) must not have that output overwritten by the next one.
+  // In place: a layer that can write its output over its first input (ReLU, the residual add)
+  // says so, and the Network tells it before its first build where the graph allows it; its
+  // forward() is then given that input's tensor as the output.
   virtual bool can_run_in_place() const { return false; }
   virtual void set_in_place(bool /*on*/) {}
+  // What backward() reads of forward's tensors: its input k, its own output. The Network frees
+  // every other forward tensor after its last forward reader, as autograd keeps only what a
+  // backward saved; a backward given a freed tensor gets an empty one. An output a backward
+  // reads (an in-place ReLU's) must not be overwritten by a layer after it.
+  virtual bool backward_reads_input(std::size_t /*k*/) const { return true; }
   virtual bool backward_reads_output() const { return false; }
+  // Fusion: a ReLU says it can be applied by the layer before it, and a layer that can apply it
+  // (batch norm: oneDNN's fuse_norm_relu) accepts before its first build; the Network then runs
+  // the ReLU as a pass-through (its output is the producer's, its gradient passed on).
+  virtual bool is_relu() const { return false; }
+  virtual bool fuse_relu() { return false; }
   virtual std::vector<Param*> params() { return {}; }
   // Initializes parameters from a seeded generator (PyTorch's default schemes).
   virtual void init_params(Engine& /*engine*/, std::uint64_t /*seed*/) {}
@@ -89,7 +98,8 @@ std::unique_ptr<Layer> make_pool(std::string name, PoolKind kind, int kernel, in
 std::unique_ptr<Layer> make_global_avg_pool(std::string name);
 // Fully connected; a 4-D input is flattened in nchw order (as torch.flatten).
 std::unique_ptr<Layer> make_linear(std::string name, int out_features, bool bias = true);
-// Elementwise sum of two inputs of one layout (the residual connection).
+// Elementwise sum of two inputs of one layout (the residual connection); in place, written over
+// its first input.
 std::unique_ptr<Layer> make_add(std::string name);
 
 }  // namespace tensortier::dnn

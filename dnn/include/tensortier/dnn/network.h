@@ -1,13 +1,21 @@
 // Network: layers wired as a directed acyclic graph (chains and residual branches), trained with
 // softmax cross-entropy and SGD, every tensor a runtime object.
 //
-// Per training step: forward runs every node in order, allocating each output (kActivations);
-// the loss layer writes the gradient of the logits; backward runs the nodes in reverse, giving
-// each input its gradient (kGradients; summed where an output feeds several nodes) and freeing
-// each node's output and gradient as soon as its backward has run, the way a framework's
-// autograd frees them. Then SGD updates every parameter (one marked layer per parameter).
-// With Engine::in_place_relu, a ReLU whose input no other node reads (and whose producer's
-// backward does not read it) writes over that input's object instead of allocating its own.
+// Per training step, tensors live as autograd's do:
+//   forward   each node's output allocated (kActivations) before it runs; a forward tensor no
+//             backward reads (Layer::backward_reads_input/_output) freed after its last forward
+//             reader (the loss reads the logits)
+//   loss      writes the gradient of the logits
+//   backward  nodes in reverse: each input's gradient allocated (kGradients; summed where an
+//             output feeds several nodes), each parameter's .grad allocated (kParamGrads) before
+//             its layer's backward; the node's output and gradient freed after it; in
+//             train_step each of its parameters updated by SGD at once and its .grad freed
+// With Engine::in_place (the default), a ReLU or residual add whose first input no other node
+// reads (and whose producer's backward does not read it) writes over that input's object. With
+// Engine::fuse_batch_norm_relu (the default), a batch norm applies the ReLU that alone reads it,
+// and that ReLU's node passes its input through (no layer of its own).
+// Updating a layer's parameters right after its backward gives the same bits as updating all
+// after the whole backward: no earlier layer's backward reads them.
 //
 // Ownership: the Network owns its layers and, through them, the parameters. The caller owns the
 // batch tensors. Thread safety: one thread.
@@ -66,10 +74,18 @@ class Network {
   // The shape the network was built for.
   const dnnl::memory::dims& input_dims() const { return input_dims_; }
 
-  // Forward, loss, backward and the SGD update.
+  // Forward, loss, backward and the SGD update (each layer's parameters right after its
+  // backward). Parameters' .grad are freed as they are used, unless set_keep_gradients(true).
   Result<StepResult> train_step(Engine& engine, const Batch& batch, const SgdOptions& sgd);
-  // Forward, loss and backward only: parameters' .grad hold the gradients afterwards.
+  // Forward, loss and backward only: parameters' .grad hold the gradients afterwards (until a
+  // train_step frees them).
   Result<StepResult> compute_gradients(Engine& engine, const Batch& batch);
+  // train_step keeps each .grad after its update until the next step (off by default: the
+  // parameters' gradients then never all live at once).
+  void set_keep_gradients(bool on) { keep_gradients_ = on; }
+  // Off: every forward tensor lives until its node's backward, as before forward tensors were
+  // freed after their last reader (for comparisons; on by default).
+  void set_free_after_last_reader(bool on) { free_after_last_reader_ = on; }
   // Forward in inference mode (batch norm uses running statistics); no gradients.
   Result<StepResult> evaluate(Engine& engine, const Batch& batch);
 
@@ -87,16 +103,32 @@ class Network {
     dnnl::memory::desc output_desc;  // for current_dims_
     Tensor output;                   // empty for a node in place: its output is in_place_of's
     Tensor diff;
-    int in_place_of = -1;  // the node whose output this one overwrites (Engine::in_place_relu)
+    int in_place_of = -1;       // the node whose output this one overwrites (or passes through)
+    bool pass_through = false;  // a ReLU its producer applies (Layer::fuse_relu)
   };
   // A node's output tensor (the input batch for kInput; an in-place node's is its input's).
   const Tensor& output_of(int node) const;
+  // The node that owns node's object (itself unless it runs in place).
+  int root_of(int node) const;
+  std::vector<int> readers() const;
+  // Chooses the ReLUs their producers apply (Engine::fuse_batch_norm_relu).
+  void fuse_relus();
+  // Chooses the nodes that run in place (Engine::in_place).
+  void choose_in_place();
+  // Fills last_read_at_ and kept_for_backward_ from the graph and the layers' declarations
+  // (for the shape use_shape last chose).
+  void plan_lifetimes();
+  // Frees the objects whose last forward reader is at `position` (nodes_.size(): the loss); in
+  // training only those no backward reads.
+  void release_read_by(Engine& engine, std::size_t position, bool training);
+  Result<StepResult> run_step(Engine& engine, const Batch& batch, const SgdOptions* sgd);
   // Makes every layer run its primitives for inputs of these dims (building them the first time).
   Status use_shape(Engine& engine, const dnnl::memory::dims& input_dims);
   Status forward(Engine& engine, const Tensor& images, bool training);
   Result<StepResult> loss(Engine& engine, const Batch& batch, bool with_gradient);
-  Status backward(Engine& engine);
-  Status sgd_update(Engine& engine, const SgdOptions& sgd);
+  // Backward; with `sgd`, each node's parameters updated right after its backward.
+  Status backward(Engine& engine, const SgdOptions* sgd);
+  Status sgd_update(Engine& engine, Param& p, const SgdOptions& sgd);
   void release_outputs(Engine& engine);
 
   std::string name_;
@@ -104,6 +136,12 @@ class Network {
   dnnl::memory::dims input_dims_;    // built for
   dnnl::memory::dims current_dims_;  // the layers' current primitives are for
   const Tensor* images_ = nullptr;   // the batch being processed (borrowed)
+  // By forward position (a node's index; nodes_.size() is the loss): the root nodes whose
+  // object that position reads last in forward.
+  std::vector<std::vector<int>> last_read_at_;
+  std::vector<bool> kept_for_backward_;  // by root node: some backward reads its object
+  bool keep_gradients_ = false;
+  bool free_after_last_reader_ = true;
   bool built_ = false;
 };
 
