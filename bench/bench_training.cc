@@ -134,6 +134,9 @@ int main(int argc, char** argv) {
                "ReLUs and residual adds in place where the graph allows (every mode; default on)");
   bool fuse = true;
   app.add_flag("--fuse,!--no-fuse", fuse, "Batch norms apply the ReLU after them (every mode; default on)");
+  bool recompute = true;
+  app.add_flag("--recompute,!--no-recompute", recompute,
+               "Batch-norm outputs computed again for backward (every mode; default on)");
   bool keep_tensors = false;
   app.add_flag("--keep-tensors", keep_tensors,
                "Every forward tensor kept to its backward and parameters' gradients across steps, as "
@@ -232,6 +235,7 @@ int main(int argc, char** argv) {
     r.engine.set_conv_algorithm(conv_algorithm.value());
     r.engine.set_in_place(in_place);
     r.engine.set_fuse_batch_norm_relu(fuse);
+    r.engine.set_recompute_batch_norm(recompute);
     auto net = make_model(model, {10, width});
     if (!net) return fmt::print(stderr, "{}\n", net.status().to_string()), 1;
     r.net = std::move(net).value();
@@ -353,14 +357,14 @@ int main(int argc, char** argv) {
         "\"failed\": {:.1f}, \"mover_cpu_ms\": {:.1f}, \"mover_cpu_ms_measured\": {:.1f}, "
         "\"copied_mib_measured\": {:.1f}, \"floor_slow_ms\": {:.1f}, \"conv\": \"{}\", "
         "\"peak_live_mib\": {:.1f}, \"peak_between_primitives_mib\": {:.1f}, \"in_place\": {}, \"fuse\": {}, "
-        "\"keep_tensors\": {}}}\n",
+        "\"recompute\": {}, \"keep_tensors\": {}}}\n",
         model, r.mode, r.tiers, median(r.step_ms), median(r.faults), median(r.charge_ms), floor_of(r),
         r.runtime ? emulated_note(*r.runtime) : "", median(r.slow_mib), run.in_mib, run.out_mib,
         run.late_dropped, run.failed, run.mover_cpu_ms, measured.mover_cpu_ms, measured.copied_mib,
         r.runtime && r.runtime->plan() != nullptr ? r.runtime->plan()->floor_slow_ns / 1e6 : 0.0,
         to_string(conv_algorithm.value()), static_cast<double>(st.peak_live_bytes) / (1 << 20),
         static_cast<double>(r.engine.peak_live_bytes_between_primitives()) / (1 << 20), in_place, fuse,
-        keep_tensors);
+        recompute, keep_tensors);
   }
   return 0;
 }

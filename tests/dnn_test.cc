@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <string_view>
 
@@ -29,7 +30,7 @@ struct Fixture {
 
 // A built model, its data set and one loaded batch.
 Fixture make(std::unique_ptr<Network> net, const std::string& spec, dnnl::memory::dims input, int classes,
-             std::size_t samples = 0, bool in_place = true, bool fuse = true) {
+             std::size_t samples = 0, bool in_place = true, bool fuse = true, bool recompute = true) {
   Fixture f;
   auto rt = Runtime::create({spec});
   EXPECT_TRUE(rt) << rt.status().to_string();
@@ -37,6 +38,7 @@ Fixture make(std::unique_ptr<Network> net, const std::string& spec, dnnl::memory
   f.engine = std::make_unique<Engine>(*f.rt);
   f.engine->set_in_place(in_place);
   f.engine->set_fuse_batch_norm_relu(fuse);
+  f.engine->set_recompute_batch_norm(recompute);
   f.net = std::move(net);
   const Status built = f.net->build(*f.engine, input, /*seed=*/42);
   EXPECT_TRUE(built.is_ok()) << built.to_string();
@@ -49,10 +51,11 @@ Fixture make(std::unique_ptr<Network> net, const std::string& spec, dnnl::memory
 }
 
 Fixture make(const std::string& model, const std::string& spec, dnnl::memory::dims input, int classes,
-             int width, std::size_t samples = 0, bool in_place = true, bool fuse = true) {
+             int width, std::size_t samples = 0, bool in_place = true, bool fuse = true,
+             bool recompute = true) {
   auto net = make_model(model, {classes, width});
   EXPECT_TRUE(net) << net.status().to_string();
-  return make(std::move(net).value(), spec, input, classes, samples, in_place, fuse);
+  return make(std::move(net).value(), spec, input, classes, samples, in_place, fuse, recompute);
 }
 
 // conv (with and without bias), batch norm, residual add, average pooling (padded), global
@@ -363,14 +366,79 @@ TEST(Training, FusedBatchNormReluAgreesWithApart) {
   }
 }
 
-// Every lifetime change of issue 38 but the fusion (ReLUs and adds in place, forward tensors freed
-// after their last reader, each layer's SGD update right after its backward, gradients freed) against
-// none of them (every tensor kept to its backward, gradients of the whole step first, then SGD
-// over every parameter, written out here): the same losses and parameters, to the bit.
+// Batch-norm outputs that only the next layer's backward reads (its convolution's input) are
+// freed after forward and computed again for that backward: the profile shows each such output
+// born twice (in forward, and again after the loss, by a ".recompute" layer), the step holds
+// less, and losses and parameters agree with keeping them (to float rounding; bit-identical on
+// the hosts measured).
+TEST(Lifetimes, BatchNormOutputsAreComputedAgainForBackward) {
+  auto run = [](bool recompute) {
+    Fixture f = make("resnet18", "fast=dram:1GiB", {4, 3, 16, 16}, 4, 4, 20, true, true, recompute);
+    BatchIterator it(f.data, 4, 3);
+    std::vector<double> losses;
+    for (int step = 0; step < 5; ++step) {
+      EXPECT_TRUE(it.next(*f.engine, f.batch).is_ok());
+      if (step == 1) f.rt->request_profile();
+      EXPECT_TRUE(f.rt->step_begin().is_ok());
+      auto r = f.net->train_step(*f.engine, f.batch, {0.05F, 0.9F, 1e-4F});
+      EXPECT_TRUE(f.rt->step_end().is_ok());
+      losses.push_back(r ? r->loss : -1);
+    }
+    std::vector<float> params;
+    for (auto& [name, p] : f.net->params())
+      params.insert(params.end(), p->value.data(), p->value.data() + p->value.elements());
+    std::map<std::string, int> births;  // of batch-norm outputs in the profiled step
+    std::uint32_t loss = 0;
+    std::vector<std::string> recompute_layers;
+    const auto profile = f.rt->profile();
+    EXPECT_NE(profile, nullptr);
+    if (profile != nullptr) {
+      for (const auto& l : profile->layers) {
+        if (l.name == "loss") loss = l.index;
+        if (l.name.ends_with(".recompute")) recompute_layers.push_back(l.name);
+      }
+      for (const auto& o : profile->objects) {
+        if (o.name.ends_with("bn.out") && o.born_at_layer)
+          ++births[o.name + (*o.born_at_layer > loss ? "@bwd" : "")];
+      }
+    }
+    return std::tuple{losses, params, births, recompute_layers, profile ? profile->peak_live_bytes : 0};
+  };
+  const auto [losses, params, births, recomputes, peak_bytes] = run(true);
+  const auto [kept_losses, kept_params, kept_births, kept_recomputes, kept_peak_bytes] = run(false);
+  // Candidates: the stem's and each block's first batch norm (the ReLU after it fused), where the
+  // convolution after it reads it in backward (one that reorders its input keeps its own copy).
+  EXPECT_GE(recomputes.size(), 1u);
+  EXPECT_LE(recomputes.size(), 9u);
+  EXPECT_TRUE(kept_recomputes.empty());
+  std::size_t born_in_backward = 0;
+  for (const auto& [name, count] : births) born_in_backward += name.ends_with("@bwd") ? count : 0;
+  EXPECT_EQ(born_in_backward, recomputes.size());
+  for (const std::string& layer : recomputes) {  // "layer1.0.conv1.bn.recompute"
+    const std::string out = layer.substr(0, layer.size() - std::string_view("recompute").size()) + "out";
+    EXPECT_EQ(births.count(out), 1u) << out << " was not born in forward";
+    EXPECT_EQ(births.count(out + "@bwd"), 1u) << out << " was not born again in backward";
+    EXPECT_EQ(out.find("conv2"), std::string::npos) << out << ": the residual add writes over it";
+  }
+  for (const auto& [name, count] : kept_births) EXPECT_FALSE(name.ends_with("@bwd")) << name;
+  EXPECT_LT(peak_bytes, kept_peak_bytes);
+  ASSERT_EQ(losses.size(), kept_losses.size());
+  for (std::size_t i = 0; i < losses.size(); ++i)
+    EXPECT_NEAR(losses[i], kept_losses[i], 1e-6 * std::abs(kept_losses[i]));
+  ASSERT_EQ(params.size(), kept_params.size());
+  for (std::size_t i = 0; i < params.size(); ++i)
+    EXPECT_NEAR(params[i], kept_params[i], 1e-5 * (1e-3 + std::abs(kept_params[i]))) << i;
+}
+
+// Every lifetime change of issue 38 but the fusion and recomputation (ReLUs and adds in place, forward
+// tensors freed after their last reader, each layer's SGD update right after its backward, gradients freed)
+// against none of them (every tensor kept to its backward, gradients of the whole step first, then SGD over
+// every parameter, written out here): the same losses and parameters, to the bit.
 TEST(Lifetimes, AutogradLifetimesAndFusedUpdatesChangeNoBit) {
   constexpr SgdOptions kSgd{0.05F, 0.9F, 1e-3F};
   auto run = [&](bool new_lifetimes) {
-    Fixture f = make("resnet18", "fast=dram:1GiB", {4, 3, 16, 16}, 4, 4, 20, new_lifetimes, /*fuse=*/false);
+    Fixture f = make("resnet18", "fast=dram:1GiB", {4, 3, 16, 16}, 4, 4, 20, new_lifetimes, /*fuse=*/false,
+                     /*recompute=*/false);
     f.net->set_free_after_last_reader(new_lifetimes);
     BatchIterator it(f.data, 4, 3);
     std::vector<double> losses;

@@ -338,6 +338,18 @@ class BatchNorm final : public Layer {
     fused_relu_ = true;
     return true;
   }
+  // The output again: the inference primitive (fused as forward is) given the batch's mean and
+  // variance that forward computed and backward reads.
+  bool can_recompute() const override { return true; }
+  Status recompute(Engine& e, const std::vector<const Tensor*>& in, const Tensor& out) override {
+    return e.run(name_ + ".recompute", shapes_->infer,
+                 {{DNNL_ARG_SRC, in[0]},
+                  {DNNL_ARG_SCALE, &scale_.value},
+                  {DNNL_ARG_SHIFT, &shift_.value},
+                  {DNNL_ARG_MEAN, &mean_},
+                  {DNNL_ARG_VARIANCE, &variance_}},
+                 {{DNNL_ARG_DST, &out}}, shapes_->pad_infer);
+  }
 
   Result<memory::desc> build(Engine& e, const std::vector<memory::desc>& inputs) override {
     if (Status s = need_inputs(name_, inputs, 1); !s.is_ok()) return s;

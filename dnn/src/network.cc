@@ -20,6 +20,7 @@ Status Network::build(Engine& engine, const dnnl::memory::dims& input_dims, std:
   if (input_dims.size() != 4) return invalid_argument("network input must be N,C,H,W");
   if (engine.fuse_batch_norm_relu()) fuse_relus();
   if (engine.in_place()) choose_in_place();
+  recompute_ = engine.recompute_batch_norm();
   TENSORTIER_RETURN_IF_ERROR(use_shape(engine, input_dims));
   for (Node& node : nodes_) node.layer->init_params(engine, seed);
   const auto& logits = nodes_.back().output_desc.dims();
@@ -106,11 +107,42 @@ void Network::plan_lifetimes() {
   for (std::size_t i = 0; i < n; ++i) {
     if (nodes_[i].in_place_of < 0) last_read_at_[last[i]].push_back(static_cast<int>(i));
   }
+  // Recomputed: a root that can compute its output again, kept only for others' backward, whose
+  // object no node writes over (its chain is at most a pass-through ReLU).
+  std::vector<bool> written_over(n, false);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (nodes_[i].in_place_of >= 0 && !nodes_[i].pass_through)
+      written_over[static_cast<std::size_t>(root_of(static_cast<int>(i)))] = true;
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    Node& node = nodes_[i];
+    node.recomputed = recompute_ && free_after_last_reader_ && node.in_place_of < 0 &&
+                      kept_for_backward_[i] && !written_over[i] && node.layer->can_recompute() &&
+                      !node.layer->backward_reads_output();
+  }
+}
+
+Status Network::recompute_inputs(Engine& engine, const Node& node) {
+  for (int j : node.inputs) {
+    if (j == kInput) continue;
+    Node& source = nodes_[static_cast<std::size_t>(root_of(j))];
+    if (!source.recomputed || !source.output.empty()) continue;
+    auto out =
+        engine.allocate(source.layer->name() + ".out", source.output_desc, kActivations, /*zero=*/false);
+    if (!out) return out.status();
+    source.output = std::move(out).value();
+    std::vector<const Tensor*> in;
+    for (int k : source.inputs) in.push_back(&output_of(k));
+    TENSORTIER_RETURN_IF_ERROR(source.layer->recompute(engine, in, source.output));
+  }
+  return Status::ok();
 }
 
 void Network::release_read_by(Engine& engine, std::size_t position, bool training) {
   for (int root : last_read_at_[position]) {
-    if (!training || (free_after_last_reader_ && !kept_for_backward_[static_cast<std::size_t>(root)])) {
+    const Node& node = nodes_[static_cast<std::size_t>(root)];
+    if (!training || (free_after_last_reader_ &&
+                      (!kept_for_backward_[static_cast<std::size_t>(root)] || node.recomputed))) {
       engine.release(nodes_[static_cast<std::size_t>(root)].output);
     }
   }
@@ -239,6 +271,7 @@ Status Network::backward(Engine& engine, const SgdOptions* sgd) {
       nodes_[static_cast<std::size_t>(node.inputs[0])].diff = std::move(node.diff);
       continue;
     }
+    TENSORTIER_RETURN_IF_ERROR(recompute_inputs(engine, node));
     const std::vector<Param*> params = node.layer->params();
     for (Param* p : params) {
       if (!p->grad.empty()) continue;  // kept from the step before

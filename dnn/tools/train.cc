@@ -42,6 +42,7 @@ struct Options {
   std::string conv = "auto";  // convolution algorithm (ConvAlgorithm)
   bool in_place = true;       // ReLUs and residual adds in place (Engine::set_in_place)
   bool fuse = true;           // batch norms apply their ReLUs (Engine::set_fuse_batch_norm_relu)
+  bool recompute = true;      // batch-norm outputs computed again for backward (set_recompute_batch_norm)
   int image_size = 32, channels = 3, classes = 10;
   std::size_t train_limit = 0, test_limit = 0, synthetic_count = 2048;
   std::string tiers;
@@ -179,6 +180,9 @@ void add_training_flags(CLI::App& app, Options& o) {
                "memory, same results; default on)");
   app.add_flag("--fuse,!--no-fuse", o.fuse,
                "Batch norms apply the ReLU after them in one pass (oneDNN fuse_norm_relu; default on)");
+  app.add_flag("--recompute,!--no-recompute", o.recompute,
+               "Batch-norm outputs freed after forward and computed again for the backward that reads them "
+               "(less memory, an elementwise pass more; default on)");
   app.add_option("--image-size", o.image_size, "Synthetic data: image height and width")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
@@ -337,6 +341,7 @@ Result<Run> make_run(const Options& o, const std::string& policy, const Dataset&
   run.engine->set_conv_algorithm(conv.value());
   run.engine->set_in_place(o.in_place);
   run.engine->set_fuse_batch_norm_relu(o.fuse);
+  run.engine->set_recompute_batch_norm(o.recompute);
   auto model = make_model(o.model, {train.classes, o.width});
   if (!model) return model.status();
   run.net = std::move(model).value();

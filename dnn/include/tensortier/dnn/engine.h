@@ -129,6 +129,13 @@ class Engine {
   // for backward in blocked layouts). On by default; results agree to float rounding.
   void set_fuse_batch_norm_relu(bool on) { fuse_batch_norm_relu_ = on; }
   bool fuse_batch_norm_relu() const { return fuse_batch_norm_relu_; }
+  // Whether networks built from now on free a batch norm's output that only later layers'
+  // backward reads (the convolution after it: its input) after its last forward reader, and
+  // compute it again from the batch norm's input and the batch's statistics before that backward
+  // (Layer::recompute): one tensor less per batch norm kept across the step for an elementwise
+  // pass in backward. On by default; results agree to float rounding.
+  void set_recompute_batch_norm(bool on) { recompute_batch_norm_ = on; }
+  bool recompute_batch_norm() const { return recompute_batch_norm_; }
   // The most bytes of live runtime objects at any moment no primitive runs (sampled after each
   // allocation outside run()): the runtime's peak without the scratchpads that live only inside
   // one primitive. PyTorch's profile_memory figure nets such allocations the same way. 0 without
@@ -185,6 +192,7 @@ class Engine {
   ConvAlgorithm conv_algorithm_ = ConvAlgorithm::kAuto;
   bool in_place_ = true;
   bool fuse_batch_norm_relu_ = true;
+  bool recompute_batch_norm_ = true;
   std::uint64_t peak_between_primitives_bytes_ = 0;
   dnnl::engine engine_;
   dnnl::stream stream_;

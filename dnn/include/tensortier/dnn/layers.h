@@ -70,6 +70,15 @@ class Layer {
   // the ReLU as a pass-through (its output is the producer's, its gradient passed on).
   virtual bool is_relu() const { return false; }
   virtual bool fuse_relu() { return false; }
+  // Recomputation: a layer that can compute its training output again in backward from what its
+  // own backward keeps anyway (batch norm: its input and the batch's mean and variance) says so,
+  // and recompute() writes that output; the Network may then free the output after its last
+  // forward reader and compute it again before the first backward that reads it.
+  virtual bool can_recompute() const { return false; }
+  virtual Status recompute(Engine& /*engine*/, const std::vector<const Tensor*>& /*inputs*/,
+                           const Tensor& /*output*/) {
+    return failed_precondition(name_ + " cannot compute its output again");
+  }
   virtual std::vector<Param*> params() { return {}; }
   // Initializes parameters from a seeded generator (PyTorch's default schemes).
   virtual void init_params(Engine& /*engine*/, std::uint64_t /*seed*/) {}

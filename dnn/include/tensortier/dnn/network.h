@@ -13,7 +13,10 @@
 // With Engine::in_place (the default), a ReLU or residual add whose first input no other node
 // reads (and whose producer's backward does not read it) writes over that input's object. With
 // Engine::fuse_batch_norm_relu (the default), a batch norm applies the ReLU that alone reads it,
-// and that ReLU's node passes its input through (no layer of its own).
+// and that ReLU's node passes its input through (no layer of its own). With
+// Engine::recompute_batch_norm (the default), a batch norm's output that only later backwards
+// read, and that no layer writes over, is freed after its last forward reader and computed again
+// (Layer::recompute) before the first backward that reads it, until the batch norm's backward.
 // Updating a layer's parameters right after its backward gives the same bits as updating all
 // after the whole backward: no earlier layer's backward reads them.
 //
@@ -105,6 +108,7 @@ class Network {
     Tensor diff;
     int in_place_of = -1;       // the node whose output this one overwrites (or passes through)
     bool pass_through = false;  // a ReLU its producer applies (Layer::fuse_relu)
+    bool recomputed = false;    // a root whose output backward computes again (Layer::recompute)
   };
   // A node's output tensor (the input batch for kInput; an in-place node's is its input's).
   const Tensor& output_of(int node) const;
@@ -115,9 +119,11 @@ class Network {
   void fuse_relus();
   // Chooses the nodes that run in place (Engine::in_place).
   void choose_in_place();
-  // Fills last_read_at_ and kept_for_backward_ from the graph and the layers' declarations
-  // (for the shape use_shape last chose).
+  // Fills last_read_at_, kept_for_backward_ and Node::recomputed from the graph and the layers'
+  // declarations (for the shape use_shape last chose).
   void plan_lifetimes();
+  // Before node i's backward: computes again each recomputed input that is not alive.
+  Status recompute_inputs(Engine& engine, const Node& node);
   // Frees the objects whose last forward reader is at `position` (nodes_.size(): the loss); in
   // training only those no backward reads.
   void release_read_by(Engine& engine, std::size_t position, bool training);
@@ -142,6 +148,7 @@ class Network {
   std::vector<bool> kept_for_backward_;  // by root node: some backward reads its object
   bool keep_gradients_ = false;
   bool free_after_last_reader_ = true;
+  bool recompute_ = false;  // Engine::recompute_batch_norm when built
   bool built_ = false;
 };
 
