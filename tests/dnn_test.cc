@@ -157,22 +157,36 @@ TEST(GradientCheck, MlpOnImages) {
   check_gradients(make("mlp", "fast=dram:1GiB", {4, 1, 4, 4}, 3, 4), true);
 }
 
-// Trains a few steps and returns every loss and the final parameters.
+// What train_steps() returns: every loss, and every parameter after the last step (in
+// Network::params() order).
+struct Trained {
+  std::vector<double> losses;
+  std::vector<float> params;
+};
+
+// Trains `steps` steps of f's data set in batches of `batch` (the runtime profiling step
+// `profile_step`, if any).
+Trained train_steps(Fixture& f, std::size_t batch, int steps, const SgdOptions& sgd, int profile_step = -1) {
+  BatchIterator it(f.data, batch, 3);
+  Trained out;
+  for (int step = 0; step < steps; ++step) {
+    EXPECT_TRUE(it.next(*f.engine, f.batch).is_ok());
+    if (step == profile_step) f.rt->request_profile();
+    EXPECT_TRUE(f.rt->step_begin().is_ok());
+    auto r = f.net->train_step(*f.engine, f.batch, sgd);
+    EXPECT_TRUE(r) << r.status().to_string();
+    EXPECT_TRUE(f.rt->step_end().is_ok());
+    out.losses.push_back(r ? r->loss : -1);
+  }
+  for (auto& [name, p] : f.net->params())
+    out.params.insert(out.params.end(), p->value.data(), p->value.data() + p->value.elements());
+  return out;
+}
+
 std::pair<std::vector<double>, std::vector<float>> train(const std::string& spec) {
   Fixture f = make("resblock", spec, {8, 3, 8, 8}, 4, 8, 64);
-  BatchIterator it(f.data, 8, 3);
-  std::vector<double> losses;
-  for (int step = 0; step < 4; ++step) {
-    EXPECT_TRUE(it.next(*f.engine, f.batch).is_ok());
-    EXPECT_TRUE(f.rt->step_begin().is_ok());
-    auto r = f.net->train_step(*f.engine, f.batch, {0.1F, 0.9F, 1e-4F});
-    EXPECT_TRUE(f.rt->step_end().is_ok());
-    losses.push_back(r ? r->loss : -1);
-  }
-  std::vector<float> params;
-  for (auto& [name, p] : f.net->params())
-    params.insert(params.end(), p->value.data(), p->value.data() + p->value.elements());
-  return {losses, params};
+  Trained t = train_steps(f, 8, 4, {0.1F, 0.9F, 1e-4F});
+  return {t.losses, t.params};
 }
 
 TEST(Training, ResultsDoNotDependOnWhereTensorsLive) {
@@ -197,17 +211,10 @@ TEST(Training, InPlaceLayersChangeNoResultAndHoldLess) {
   };
   auto run = [](bool in_place) {
     Fixture f = make("resnet18", "fast=dram:1GiB", {6, 3, 16, 16}, 4, 8, 18, in_place, /*fuse=*/false);
-    BatchIterator it(f.data, 6, 3);
     Run r;
-    for (int step = 0; step < 3; ++step) {
-      EXPECT_TRUE(it.next(*f.engine, f.batch).is_ok());
-      EXPECT_TRUE(f.rt->step_begin().is_ok());
-      auto result = f.net->train_step(*f.engine, f.batch, {0.05F, 0.9F, 1e-4F});
-      EXPECT_TRUE(f.rt->step_end().is_ok());
-      r.losses.push_back(result ? result->loss : -1);
-    }
-    for (auto& [name, p] : f.net->params())
-      r.params.insert(r.params.end(), p->value.data(), p->value.data() + p->value.elements());
+    Trained t = train_steps(f, 6, 3, {0.05F, 0.9F, 1e-4F});
+    r.losses = t.losses;
+    r.params = t.params;
     r.peak_bytes = f.rt->stats().peak_live_bytes;
     for (const LayerRecord& l : f.rt->last_step_layers()) {
       if (l.name.ends_with("relu.fwd")) {
@@ -331,18 +338,7 @@ TEST(Training, FusedBatchNormReluAgreesWithApart) {
     SCOPED_TRACE(model);
     auto run = [&](bool fuse) {
       Fixture f = make(model, "fast=dram:1GiB", {4, 3, 16, 16}, 4, 4, 20, true, fuse);
-      BatchIterator it(f.data, 4, 3);
-      std::vector<double> losses;
-      for (int step = 0; step < 5; ++step) {
-        EXPECT_TRUE(it.next(*f.engine, f.batch).is_ok());
-        EXPECT_TRUE(f.rt->step_begin().is_ok());
-        auto r = f.net->train_step(*f.engine, f.batch, {0.05F, 0.9F, 1e-4F});
-        EXPECT_TRUE(f.rt->step_end().is_ok());
-        losses.push_back(r ? r->loss : -1);
-      }
-      std::vector<float> params;
-      for (auto& [name, p] : f.net->params())
-        params.insert(params.end(), p->value.data(), p->value.data() + p->value.elements());
+      auto [losses, params] = train_steps(f, 4, 5, {0.05F, 0.9F, 1e-4F});
       std::size_t relus = 0;
       for (const LayerRecord& l : f.rt->last_step_layers())
         relus += l.name.find("relu") != std::string::npos && l.name.ends_with(".fwd");
@@ -374,19 +370,7 @@ TEST(Training, FusedBatchNormReluAgreesWithApart) {
 TEST(Lifetimes, BatchNormOutputsAreComputedAgainForBackward) {
   auto run = [](bool recompute) {
     Fixture f = make("resnet18", "fast=dram:1GiB", {4, 3, 16, 16}, 4, 4, 20, true, true, recompute);
-    BatchIterator it(f.data, 4, 3);
-    std::vector<double> losses;
-    for (int step = 0; step < 5; ++step) {
-      EXPECT_TRUE(it.next(*f.engine, f.batch).is_ok());
-      if (step == 1) f.rt->request_profile();
-      EXPECT_TRUE(f.rt->step_begin().is_ok());
-      auto r = f.net->train_step(*f.engine, f.batch, {0.05F, 0.9F, 1e-4F});
-      EXPECT_TRUE(f.rt->step_end().is_ok());
-      losses.push_back(r ? r->loss : -1);
-    }
-    std::vector<float> params;
-    for (auto& [name, p] : f.net->params())
-      params.insert(params.end(), p->value.data(), p->value.data() + p->value.elements());
+    auto [losses, params] = train_steps(f, 4, 5, {0.05F, 0.9F, 1e-4F}, /*profile_step=*/1);
     std::map<std::string, int> births;  // of batch-norm outputs in the profiled step
     std::uint32_t loss = 0;
     std::vector<std::string> recompute_layers;
