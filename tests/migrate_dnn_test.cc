@@ -174,11 +174,12 @@ TEST_P(PolicyTest, TrainsBitIdenticallyToFastOnlyWithinTheBudget) {
   int budgets_with_moves = 0, budgets_with_clean_outs = 0, budgets_with_dead_moves = 0,
       budgets_with_discards = 0;
   // Two kinds of step. The engine's default (autograd's lifetimes: forward tensors freed after
-  // their last reader, parameters' gradients by their updates) at 100% and 20%; every tensor
-  // kept (each forward tensor to its backward, gradients across steps, overwritten: dead until
-  // their backward; nothing in place or fused) at 50%, 20% and 10%, the step with the most to move.
+  // their last reader, parameters' gradients by their updates) at 20%; every tensor kept (each
+  // forward tensor to its backward, gradients across steps, overwritten: dead until their
+  // backward; nothing in place, fused or recomputed) at 50%, 20% and 10%, the step with the most
+  // to move. (Four runs, as many as before the default changed: CI's time.)
   const std::pair<const char*, bool> budgets[] = {
-      {"100%", false}, {"20%", false}, {"50%", true}, {"20%", true}, {"10%", true}};
+      {"20%", false}, {"50%", true}, {"20%", true}, {"10%", true}};
   for (const auto& [budget, kept_lifetimes] : budgets) {
     SCOPED_TRACE(fmt::format("{} {} at {}{}", model, policy, budget, kept_lifetimes ? ", tensors kept" : ""));
     // The policy itself, every step (the trial, which may swap in first-touch, is tested below).
@@ -204,7 +205,7 @@ TEST_P(PolicyTest, TrainsBitIdenticallyToFastOnlyWithinTheBudget) {
       ++budgets_with_dead_moves;
       if (run.stats.migration.discarded_moves > 0) ++budgets_with_discards;
     }
-    if (std::string(policy) == "sentinel" && std::string(budget) != "100%") {
+    if (std::string(policy) == "sentinel") {
       // Whether a plan moves at a budget depends on the measured layer times and bandwidths (a
       // plan at 50% may keep its objects where they are born): the checks follow the plan, and
       // some budget must have moves, and clean moves out.
