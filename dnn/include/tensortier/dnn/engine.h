@@ -33,11 +33,13 @@ namespace tensortier::dnn {
 // Lifetime classes the engine allocates in; small objects of one class share pages.
 enum Group : GroupId {
   kParams = 1,          // weights and biases: live across steps
-  kParamGrads = 2,      // their gradients: live across steps, rewritten every step
+  kParamGrads = 2,      // their gradients: from their layer's backward to their SGD update
+                        // (across steps with Network::set_keep_gradients)
   kOptimizerState = 3,  // SGD momentum: live across steps
-  kActivations = 4,     // forward outputs kept for backward: born in forward, die in backward
+  kActivations = 4,     // forward outputs: born in forward, die after their last forward reader
+                        // or, where a backward reads them, in backward (recomputed: born again)
   kGradients = 5,       // gradients of activations: born and die within backward
-  kWorkspaces = 6,      // pooling / batch-norm state kept from forward for backward
+  kWorkspaces = 6,      // pooling / batch-norm state (and fused ReLU masks) kept for backward
   kScratchpads = 7,     // oneDNN scratchpads (user mode): born before their primitive runs, freed after
   kBatch = 8,           // input batch and labels
 };
