@@ -8,12 +8,12 @@
 // allocated (a null slot: that gradient is not needed, e.g. for the input batch) and overwrites
 // its parameters' gradients. Tensors a layer keeps from forward for backward (batch-norm mean
 // and variance and a fused ReLU's mask, max-pooling workspace) are its own, released at the end
-// of backward. Layouts
-// are oneDNN's choice (format_tag::any): convolutions pick blocked activations (nChw16c on
-// AVX-512) and weights, and the layers after them keep their input's layout, so no reorder runs
-// between layers; the network input is nchw and the logits nc.
+// of backward. Layouts are oneDNN's choice (format_tag::any): convolutions pick blocked
+// activations (nChw16c on AVX-512) and weights, and the layers after them keep their input's
+// layout, so no reorder runs between layers; the network input is nchw and the logits nc.
 //
-// Ownership: a layer owns its parameters (values, gradients, momentum) and scratchpads.
+// Ownership: a layer owns its parameters (values, momentum; their gradients while the Network
+// has them allocated) and scratchpads.
 // Thread safety: none; a layer belongs to one Network on one thread.
 #pragma once
 
