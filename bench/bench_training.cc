@@ -17,6 +17,7 @@
 #include "emulated_note.h"
 #include "migration_stats.h"
 #include "stats.h"
+#include "tensortier/cli/memory_flags.h"
 #include "tensortier/cli/runtime_flags.h"
 #include "tensortier/dnn/data.h"
 #include "tensortier/dnn/models.h"
@@ -129,14 +130,8 @@ int main(int argc, char** argv) {
   app.add_option("--conv", conv,
                  "Convolution algorithm of every mode: auto (Winograd where it pays) or direct")
       ->capture_default_str();
-  bool in_place = true;
-  app.add_flag("--in-place,!--no-in-place", in_place,
-               "ReLUs and residual adds in place where the graph allows (every mode; default on)");
-  bool fuse = true;
-  app.add_flag("--fuse,!--no-fuse", fuse, "Batch norms apply the ReLU after them (every mode; default on)");
-  bool recompute = true;
-  app.add_flag("--recompute,!--no-recompute", recompute,
-               "Batch-norm outputs computed again for backward (every mode; default on)");
+  MemoryOptions memory;
+  cli::add_memory_flags(app, memory, "every mode; ");
   bool keep_tensors = false;
   app.add_flag("--keep-tensors", keep_tensors,
                "Every forward tensor kept to its backward and parameters' gradients across steps, as "
@@ -233,9 +228,7 @@ int main(int argc, char** argv) {
       Run{"plain", "", nullptr, Engine::without_runtime(), nullptr, nullptr, {}, {}, {}, {}, {}, {}});
   for (Run& r : runs) {
     r.engine.set_conv_algorithm(conv_algorithm.value());
-    r.engine.set_in_place(in_place);
-    r.engine.set_fuse_batch_norm_relu(fuse);
-    r.engine.set_recompute_batch_norm(recompute);
+    r.engine.set_memory_options(memory);
     auto net = make_model(model, {10, width});
     if (!net) return fmt::print(stderr, "{}\n", net.status().to_string()), 1;
     r.net = std::move(net).value();
@@ -363,8 +356,8 @@ int main(int argc, char** argv) {
         run.late_dropped, run.failed, run.mover_cpu_ms, measured.mover_cpu_ms, measured.copied_mib,
         r.runtime && r.runtime->plan() != nullptr ? r.runtime->plan()->floor_slow_ns / 1e6 : 0.0,
         to_string(conv_algorithm.value()), static_cast<double>(st.peak_live_bytes) / (1 << 20),
-        static_cast<double>(r.engine.peak_live_bytes_between_primitives()) / (1 << 20), in_place, fuse,
-        recompute, keep_tensors);
+        static_cast<double>(r.engine.peak_live_bytes_between_primitives()) / (1 << 20), memory.in_place,
+        memory.fuse_batch_norm_relu, memory.recompute_batch_norm, keep_tensors);
   }
   return 0;
 }

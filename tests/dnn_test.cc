@@ -30,15 +30,13 @@ struct Fixture {
 
 // A built model, its data set and one loaded batch.
 Fixture make(std::unique_ptr<Network> net, const std::string& spec, dnnl::memory::dims input, int classes,
-             std::size_t samples = 0, bool in_place = true, bool fuse = true, bool recompute = true) {
+             std::size_t samples = 0, const MemoryOptions& memory = {}) {
   Fixture f;
   auto rt = Runtime::create({spec});
   EXPECT_TRUE(rt) << rt.status().to_string();
   f.rt = std::move(rt).value();
   f.engine = std::make_unique<Engine>(*f.rt);
-  f.engine->set_in_place(in_place);
-  f.engine->set_fuse_batch_norm_relu(fuse);
-  f.engine->set_recompute_batch_norm(recompute);
+  f.engine->set_memory_options(memory);
   f.net = std::move(net);
   const Status built = f.net->build(*f.engine, input, /*seed=*/42);
   EXPECT_TRUE(built.is_ok()) << built.to_string();
@@ -51,11 +49,10 @@ Fixture make(std::unique_ptr<Network> net, const std::string& spec, dnnl::memory
 }
 
 Fixture make(const std::string& model, const std::string& spec, dnnl::memory::dims input, int classes,
-             int width, std::size_t samples = 0, bool in_place = true, bool fuse = true,
-             bool recompute = true) {
+             int width, std::size_t samples = 0, const MemoryOptions& memory = {}) {
   auto net = make_model(model, {classes, width});
   EXPECT_TRUE(net) << net.status().to_string();
-  return make(std::move(net).value(), spec, input, classes, samples, in_place, fuse, recompute);
+  return make(std::move(net).value(), spec, input, classes, samples, memory);
 }
 
 // conv (with and without bias), batch norm, residual add, average pooling (padded), global
@@ -126,13 +123,13 @@ TEST(GradientCheck, ConvBatchNormResidualAddAveragePoolLinear) {
   check_gradients(make(smooth_residual(), "fast=dram:1GiB", {4, 2, 6, 6}, 3), /*kinked=*/false);
 }
 TEST(GradientCheck, ReluAndMaxPool) {
-  check_gradients(make("small_cnn", "fast=dram:1GiB", {4, 2, 8, 8}, 3, 4, 0, /*in_place=*/false), true);
+  check_gradients(make("small_cnn", "fast=dram:1GiB", {4, 2, 8, 8}, 3, 4, 0, {.in_place = false}), true);
 }
 TEST(GradientCheck, InPlaceRelu) {  // each ReLU writes over its convolution's output
-  check_gradients(make("small_cnn", "fast=dram:1GiB", {4, 2, 8, 8}, 3, 4, 0, /*in_place=*/true), true);
+  check_gradients(make("small_cnn", "fast=dram:1GiB", {4, 2, 8, 8}, 3, 4, 0, {.in_place = true}), true);
 }
 TEST(GradientCheck, InPlaceResidualAdd) {  // the add writes over the branch's batch-norm output
-  check_gradients(make(smooth_residual(), "fast=dram:1GiB", {4, 2, 6, 6}, 3, 0, /*in_place=*/true), false);
+  check_gradients(make(smooth_residual(), "fast=dram:1GiB", {4, 2, 6, 6}, 3, 0, {.in_place = true}), false);
 }
 // conv -> batch norm -> ReLU twice, the batch norms applying their ReLUs (fuse_norm_relu).
 TEST(GradientCheck, BatchNormFusedWithRelu) {
@@ -145,7 +142,7 @@ TEST(GradientCheck, BatchNormFusedWithRelu) {
   n->add(make_relu("conv2.relu"));
   n->add(make_global_avg_pool("gap"));
   n->add(make_linear("fc", 3));
-  Fixture f = make(std::move(n), "fast=dram:1GiB", {4, 2, 8, 8}, 3, 0, true, /*fuse=*/true);
+  Fixture f = make(std::move(n), "fast=dram:1GiB", {4, 2, 8, 8}, 3, 0, {.fuse_batch_norm_relu = true});
   ASSERT_TRUE(gradients(f));
   std::size_t relu_layers = 0;
   for (const LayerRecord& l : f.rt->last_step_layers())
@@ -189,6 +186,21 @@ std::pair<std::vector<double>, std::vector<float>> train(const std::string& spec
   return {t.losses, t.params};
 }
 
+// `a` is `b` to float rounding: every loss within 1e-6 relative, every parameter within 1e-5
+// relative (over a floor of 1e-3 for parameters near 0).
+void expect_agree_to_rounding(const Trained& a, const Trained& b) {
+  ASSERT_EQ(a.losses.size(), b.losses.size());
+  for (std::size_t i = 0; i < b.losses.size(); ++i)
+    EXPECT_NEAR(a.losses[i], b.losses[i], 1e-6 * std::abs(b.losses[i])) << "loss " << i;
+  ASSERT_EQ(a.params.size(), b.params.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < b.params.size(); ++i) {
+    worst = std::max(worst, std::abs(static_cast<double>(a.params[i]) - b.params[i]) /
+                                (1e-3 + std::abs(static_cast<double>(b.params[i]))));
+  }
+  EXPECT_LT(worst, 1e-5) << "parameters after " << b.losses.size() << " steps";
+}
+
 TEST(Training, ResultsDoNotDependOnWhereTensorsLive) {
   const auto fast_only = train("fast=dram:1GiB");
   const auto mixed = train("fast=dram:64KiB,slow=emulated:optane:1GiB");  // most objects fall back
@@ -199,7 +211,7 @@ TEST(Training, ResultsDoNotDependOnWhereTensorsLive) {
   EXPECT_LT(fast_only.first.back(), fast_only.first.front());  // and it learns
 }
 
-// ReLUs and residual adds in place (Engine::set_in_place): the same losses and parameters to the
+// ReLUs and residual adds in place (MemoryOptions::in_place): the same losses and parameters to the
 // bit, with their outputs written over their first inputs' objects, so the step holds less.
 TEST(Training, InPlaceLayersChangeNoResultAndHoldLess) {
   struct Run {
@@ -210,7 +222,8 @@ TEST(Training, InPlaceLayersChangeNoResultAndHoldLess) {
     std::size_t adds = 0, adds_in_place = 0;
   };
   auto run = [](bool in_place) {
-    Fixture f = make("resnet18", "fast=dram:1GiB", {6, 3, 16, 16}, 4, 8, 18, in_place, /*fuse=*/false);
+    Fixture f = make("resnet18", "fast=dram:1GiB", {6, 3, 16, 16}, 4, 8, 18,
+                     {.in_place = in_place, .fuse_batch_norm_relu = false});
     Run r;
     Trained t = train_steps(f, 6, 3, {0.05F, 0.9F, 1e-4F});
     r.losses = t.losses;
@@ -252,15 +265,20 @@ std::shared_ptr<const profiler::StepProfile> profiled_step(Fixture& f) {
   return f.rt->profile();
 }
 
+// The position of the loss in a profiled step: forward layers come before it, backward after.
+std::uint32_t loss_layer(const profiler::StepProfile& p) {
+  for (const auto& l : p.layers) {
+    if (l.name == "loss") return l.index;
+  }
+  ADD_FAILURE() << "no loss layer in the profiled step";
+  return static_cast<std::uint32_t>(p.layers.size());
+}
+
 // Activations that no backward layer reads but that outlive the node of their last forward
 // reader (a node's layers share its name: "add.src1_reorder", "add.fwd"; the loss reads the
 // logits), in one profiled step.
 std::vector<std::string> outliving_activations(const profiler::StepProfile& p) {
-  std::size_t loss = p.layers.size();
-  for (const auto& l : p.layers) {
-    if (l.name == "loss") loss = l.index;
-  }
-  EXPECT_LT(loss, p.layers.size());
+  const std::size_t loss = loss_layer(p);
   auto node_of = [&](std::size_t layer) {
     const std::string& name = p.layers[layer].name;
     return name.substr(0, name.rfind('.'));
@@ -313,10 +331,7 @@ TEST(Lifetimes, ParameterGradientsLiveFromTheirBackwardToTheirUpdate) {
   Fixture f = make("resnet18", "fast=dram:1GiB", {4, 3, 16, 16}, 4, 4, 8);
   const auto profile = profiled_step(f);
   ASSERT_NE(profile, nullptr);
-  std::uint32_t loss = 0;
-  for (const auto& l : profile->layers) {
-    if (l.name == "loss") loss = l.index;
-  }
+  const std::uint32_t loss = loss_layer(*profile);
   std::size_t grads = 0;
   for (const auto& o : profile->objects) {
     if (o.group != kParamGrads) continue;
@@ -337,24 +352,16 @@ TEST(Training, FusedBatchNormReluAgreesWithApart) {
   for (const char* model : {"resnet18", "vgg11_bn"}) {
     SCOPED_TRACE(model);
     auto run = [&](bool fuse) {
-      Fixture f = make(model, "fast=dram:1GiB", {4, 3, 16, 16}, 4, 4, 20, true, fuse);
-      auto [losses, params] = train_steps(f, 4, 5, {0.05F, 0.9F, 1e-4F});
+      Fixture f = make(model, "fast=dram:1GiB", {4, 3, 16, 16}, 4, 4, 20, {.fuse_batch_norm_relu = fuse});
+      Trained trained = train_steps(f, 4, 5, {0.05F, 0.9F, 1e-4F});
       std::size_t relus = 0;
       for (const LayerRecord& l : f.rt->last_step_layers())
         relus += l.name.find("relu") != std::string::npos && l.name.ends_with(".fwd");
-      return std::tuple{losses, params, relus, f.rt->last_step_layers().size()};
+      return std::tuple{trained, relus, f.rt->last_step_layers().size()};
     };
-    const auto [fused_losses, fused_params, fused_relus, fused_layers] = run(true);
-    const auto [losses, params, relus, layers] = run(false);
-    ASSERT_EQ(fused_losses.size(), losses.size());
-    for (std::size_t i = 0; i < losses.size(); ++i)
-      EXPECT_NEAR(fused_losses[i], losses[i], 1e-6 * std::abs(losses[i]));
-    ASSERT_EQ(fused_params.size(), params.size());
-    double worst = 0;
-    for (std::size_t i = 0; i < params.size(); ++i)
-      worst = std::max(
-          worst, std::abs(static_cast<double>(fused_params[i]) - params[i]) / (1e-3 + std::abs(params[i])));
-    EXPECT_LT(worst, 1e-5) << "parameters after 5 steps";
+    const auto [fused, fused_relus, fused_layers] = run(true);
+    const auto [apart, relus, layers] = run(false);
+    expect_agree_to_rounding(fused, apart);
     const bool resnet = std::string(model) == "resnet18";
     EXPECT_EQ(relus - fused_relus, resnet ? 9u : 8u);  // ResNet: the stem's and each block's first
     EXPECT_EQ(fused_relus, resnet ? 8u : 0u);          // after the residual adds
@@ -369,16 +376,16 @@ TEST(Training, FusedBatchNormReluAgreesWithApart) {
 // the hosts measured).
 TEST(Lifetimes, BatchNormOutputsAreComputedAgainForBackward) {
   auto run = [](bool recompute) {
-    Fixture f = make("resnet18", "fast=dram:1GiB", {4, 3, 16, 16}, 4, 4, 20, true, true, recompute);
-    auto [losses, params] = train_steps(f, 4, 5, {0.05F, 0.9F, 1e-4F}, /*profile_step=*/1);
+    Fixture f =
+        make("resnet18", "fast=dram:1GiB", {4, 3, 16, 16}, 4, 4, 20, {.recompute_batch_norm = recompute});
+    Trained trained = train_steps(f, 4, 5, {0.05F, 0.9F, 1e-4F}, /*profile_step=*/1);
     std::map<std::string, int> births;  // of batch-norm outputs in the profiled step
-    std::uint32_t loss = 0;
     std::vector<std::string> recompute_layers;
     const auto profile = f.rt->profile();
     EXPECT_NE(profile, nullptr);
     if (profile != nullptr) {
+      const std::uint32_t loss = loss_layer(*profile);
       for (const auto& l : profile->layers) {
-        if (l.name == "loss") loss = l.index;
         if (l.name.ends_with(".recompute")) recompute_layers.push_back(l.name);
       }
       for (const auto& o : profile->objects) {
@@ -386,10 +393,10 @@ TEST(Lifetimes, BatchNormOutputsAreComputedAgainForBackward) {
           ++births[o.name + (*o.born_at_layer > loss ? "@bwd" : "")];
       }
     }
-    return std::tuple{losses, params, births, recompute_layers, profile ? profile->peak_live_bytes : 0};
+    return std::tuple{trained, births, recompute_layers, profile ? profile->peak_live_bytes : 0};
   };
-  const auto [losses, params, births, recomputes, peak_bytes] = run(true);
-  const auto [kept_losses, kept_params, kept_births, kept_recomputes, kept_peak_bytes] = run(false);
+  const auto [recomputed, births, recomputes, peak_bytes] = run(true);
+  const auto [kept, kept_births, kept_recomputes, kept_peak_bytes] = run(false);
   // Candidates: the stem's and each block's first batch norm (the ReLU after it fused), where the
   // convolution after it reads it in backward (one that reorders its input keeps its own copy).
   EXPECT_GE(recomputes.size(), 1u);
@@ -406,12 +413,7 @@ TEST(Lifetimes, BatchNormOutputsAreComputedAgainForBackward) {
   }
   for (const auto& [name, count] : kept_births) EXPECT_FALSE(name.ends_with("@bwd")) << name;
   EXPECT_LT(peak_bytes, kept_peak_bytes);
-  ASSERT_EQ(losses.size(), kept_losses.size());
-  for (std::size_t i = 0; i < losses.size(); ++i)
-    EXPECT_NEAR(losses[i], kept_losses[i], 1e-6 * std::abs(kept_losses[i]));
-  ASSERT_EQ(params.size(), kept_params.size());
-  for (std::size_t i = 0; i < params.size(); ++i)
-    EXPECT_NEAR(params[i], kept_params[i], 1e-5 * (1e-3 + std::abs(kept_params[i]))) << i;
+  expect_agree_to_rounding(recomputed, kept);
 }
 
 // Every lifetime change of issue 38 but the fusion and recomputation (ReLUs and adds in place, forward
@@ -421,8 +423,9 @@ TEST(Lifetimes, BatchNormOutputsAreComputedAgainForBackward) {
 TEST(Lifetimes, AutogradLifetimesAndFusedUpdatesChangeNoBit) {
   constexpr SgdOptions kSgd{0.05F, 0.9F, 1e-3F};
   auto run = [&](bool new_lifetimes) {
-    Fixture f = make("resnet18", "fast=dram:1GiB", {4, 3, 16, 16}, 4, 4, 20, new_lifetimes, /*fuse=*/false,
-                     /*recompute=*/false);
+    Fixture f =
+        make("resnet18", "fast=dram:1GiB", {4, 3, 16, 16}, 4, 4, 20,
+             {.in_place = new_lifetimes, .fuse_batch_norm_relu = false, .recompute_batch_norm = false});
     f.net->set_free_after_last_reader(new_lifetimes);
     BatchIterator it(f.data, 4, 3);
     std::vector<double> losses;

@@ -101,9 +101,7 @@ TrainRun train(const std::string& model, const std::string& policy, const std::s
     });
   }
   Engine engine(r);
-  engine.set_in_place(!kept_lifetimes);
-  engine.set_fuse_batch_norm_relu(!kept_lifetimes);
-  engine.set_recompute_batch_norm(!kept_lifetimes);
+  engine.set_memory_options(kept_lifetimes ? MemoryOptions::none() : MemoryOptions{});
   const bool lenet = model == "lenet5";
   // Batches big enough that 10% of the footprint holds the small objects' chunks.
   if (input.empty()) input = lenet ? dnnl::memory::dims{48, 1, 28, 28} : dnnl::memory::dims{6, 3, 16, 16};

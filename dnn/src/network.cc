@@ -18,9 +18,10 @@ Status Network::build(Engine& engine, const dnnl::memory::dims& input_dims, std:
   if (nodes_.empty()) return failed_precondition(fmt::format("network '{}' has no layers", name_));
   if (built_) return failed_precondition(fmt::format("network '{}' is built already", name_));
   if (input_dims.size() != 4) return invalid_argument("network input must be N,C,H,W");
-  if (engine.fuse_batch_norm_relu()) fuse_relus();
-  if (engine.in_place()) choose_in_place();
-  recompute_ = engine.recompute_batch_norm();
+  const MemoryOptions& memory = engine.memory_options();
+  if (memory.fuse_batch_norm_relu) fuse_relus();
+  if (memory.in_place) choose_in_place();
+  recompute_ = memory.recompute_batch_norm;
   TENSORTIER_RETURN_IF_ERROR(use_shape(engine, input_dims));
   for (Node& node : nodes_) node.layer->init_params(engine, seed);
   const auto& logits = nodes_.back().output_desc.dims();

@@ -19,6 +19,7 @@
 #include <CLI/CLI.hpp>
 
 #include "tensortier/allocator/tier_spec.h"
+#include "tensortier/cli/memory_flags.h"
 #include "tensortier/cli/runtime_flags.h"
 #include "tensortier/dnn/data.h"
 #include "tensortier/dnn/models.h"
@@ -40,9 +41,7 @@ struct Options {
   float lr = 0.05F, momentum = 0.9F, weight_decay = 0.0F;
   int width = 64;
   std::string conv = "auto";  // convolution algorithm (ConvAlgorithm)
-  bool in_place = true;       // ReLUs and residual adds in place (Engine::set_in_place)
-  bool fuse = true;           // batch norms apply their ReLUs (Engine::set_fuse_batch_norm_relu)
-  bool recompute = true;      // batch-norm outputs computed again for backward (set_recompute_batch_norm)
+  MemoryOptions memory;       // --in-place, --fuse, --recompute
   int image_size = 32, channels = 3, classes = 10;
   std::size_t train_limit = 0, test_limit = 0, synthetic_count = 2048;
   std::string tiers;
@@ -175,14 +174,7 @@ void add_training_flags(CLI::App& app, Options& o) {
   app.add_option("--conv", o.conv,
                  "Convolutions: auto (oneDNN's Winograd kernels where they pay, else direct) or direct")
       ->capture_default_str();
-  app.add_flag("--in-place,!--no-in-place", o.in_place,
-               "ReLUs and residual adds write over their first input where nothing else reads it (less "
-               "memory, same results; default on)");
-  app.add_flag("--fuse,!--no-fuse", o.fuse,
-               "Batch norms apply the ReLU after them in one pass (oneDNN fuse_norm_relu; default on)");
-  app.add_flag("--recompute,!--no-recompute", o.recompute,
-               "Batch-norm outputs freed after forward and computed again for the backward that reads them "
-               "(less memory, an elementwise pass more; default on)");
+  cli::add_memory_flags(app, o.memory);
   app.add_option("--image-size", o.image_size, "Synthetic data: image height and width")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
@@ -339,9 +331,7 @@ Result<Run> make_run(const Options& o, const std::string& policy, const Dataset&
   const Result<ConvAlgorithm> conv = parse_conv_algorithm(o.conv);
   if (!conv) return conv.status();
   run.engine->set_conv_algorithm(conv.value());
-  run.engine->set_in_place(o.in_place);
-  run.engine->set_fuse_batch_norm_relu(o.fuse);
-  run.engine->set_recompute_batch_norm(o.recompute);
+  run.engine->set_memory_options(o.memory);
   auto model = make_model(o.model, {train.classes, o.width});
   if (!model) return model.status();
   run.net = std::move(model).value();

@@ -2,8 +2,8 @@
 // weights, five deterministic batches, the gradients of step 1 and the losses of five SGD steps,
 // as raw float32 files and a JSON manifest.
 // Usage: dnn_crosscheck_dump [--no-in-place] MODEL OUT_DIR [N C H W WIDTH LR [LAST]]   (--no-in-place:
-// no ReLU or add in place, no batch norm fused with its ReLU or recomputed: Engine::set_in_place,
-// set_fuse_batch_norm_relu, set_recompute_batch_norm; MODEL: any make_model
+// no ReLU or add in place, no batch norm fused with its ReLU or recomputed: MemoryOptions::none();
+// MODEL: any make_model
 // name; the batch shape N x C x H x W, the model's width and SGD's learning rate; LAST < N: the
 // data set has 2N + LAST samples, so the batches are N, N, LAST (an epoch's last, partial batch),
 // N, N: the network switches to primitives for LAST samples and back)
@@ -72,9 +72,7 @@ int main(int argc, char** argv) {
   auto rt = Runtime::create({"fast=dram:256MiB"});
   if (!rt) return fail(rt.status().to_string());
   Engine engine(*rt.value());
-  engine.set_in_place(in_place);
-  engine.set_fuse_batch_norm_relu(in_place);
-  engine.set_recompute_batch_norm(in_place);
+  engine.set_memory_options(in_place ? MemoryOptions{} : MemoryOptions::none());
   auto net = make_model(model, {kClasses, width});
   if (!net) return fail(net.status().to_string());
   if (Status s = net.value()->build(engine, input, 5); !s.is_ok()) return fail(s.to_string());

@@ -56,6 +56,30 @@ enum class ConvAlgorithm {
   // elsewhere, and wherever oneDNN has no optimized Winograd kernel for the shape.
   kAuto,
 };
+// What the engine does to hold less, each on by default and each for networks built after it is
+// set (Engine::set_memory_options; tensortier/cli/memory_flags.h puts them on a command line).
+struct MemoryOptions {
+  // ReLUs and residual adds run in place where the graph allows (the first input read by nothing
+  // else, and its producer's backward not reading its output): the layer writes over that
+  // input's object, as torchvision's ReLU(inplace=True) and `out += identity`; an in-place ReLU's
+  // backward reads its output instead of its input. Results are bit-identical either way.
+  bool in_place = true;
+  // A batch norm applies the ReLU that alone reads it (oneDNN's fuse_norm_relu: one pass instead
+  // of two each way, a one-bit mask per element kept for backward in blocked layouts). Results
+  // agree to float rounding.
+  bool fuse_batch_norm_relu = true;
+  // A batch norm's output that only later layers' backward reads (the convolution after it: its
+  // input) is freed after its last forward reader and computed again from the batch norm's input
+  // and the batch's statistics before that backward (Layer::recompute): one tensor less per batch
+  // norm kept across the step, for an elementwise pass in backward. Results agree to float
+  // rounding.
+  bool recompute_batch_norm = true;
+
+  // None of them: the engine before issue 38 (with Network::set_free_after_last_reader(false)
+  // and set_keep_gradients(true)).
+  static MemoryOptions none() { return {false, false, false}; }
+};
+
 // "direct" or "auto"; anything else is an error naming both.
 Result<ConvAlgorithm> parse_conv_algorithm(std::string_view name);
 std::string_view to_string(ConvAlgorithm algorithm);
@@ -119,25 +143,9 @@ class Engine {
   // keep theirs.
   void set_conv_algorithm(ConvAlgorithm algorithm) { conv_algorithm_ = algorithm; }
   ConvAlgorithm conv_algorithm() const { return conv_algorithm_; }
-  // Whether networks built from now on run ReLUs and residual adds in place where the graph
-  // allows (the first input read by nothing else, and its producer's backward not reading its
-  // output): the layer writes over that input's object, as torchvision's ReLU(inplace=True) and
-  // `out += identity`; an in-place ReLU's backward reads its output instead of its input. On by
-  // default; results are bit-identical either way.
-  void set_in_place(bool on) { in_place_ = on; }
-  bool in_place() const { return in_place_; }
-  // Whether networks built from now on fuse a batch norm with the ReLU that alone reads it
-  // (oneDNN's fuse_norm_relu: one pass instead of two each way, a one-bit mask per element kept
-  // for backward in blocked layouts). On by default; results agree to float rounding.
-  void set_fuse_batch_norm_relu(bool on) { fuse_batch_norm_relu_ = on; }
-  bool fuse_batch_norm_relu() const { return fuse_batch_norm_relu_; }
-  // Whether networks built from now on free a batch norm's output that only later layers'
-  // backward reads (the convolution after it: its input) after its last forward reader, and
-  // compute it again from the batch norm's input and the batch's statistics before that backward
-  // (Layer::recompute): one tensor less per batch norm kept across the step for an elementwise
-  // pass in backward. On by default; results agree to float rounding.
-  void set_recompute_batch_norm(bool on) { recompute_batch_norm_ = on; }
-  bool recompute_batch_norm() const { return recompute_batch_norm_; }
+  // What networks built from now on do to hold less (MemoryOptions; all on by default).
+  void set_memory_options(const MemoryOptions& options) { memory_ = options; }
+  const MemoryOptions& memory_options() const { return memory_; }
   // The most bytes of live runtime objects at any moment no primitive runs (sampled after each
   // allocation outside run()): the runtime's peak without the scratchpads that live only inside
   // one primitive. PyTorch's profile_memory figure nets such allocations the same way. 0 without
@@ -192,9 +200,7 @@ class Engine {
 
   Runtime* runtime_;  // null: plain allocation, no marks
   ConvAlgorithm conv_algorithm_ = ConvAlgorithm::kAuto;
-  bool in_place_ = true;
-  bool fuse_batch_norm_relu_ = true;
-  bool recompute_batch_norm_ = true;
+  MemoryOptions memory_;
   std::uint64_t peak_between_primitives_bytes_ = 0;
   dnnl::engine engine_;
   dnnl::stream stream_;

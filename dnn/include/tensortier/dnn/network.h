@@ -10,11 +10,11 @@
 //             output feeds several nodes), each parameter's .grad allocated (kParamGrads) before
 //             its layer's backward; the node's output and gradient freed after it; in
 //             train_step each of its parameters updated by SGD at once and its .grad freed
-// With Engine::in_place (the default), a ReLU or residual add whose first input no other node
+// With MemoryOptions::in_place (the default), a ReLU or residual add whose first input no other node
 // reads (and whose producer's backward does not read it) writes over that input's object. With
-// Engine::fuse_batch_norm_relu (the default), a batch norm applies the ReLU that alone reads it,
+// MemoryOptions::fuse_batch_norm_relu (the default), a batch norm applies the ReLU that alone reads it,
 // and that ReLU's node passes its input through (no layer of its own). With
-// Engine::recompute_batch_norm (the default), a batch norm's output that only later backwards
+// MemoryOptions::recompute_batch_norm (the default), a batch norm's output that only later backwards
 // read, and that no layer writes over, is freed after its last forward reader and computed again
 // (Layer::recompute) before the first backward that reads it, until the batch norm's backward.
 // Updating a layer's parameters right after its backward gives the same bits as updating all
@@ -115,9 +115,9 @@ class Network {
   // The node that owns node's object (itself unless it runs in place).
   int root_of(int node) const;
   std::vector<int> readers() const;
-  // Chooses the ReLUs their producers apply (Engine::fuse_batch_norm_relu).
+  // Chooses the ReLUs their producers apply (MemoryOptions::fuse_batch_norm_relu).
   void fuse_relus();
-  // Chooses the nodes that run in place (Engine::in_place).
+  // Chooses the nodes that run in place (MemoryOptions::in_place).
   void choose_in_place();
   // Fills last_read_at_, kept_for_backward_ and Node::recomputed from the graph and the layers'
   // declarations (for the shape use_shape last chose).
@@ -148,7 +148,7 @@ class Network {
   std::vector<bool> kept_for_backward_;  // by root node: some backward reads its object
   bool keep_gradients_ = false;
   bool free_after_last_reader_ = true;
-  bool recompute_ = false;  // Engine::recompute_batch_norm when built
+  bool recompute_ = false;  // MemoryOptions::recompute_batch_norm when built
   bool built_ = false;
 };
 
