@@ -175,7 +175,10 @@ std::optional<ObjectId> Executor::id_of(ObjectKey key) {
 }
 
 void Executor::set_off_plan() {
-  const std::uint64_t step = step_.load(std::memory_order_acquire);
+  set_off_plan(step_.load(std::memory_order_acquire));
+}
+
+void Executor::set_off_plan(std::uint64_t step) {
   if (off_plan_step_.exchange(step, std::memory_order_acq_rel) == step) return;
   std::lock_guard lock(stats_mutex_);
   ++stats_.off_plan_steps;

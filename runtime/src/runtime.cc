@@ -359,7 +359,7 @@ Status Runtime::step_begin() {
   current_step_.clear();
   signature_ = 0xcbf29ce484222325ull;
   layer_signatures_.clear();
-  on_plan_ = true;
+  on_plan_ = matches_plan_ = true;
   step_charge_ns_ = 0;
   step_slow_bytes_ = step_move_wait_ns_ = step_late_moves_ = 0;
   layers_begun_.store(0, std::memory_order_release);
@@ -370,6 +370,12 @@ Status Runtime::step_begin() {
   const bool profiled = profiler_ != nullptr;
   step_profiled_ = profiled;
   if (executor_ != nullptr) executor_->set_paused(profiled);  // the profiled step runs unplanned
+  // After a step of another kind, the objects alive from it (named by their allocation ordinals in
+  // it) are not the ones the plan names: this step runs unplanned as well.
+  if (executor_ != nullptr && !last_step_on_plan_) {
+    executor_->set_off_plan(steps_completed_.load());
+    on_plan_ = false;
+  }
   if (profiled) allocator_.reset_peak_live_bytes();
   in_step_.store(true, std::memory_order_release);
   notify([&](StepObserver& o) { o.on_step_begin(steps_completed_.load()); });
@@ -391,6 +397,9 @@ Status Runtime::step_end() {
   const std::uint64_t step = steps_completed_.load();
   ++steps_completed_;
   run_length_ = (signature_ == last_signature_ && steps_completed_ > 1) ? run_length_ + 1 : 1;
+  // Before finish_profile starts a plan: a step with no plan running counts as on it.
+  last_step_on_plan_ = executor_ == nullptr || step_profiled_ ||
+                       (matches_plan_ && layer_signatures_.size() == plan_signatures_.size());
   last_signature_ = signature_;
   if (profiler_ != nullptr) finish_profile(duration_ns);
   trial_step(duration_ns);
@@ -486,10 +495,11 @@ Status Runtime::layer_begin(std::string_view name, std::span<const ObjectId> rea
   // A step whose layers stop matching the planned step's is of another kind (evaluation, a
   // partial batch): the plan's keys would name other objects in it, so it runs unplanned.
   layer_signatures_.push_back(signature_);
-  if (on_plan_ && executor_ != nullptr &&
+  if (matches_plan_ && executor_ != nullptr &&
       (record.index >= plan_signatures_.size() || plan_signatures_[record.index] != signature_)) {
+    matches_plan_ = false;
+    if (on_plan_) executor_->set_off_plan();
     on_plan_ = false;
-    executor_->set_off_plan();
   }
   const std::uint64_t before_ns = record.index < last_step_.size() && last_step_[record.index].name == name
                                       ? last_step_[record.index].duration_ns

@@ -74,3 +74,44 @@ TEST(Plan, HostPinsInTheProfileReachThePlanInputs) {
 
 }  // namespace
 }  // namespace tensortier::migrator
+
+namespace tensortier::migrator {
+namespace {
+
+// A step's object keeps the key of its allocation's ordinal in that step; alive into the next
+// step, it shares the key with the next step's object of the same ordinal. The plan names that
+// one: the earlier step's is left out (a dead move under the shared key discarded live bytes of
+// the other, a oneDNN program under the interposer that frees last iteration's tensors late).
+TEST(Plan, AnEarlierStepsObjectDoesNotShareItsKeyWithThisStepsInThePlan) {
+  profiler::StepProfile p;
+  for (ObjectId id : {1, 2, 3}) {
+    profiler::ObjectProfile o;
+    o.id = id;
+    o.key = id == 3 ? ObjectKey{3} : step_key(0);
+    o.bytes = o.reserved_bytes = 1 << 16;
+    if (id == 1) o.freed_at_layer = 0;  // the step before's: freed before this one's first layer
+    if (id == 2) o.born_at_layer = 1;   // this step's, the same ordinal
+    p.objects.push_back(o);
+  }
+  p.layers.resize(3);
+  for (std::uint32_t l = 0; l < 3; ++l) p.layers[l].index = l;
+  p.layers[1].declared_writes = {2};
+  p.layers[2].declared_reads = {2, 3};
+  auto in = inputs_from_profile(p, 0, 1, kMiB);
+  ASSERT_TRUE(in);
+  ASSERT_EQ(in->objects.size(), 2u);
+  EXPECT_EQ(in->objects[0].key, step_key(0));
+  EXPECT_EQ(in->objects[0].born, 1u) << "the key names this step's object";
+  EXPECT_EQ(in->objects[1].key, ObjectKey{3});
+  for (const std::string& policy : policy_names()) {
+    auto plan = make_plan(policy, in.value());
+    ASSERT_TRUE(plan) << policy;
+    for (const PlannedMove& m : plan->moves) {
+      EXPECT_FALSE(m.key == step_key(0) && m.discard && m.after_layer < 2)
+          << policy << ": its bytes are read at 2";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tensortier::migrator

@@ -190,7 +190,9 @@ void SentinelPlanner::emit() {
   for (std::size_t i : managed_) {
     const PlanObject& o = in_.objects[i];
     const std::uint32_t first_k = o.persistent ? 0 : o.born / n_;
-    const std::uint32_t last_k = o.persistent ? intervals_ : (o.freed - 1) / n_;  // inclusive
+    // inclusive; an object freed at boundary 0 (made before the step, freed before its first layer)
+    // lives in interval 0 only
+    const std::uint32_t last_k = o.persistent ? intervals_ : (o.freed > 0 ? o.freed - 1 : 0) / n_;
     policies::place(plan_, o, fast_at(i, first_k) ? in_.fast : in_.slow);
     for (std::uint32_t k = first_k + 1; k <= last_k; ++k) {
       const bool was = fast_at(i, k - 1), is = fast_at(i, k);

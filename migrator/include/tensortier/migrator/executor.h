@@ -95,6 +95,9 @@ class Executor final : public StepObserver, public PlacementAdvisor {
   // keys (allocation ordinals) would name other objects. The next step is planned again.
   // Thread-safe.
   void set_off_plan();
+  // The same for step `step` as a whole, before it begins (its step-start moves are not handed
+  // out): the step after one of another kind, whose objects made before it are not the plan's.
+  void set_off_plan(std::uint64_t step);
   ExecutorState state() const { return state_.load(std::memory_order_acquire); }
   ExecutorStats stats() const;
   const Plan& plan() const { return plan_; }
