@@ -1,0 +1,121 @@
+// tensortier-run: runs an unmodified oneDNN program on tensortier's tiers, with the interposer
+// (libtensortier_interpose.so) preloaded. The flags are the trainer's; they reach the interposer
+// in the environment variables the runtime reads (TENSORTIER_TIERS, TENSORTIER_POLICY, ...), and
+// are checked here, by starting a runtime with them, before the program runs.
+//
+//   tensortier-run --tiers fast=dram:2GiB,slow=emulated:optane:8GiB --policy sentinel
+//       --fast-budget 20% -- ./my_onednn_training --epochs 3
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
+
+#include "tensortier/cli/runtime_flags.h"
+#include "tensortier/runtime.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Options {
+  std::string tiers, policy, fast_budget, profile_json, trace, report, library;
+  std::uint64_t trace_from = 4, trace_steps = 1, step_period = 0, step_offset = 0, trial_steps = 3,
+                random_moves = 0;
+  std::vector<std::string> command;
+};
+
+// The interposer beside this program (the build tree) or in the library directory (installed).
+std::string find_library(const std::string& given) {
+  if (!given.empty()) return given;
+  const fs::path self = fs::read_symlink("/proc/self/exe").parent_path();
+  for (const fs::path& p : {self / "libtensortier_interpose.so",
+                            self / ".." / TENSORTIER_LIBDIR / "libtensortier_interpose.so"}) {
+    if (fs::exists(p)) return fs::canonical(p).string();
+  }
+  return {};
+}
+
+void set(const char* name, const std::string& value) {
+  if (!value.empty()) setenv(name, value.c_str(), 1);
+}
+
+void export_options(const Options& o, const std::string& library) {
+  set("TENSORTIER_TIERS", o.tiers);
+  set("TENSORTIER_POLICY", o.policy);
+  set("TENSORTIER_FAST_BUDGET", o.fast_budget);
+  set("TENSORTIER_PROFILE_JSON", o.profile_json);
+  set("TENSORTIER_TRACE", o.trace);
+  set("TENSORTIER_TRACE_FROM", std::to_string(o.trace_from));
+  set("TENSORTIER_TRACE_STEPS", std::to_string(o.trace_steps));
+  set("TENSORTIER_INTERPOSE_REPORT", o.report);
+  set("TENSORTIER_TRIAL_STEPS", std::to_string(o.trial_steps));
+  if (o.random_moves != 0) set("TENSORTIER_RANDOM_MOVES", std::to_string(o.random_moves));
+  if (o.step_period > 0) {
+    set("TENSORTIER_STEP_PERIOD", std::to_string(o.step_period));
+    set("TENSORTIER_STEP_OFFSET", std::to_string(o.step_offset));
+  }
+  const char* preload = std::getenv("LD_PRELOAD");
+  set("LD_PRELOAD", preload != nullptr && *preload != '\0' ? library + ":" + preload : library);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app(
+      "Runs an unmodified oneDNN program with every memory oneDNN allocates a tensortier object and "
+      "each primitive execution a layer of a training step found in the program's executions "
+      "(docs/INTERPOSE.md)",
+      "tensortier-run");
+  tensortier::cli::add_tiers_flag(app, o.tiers);
+  tensortier::cli::add_policy_flag(app, o.policy);
+  tensortier::cli::add_fast_budget_flag(app, o.fast_budget);
+  app.add_option("--profile-json", o.profile_json, "Write the profiled step's JSON there (docs/PROFILE.md)");
+  app.add_option("--trace", o.trace, "Write a Chrome trace of layers, moves and waits there");
+  app.add_option("--trace-from", o.trace_from, "The first step the trace records (1-based)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--trace-steps", o.trace_steps, "Steps the trace records")->check(CLI::PositiveNumber);
+  app.add_option("--trial-steps", o.trial_steps,
+                 "Steps each phase of a moving plan's trial runs (0: the plan runs as made, untried)");
+  app.add_option("--random-moves", o.random_moves,
+                 "Testing: after each layer, move one of its objects to another tier, chosen by a generator "
+                 "with this seed (0: off); the program's results must not change");
+  app.add_option(
+      "--step-period", o.step_period,
+      "Executions a training step, for a program whose loop the step detector cannot see (0: detect)");
+  app.add_option("--step-offset", o.step_offset, "With --step-period: executions before the first step");
+  app.add_option("--report", o.report,
+                 "Write what the interposer saw (memories, objects, steps, moves) as JSON there");
+  app.add_option("--library", o.library,
+                 "The interposer library (default: beside this program, or installed)");
+  app.add_option("command", o.command, "The program and its arguments, after --")->required();
+  CLI11_PARSE(app, argc, argv);
+
+  const std::string library = find_library(o.library);
+  if (library.empty() || !fs::exists(library)) {
+    fmt::print(stderr,
+               "tensortier-run: the interposer library was not found{}; give it with --library PATH\n",
+               o.library.empty() ? " beside this program or in the library directory" : " at " + o.library);
+    return 2;
+  }
+  export_options(o, library);              // LD_PRELOAD applies to the program exec'd below, not to this one
+  spdlog::set_level(spdlog::level::warn);  // the program's runtime says what it opens
+  if (auto runtime = tensortier::Runtime::create(); !runtime) {
+    fmt::print(stderr, "tensortier-run: {}\n", runtime.status().message());
+    return 2;
+  }
+  std::vector<char*> args;
+  for (std::string& a : o.command) args.push_back(a.data());
+  args.push_back(nullptr);
+  execvp(args[0], args.data());
+  fmt::print(stderr, "tensortier-run: cannot run '{}': {}\n", o.command[0], std::strerror(errno));
+  return 127;
+}
