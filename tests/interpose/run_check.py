@@ -1,12 +1,14 @@
 #!/usr/bin/python3
 """tensortier-run around the plain oneDNN example (interpose/examples/plain_cnn.cc).
 
-Usage: run_check.py TENSORTIER_RUN PLAIN_CNN WORK_DIR
+Usage: run_check.py TENSORTIER_RUN PLAIN_CNN HANDLES WORK_DIR
 
 Checks, on emulated tiers: the program's output is bit-identical to its run without the
 interposer under fast-only, sentinel, autoswap and oracle at 20%, and with one object of every
 layer moved to the other tier after it (--random-moves); every memory oneDNN would allocate is an object; the step
 detector finds the 22-execution step, and steps and layers are counted as the program runs them;
+aliases, the program's own buffers, a memory given its buffer later and one re-pointed (handles.cc)
+are told apart and compute the same;
 the argument table agrees with oneDNN on every primitive; the profiled step's
 accesses are all declared. Then a step hint, and bad input refused with a clear line.
 """
@@ -15,7 +17,7 @@ import os
 import subprocess
 import sys
 
-RUN, PROGRAM, WORK = sys.argv[1], sys.argv[2], sys.argv[3]
+RUN, PROGRAM, HANDLES, WORK = sys.argv[1:5]
 TIERS = "fast=dram:1GiB,slow=emulated:optane:2GiB"
 failures = []
 
@@ -30,10 +32,10 @@ def run(args, **kw):
     return subprocess.run(args, capture_output=True, text=True, timeout=300, **kw)
 
 
-def interposed(name, flags, program_args=()):
+def interposed(name, flags, program_args=(), program=PROGRAM):
     report = os.path.join(WORK, name + ".json")
     profile = os.path.join(WORK, name + "-profile.json")
-    cmd = [RUN, "--tiers", TIERS, "--report", report, "--profile-json", profile, *flags, "--", PROGRAM,
+    cmd = [RUN, "--tiers", TIERS, "--report", report, "--profile-json", profile, *flags, "--", program,
            *program_args]
     r = run(cmd)
     print(f"== {name}: rc {r.returncode}\n{r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ''}")
@@ -100,6 +102,18 @@ def main():
     r, rep, _ = interposed("hint", ["--policy", "sentinel", "--fast-budget", "20%", "--step-period", "22"], args)
     check(r.stdout == plain_hint.stdout, "hint: output differs")
     check(rep["unmarked"] == 0 and rep["steps"] >= 6, f"hint: {rep['steps']} steps, {rep['unmarked']} unmarked")
+
+    # Every kind of buffer: oneDNN's (objects), aliases of them, the program's, none until later.
+    plain_handles = run([HANDLES])
+    r, rep, _ = interposed("handles", ["--policy", "sentinel", "--fast-budget", "50%", "--random-moves", "3"],
+                           program=HANDLES)
+    check(plain_handles.returncode == 0 and r.stdout == plain_handles.stdout,
+          f"handles: {r.stdout!r} vs {plain_handles.stdout!r}")
+    counts = {k: rep[k] for k in ("memories", "objects", "aliases", "program_buffers", "no_buffer", "freed")}
+    check(counts == {"memories": 6, "objects": 2, "aliases": 2, "program_buffers": 3, "no_buffer": 1, "freed": 2},
+          f"handles: {counts}")
+    check(rep["detector"]["period"] == 4 and rep["steps"] >= 3 and rep["mismatches"] == 0,
+          f"handles: {rep['detector']}, {rep['steps']} steps, {rep['mismatches']} mismatches")
 
     # Bad input: a clear line naming the problem, and the program never starts.
     bad = run([RUN, "--tiers", TIERS, "--policy", "nosuch", "--", PROGRAM])
