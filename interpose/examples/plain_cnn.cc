@@ -4,7 +4,8 @@
 // every activation and gradient a memory made for the iteration and destroyed after it. SGD is
 // oneDNN's sum primitive in place (w = w - lr * dw). After each epoch a forward-inference pass
 // scores a held-out set; the last batch of an epoch is partial. Prints each epoch's loss and
-// accuracy and a checksum of the parameters' bits, so two runs compare by their output.
+// accuracy and a checksum of the parameters' bits, so two runs compare by their output; the
+// median training step's time goes to stderr.
 //
 // It is the interposer's test client and its example (docs/INTERPOSE.md):
 //   build/release/interpose/tensortier-run --policy sentinel --fast-budget 20% --
@@ -12,6 +13,8 @@
 //
 //   input 1x32x32 -> conv 3x3 (16) -> ReLU (in place) -> max pool 2 -> conv 3x3 (32) -> ReLU
 //   -> max pool 2 -> inner product (10) -> softmax cross-entropy (on the host)
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -337,6 +340,7 @@ int main(int argc, char** argv) {
   const Sgd sgd(eng, params);
   std::map<int, Net> train_nets;  // by batch size: the last batch of an epoch may be smaller
   Net test_net = make_net(eng, o.test, false);
+  std::vector<double> step_ms;
   for (int epoch = 1; epoch <= o.epochs; ++epoch) {
     double loss = 0;
     int correct = 0, batches = 0;
@@ -344,7 +348,10 @@ int main(int argc, char** argv) {
       const int n = std::min(o.batch, o.train - first);
       auto it = train_nets.find(n);
       if (it == train_nets.end()) it = train_nets.emplace(n, make_net(eng, n, true)).first;
+      const auto start = std::chrono::steady_clock::now();
       loss += train_step(it->second, params, sgd, eng, s, first, &correct);
+      const std::chrono::duration<double, std::milli> took = std::chrono::steady_clock::now() - start;
+      if (n == o.batch) step_ms.push_back(took.count());
       ++batches;
     }
     std::map<std::string, memory> a;
@@ -356,5 +363,9 @@ int main(int argc, char** argv) {
                 loss / batches, correct, o.train, test_loss, test_correct, o.test);
   }
   std::printf("parameters checksum %016llx\n", static_cast<unsigned long long>(checksum(params)));
+  if (step_ms.empty()) return 0;
+  std::nth_element(step_ms.begin(), step_ms.begin() + static_cast<std::ptrdiff_t>(step_ms.size() / 2), step_ms.end());
+  std::fprintf(stderr, "plain_cnn: median step %.3f ms over %zu steps of batch %d\n", step_ms[step_ms.size() / 2],
+               step_ms.size(), o.batch);
   return 0;
 }
