@@ -9,9 +9,9 @@
 
 #include <cerrno>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include <fmt/format.h>
@@ -44,7 +44,7 @@ std::string find_library(const std::string& given) {
 }
 
 void set(const char* name, const std::string& value) {
-  if (!value.empty()) setenv(name, value.c_str(), 1);
+  if (!value.empty()) setenv(name, value.c_str(), 1);  // NOLINT(concurrency-mt-unsafe): one thread
 }
 
 void export_options(const Options& o, const std::string& library) {
@@ -62,7 +62,7 @@ void export_options(const Options& o, const std::string& library) {
     set("TENSORTIER_STEP_PERIOD", std::to_string(o.step_period));
     set("TENSORTIER_STEP_OFFSET", std::to_string(o.step_offset));
   }
-  const char* preload = std::getenv("LD_PRELOAD");
+  const char* preload = std::getenv("LD_PRELOAD");  // NOLINT(concurrency-mt-unsafe): one thread
   set("LD_PRELOAD", preload != nullptr && *preload != '\0' ? library + ":" + preload : library);
 }
 
@@ -116,6 +116,7 @@ int main(int argc, char** argv) {
   for (std::string& a : o.command) args.push_back(a.data());
   args.push_back(nullptr);
   execvp(args[0], args.data());
-  fmt::print(stderr, "tensortier-run: cannot run '{}': {}\n", o.command[0], std::strerror(errno));
+  fmt::print(stderr, "tensortier-run: cannot run '{}': {}\n", o.command[0],
+             std::error_code(errno, std::generic_category()).message());
   return 127;
 }
