@@ -131,28 +131,31 @@ MemoryRecord Interposer::record_for(const dnnl_memory_desc_t* md, void* handle, 
   r.bytes = dnnl_memory_desc_get_size(md);
   r.handle = handle;
   *failed = false;
-  std::lock_guard lock(mutex_);
   if (handle == DNNL_MEMORY_ALLOCATE) {
     if (r.bytes == 0) return r;
-    auto object = runtime_->allocate(name, r.bytes);
+    auto object = runtime_->allocate(name, r.bytes);  // may wait for room: no lock of ours held
     if (!object) {
       *failed = true;
       r.handle = nullptr;
-      warned_.insert(object.status().message());
-      std::fprintf(stderr, "tensortier-interpose: %s; oneDNN allocates it instead\n",
-                   object.status().message().c_str());
+      warn_once(fmt::format("{}; oneDNN allocates it instead", object.status().message()));
+      std::lock_guard lock(mutex_);
+      ++stats_.allocation_failures;
       return r;
     }
     r = MemoryRecord{object->id, 0, true, r.bytes, object->address};
-    ++stats_.objects;
-    stats_.object_bytes += r.bytes;
-  } else if (handle == nullptr) {
-    ++stats_.no_buffer;
-  } else if (SpanView span; runtime_->lookup(handle, &span) && !span.is_group) {
+  } else if (SpanView span; handle != nullptr && runtime_->lookup(handle, &span) && !span.is_group) {
     r.object = span.id;
     r.offset = reinterpret_cast<std::uintptr_t>(handle) - span.base;
+  }
+  std::lock_guard lock(mutex_);
+  if (r.owned) {
+    ++stats_.objects;
+    stats_.object_bytes += r.bytes;
+  } else if (r.object != 0) {
     ++stats_.aliases;
-  } else {
+  } else if (handle == nullptr) {
+    ++stats_.no_buffer;
+  } else if (handle != DNNL_MEMORY_ALLOCATE) {
     ++stats_.program_buffers;
     stats_.program_bytes += r.bytes;
   }

@@ -34,8 +34,9 @@
 namespace tensortier::interpose {
 
 struct InterposeStats {
-  std::uint64_t memories = 0;  // memories made on a CPU engine
-  std::uint64_t objects = 0;   // objects made for them (DNNL_MEMORY_ALLOCATE)
+  std::uint64_t memories = 0;             // memories made on a CPU engine
+  std::uint64_t objects = 0;              // objects made for them (DNNL_MEMORY_ALLOCATE)
+  std::uint64_t allocation_failures = 0;  // no tier had room: oneDNN allocated it (not an object)
   std::uint64_t object_bytes = 0;
   std::uint64_t aliases = 0;          // memories made on (part of) an existing object
   std::uint64_t program_buffers = 0;  // memories on the program's own buffers (never moved)

@@ -32,7 +32,8 @@ std::string Interposer::report_json() const {
   const RuntimeStats rs = runtime_->stats();
   std::lock_guard lock(mutex_);
   const InterposeStats& s = stats_;
-  nlohmann::json j = {{"memories", s.memories},
+  nlohmann::json j = {{"allocation_failures", s.allocation_failures},
+                      {"memories", s.memories},
                       {"objects", s.objects},
                       {"object_bytes", s.object_bytes},
                       {"aliases", s.aliases},

@@ -10,7 +10,8 @@ detector finds the 22-execution step, and steps and layers are counted as the pr
 aliases, the program's own buffers, a memory given its buffer later and one re-pointed (handles.cc)
 are told apart and compute the same;
 the argument table agrees with oneDNN on every primitive; the profiled step's
-accesses are all declared. Then a step hint, and bad input refused with a clear line.
+accesses are all declared. Then a step hint, tiers too small (oneDNN keeps what finds no room), and bad input refused with
+a clear line.
 """
 import json
 import os
@@ -32,10 +33,10 @@ def run(args, **kw):
     return subprocess.run(args, capture_output=True, text=True, timeout=300, **kw)
 
 
-def interposed(name, flags, program_args=(), program=PROGRAM):
+def interposed(name, flags, program_args=(), program=PROGRAM, tiers=TIERS):
     report = os.path.join(WORK, name + ".json")
     profile = os.path.join(WORK, name + "-profile.json")
-    cmd = [RUN, "--tiers", TIERS, "--report", report, "--profile-json", profile, *flags, "--", program,
+    cmd = [RUN, "--tiers", tiers, "--report", report, "--profile-json", profile, *flags, "--", program,
            *program_args]
     r = run(cmd)
     print(f"== {name}: rc {r.returncode}\n{r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ''}")
@@ -114,6 +115,13 @@ def main():
           f"handles: {counts}")
     check(rep["detector"]["period"] == 4 and rep["steps"] >= 3 and rep["mismatches"] == 0,
           f"handles: {rep['detector']}, {rep['steps']} steps, {rep['mismatches']} mismatches")
+
+    # Tiers too small for the program: what finds no room is oneDNN's own, said, and nothing is lost.
+    r, rep, _ = interposed("no-room", [], tiers="fast=dram:1MiB")
+    check(r.stdout == plain.stdout, "no-room: output differs")
+    check(rep["allocation_failures"] > 0 and rep["objects"] + rep["allocation_failures"] == rep["memories"],
+          f"no-room: {rep['objects']} objects, {rep['allocation_failures']} left to oneDNN, {rep['memories']} memories")
+    check("oneDNN allocates it instead" in r.stderr, "no-room: no line says what happened")
 
     # Bad input: a clear line naming the problem, and the program never starts.
     bad = run([RUN, "--tiers", TIERS, "--policy", "nosuch", "--", PROGRAM])
