@@ -11,6 +11,7 @@
 
 namespace {
 
+using tensortier::interpose::DnnlApi;
 using tensortier::interpose::Interposer;
 using tensortier::interpose::real_dnnl;
 
@@ -29,12 +30,17 @@ class Entry {
   bool outermost_;
 };
 
-// A real entry point that could not be found: the call cannot be passed on.
-template <typename Fn>
-bool missing(Fn* fn, const char* name) {
-  if (fn != nullptr) return false;
-  std::fprintf(stderr, "tensortier-interpose: %s: %s\n", name, real_dnnl().unusable.c_str());
-  return true;
+// An entry point: libdnnl's own where the interposer does not act (none runs, or a call from
+// inside another), else the interposer's. A real entry point not found cannot be passed on.
+template <typename Fn, typename Interposed, typename Real>
+dnnl_status_t route(Fn* fn, const char* name, Interposed&& interposed, Real&& real) {
+  if (fn == nullptr) {
+    std::fprintf(stderr, "tensortier-interpose: %s: %s\n", name, real_dnnl().unusable.c_str());
+    return dnnl_runtime_error;
+  }
+  const Entry entry;
+  Interposer* i = entry.interposer();
+  return i != nullptr ? interposed(*i) : real();
 }
 
 }  // namespace
@@ -43,70 +49,76 @@ extern "C" {
 
 dnnl_status_t dnnl_memory_create(dnnl_memory_t* memory, const dnnl_memory_desc_t* md, dnnl_engine_t engine,
                                  void* handle) {
-  if (missing(real_dnnl().memory_create, __func__)) return dnnl_runtime_error;
-  const Entry entry;
-  Interposer* i = entry.interposer();
-  return i != nullptr ? i->memory_create(memory, md, engine, handle)
-                      : real_dnnl().memory_create(memory, md, engine, handle);
+  const DnnlApi& api = real_dnnl();
+  return route(
+      api.memory_create, __func__, [&](Interposer& i) { return i.memory_create(memory, md, engine, handle); },
+      [&] { return api.memory_create(memory, md, engine, handle); });
 }
 
 dnnl_status_t dnnl_memory_destroy(dnnl_memory_t memory) {
-  if (missing(real_dnnl().memory_destroy, __func__)) return dnnl_runtime_error;
-  const Entry entry;
-  Interposer* i = entry.interposer();
-  return i != nullptr ? i->memory_destroy(memory) : real_dnnl().memory_destroy(memory);
+  const DnnlApi& api = real_dnnl();
+  return route(
+      api.memory_destroy, __func__, [&](Interposer& i) { return i.memory_destroy(memory); },
+      [&] { return api.memory_destroy(memory); });
 }
 
 dnnl_status_t dnnl_memory_get_data_handle(const_dnnl_memory_t memory, void** handle) {
-  if (missing(real_dnnl().memory_get_data_handle, __func__)) return dnnl_runtime_error;
-  const Entry entry;
-  Interposer* i = entry.interposer();
-  return i != nullptr ? i->host_access(memory, handle, false)
-                      : real_dnnl().memory_get_data_handle(memory, handle);
+  const DnnlApi& api = real_dnnl();
+  return route(
+      api.memory_get_data_handle, __func__,
+      [&](Interposer& i) { return i.host_access(memory, handle, false); },
+      [&] { return api.memory_get_data_handle(memory, handle); });
 }
 
 dnnl_status_t dnnl_memory_map_data(const_dnnl_memory_t memory, void** mapped) {
-  if (missing(real_dnnl().memory_map_data, __func__)) return dnnl_runtime_error;
-  const Entry entry;
-  Interposer* i = entry.interposer();
-  return i != nullptr ? i->host_access(memory, mapped, true) : real_dnnl().memory_map_data(memory, mapped);
+  const DnnlApi& api = real_dnnl();
+  return route(
+      api.memory_map_data, __func__, [&](Interposer& i) { return i.host_access(memory, mapped, true); },
+      [&] { return api.memory_map_data(memory, mapped); });
 }
 
+// The pin host_access took lasts to the next execution that uses the object.
 dnnl_status_t dnnl_memory_unmap_data(const_dnnl_memory_t memory, void* mapped) {
-  if (missing(real_dnnl().memory_unmap_data, __func__)) return dnnl_runtime_error;
-  return real_dnnl().memory_unmap_data(memory, mapped);  // the pin lasts to the next execution
+  const DnnlApi& api = real_dnnl();
+  const auto real = [&] { return api.memory_unmap_data(memory, mapped); };
+  return route(
+      api.memory_unmap_data, __func__, [&](Interposer&) { return real(); }, real);
 }
 
 dnnl_status_t dnnl_memory_set_data_handle(dnnl_memory_t memory, void* handle) {
-  if (missing(real_dnnl().memory_set_data_handle, __func__)) return dnnl_runtime_error;
-  const Entry entry;
-  Interposer* i = entry.interposer();
-  return i != nullptr ? i->set_data_handle(memory, handle, nullptr, false)
-                      : real_dnnl().memory_set_data_handle(memory, handle);
+  const DnnlApi& api = real_dnnl();
+  return route(
+      api.memory_set_data_handle, __func__,
+      [&](Interposer& i) { return i.set_data_handle(memory, handle, nullptr, false); },
+      [&] { return api.memory_set_data_handle(memory, handle); });
 }
 
 dnnl_status_t dnnl_memory_set_data_handle_v2(dnnl_memory_t memory, void* handle, dnnl_stream_t stream) {
-  if (missing(real_dnnl().memory_set_data_handle_v2, __func__)) return dnnl_runtime_error;
-  const Entry entry;
-  Interposer* i = entry.interposer();
-  return i != nullptr ? i->set_data_handle(memory, handle, stream, true)
-                      : real_dnnl().memory_set_data_handle_v2(memory, handle, stream);
+  const DnnlApi& api = real_dnnl();
+  return route(
+      api.memory_set_data_handle_v2, __func__,
+      [&](Interposer& i) { return i.set_data_handle(memory, handle, stream, true); },
+      [&] { return api.memory_set_data_handle_v2(memory, handle, stream); });
 }
 
 dnnl_status_t dnnl_primitive_execute(const_dnnl_primitive_t primitive, dnnl_stream_t stream, int nargs,
                                      const dnnl_exec_arg_t* args) {
-  if (missing(real_dnnl().primitive_execute, __func__)) return dnnl_runtime_error;
-  const Entry entry;
-  Interposer* i = entry.interposer();
-  return i != nullptr ? i->execute(primitive, stream, nargs, args)
-                      : real_dnnl().primitive_execute(primitive, stream, nargs, args);
+  const DnnlApi& api = real_dnnl();
+  return route(
+      api.primitive_execute, __func__,
+      [&](Interposer& i) { return i.execute(primitive, stream, nargs, args); },
+      [&] { return api.primitive_execute(primitive, stream, nargs, args); });
 }
 
 dnnl_status_t dnnl_primitive_destroy(dnnl_primitive_t primitive) {
-  if (missing(real_dnnl().primitive_destroy, __func__)) return dnnl_runtime_error;
-  const Entry entry;
-  if (Interposer* i = entry.interposer(); i != nullptr) i->primitive_destroyed(primitive);
-  return real_dnnl().primitive_destroy(primitive);
+  const DnnlApi& api = real_dnnl();
+  return route(
+      api.primitive_destroy, __func__,
+      [&](Interposer& i) {
+        i.primitive_destroyed(primitive);
+        return api.primitive_destroy(primitive);
+      },
+      [&] { return api.primitive_destroy(primitive); });
 }
 
 }  // extern "C"
