@@ -141,10 +141,13 @@ std::uint64_t Executor::place_persistent(const std::vector<ObjectInfo>& objects)
   std::uint64_t failed = 0;
   for (int pass = 0; pass < 2; ++pass) {  // outs of the fast tier first, so the ins find room
     for (const ObjectInfo& o : objects) {
-      auto want = plan_.start.find(o.key);
+      // An object alive from an earlier step than the profiled one is planned by its id (its step
+      // key is another object's: plan_inputs.cc).
+      const ObjectKey key = is_step_key(o.key) ? ObjectKey{o.id} : o.key;
+      auto want = plan_.start.find(key);
       if (want != plan_.start.end()) {
         MoveOptions options;
-        if (auto first = plan_.places.first.find(o.key); first != plan_.places.first.end())
+        if (auto first = plan_.places.first.find(key); first != plan_.places.first.end())
           options.place = place_on(want->second, first->second);
         if (want->second == o.tier && o.bytes_by_tier.empty() && !options.place) continue;
         if ((want->second == plan_.fast) != (pass == 1)) continue;

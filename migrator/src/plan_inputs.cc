@@ -16,15 +16,10 @@ namespace {
 using Index = std::unordered_map<ObjectId, std::size_t>;  // profile id -> index in inputs.objects
 
 // Objects of a page or more become PlanObjects (indexed by id); small ones add to the reserve: each
-// group's peak of small bytes in whole chunks. Objects of an earlier step are left out.
+// group's peak of small bytes in whole chunks. Objects of an earlier step are keyed by their id.
 void add_objects(const profiler::StepProfile& profile, PlanInputs& in, Index& index) {
   std::map<GroupId, std::vector<std::int64_t>> small_delta;  // group -> live small bytes change per boundary
   for (const profiler::ObjectProfile& o : profile.objects) {
-    // Made in an earlier step and still alive (a program that frees the last iteration's tensors
-    // after the next step began): its key, the allocation's ordinal in its step, is also the key of
-    // an object of this step, which is the one the plan's key names when it runs. Left out of the
-    // plan (it stays where it is); planned, a dead move of it would discard the other's bytes.
-    if (is_step_key(o.key) && !o.born_at_layer) continue;
     const std::uint32_t born = o.born_at_layer.value_or(0);
     const std::uint32_t freed = std::min(o.freed_at_layer.value_or(in.layers), in.layers);
     if (o.small || o.reserved_bytes == 0) {
@@ -35,7 +30,12 @@ void add_objects(const profiler::StepProfile& profile, PlanInputs& in, Index& in
       continue;
     }
     PlanObject p;
-    p.key = o.key;
+    // Made in an earlier step and alive in this one (gradients kept across steps; a program that
+    // frees the last iteration's tensors after the next step began): its key, the allocation's
+    // ordinal in its step, is also the key of an object of this step. The plan names it by its id,
+    // as any object made outside the step; under the shared key a dead move of it discarded the
+    // other's bytes.
+    p.key = is_step_key(o.key) && !o.born_at_layer ? ObjectKey{o.id} : o.key;
     p.bytes = o.reserved_bytes;  // whole pages already
     p.born = born;
     p.freed = freed;

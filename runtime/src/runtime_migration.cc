@@ -34,7 +34,10 @@ std::string object_names(const profiler::StepProfile& profile, std::span<const O
   std::string names;
   std::size_t shown = 0;
   for (const profiler::ObjectProfile& o : profile.objects) {
-    if (std::ranges::find(keys, o.key) == keys.end()) continue;
+    // (an object of an earlier step is planned by its id: plan_inputs.cc)
+    if (std::ranges::find(keys, o.key) == keys.end() &&
+        std::ranges::find(keys, ObjectKey{o.id}) == keys.end())
+      continue;
     if (shown++ == 4) return names + ", ...";
     names += (names.empty() ? "" : ", ") + o.name;
   }
@@ -279,8 +282,11 @@ bool Runtime::open_places(const migrator::Plan& plan) {
   // Where one cannot leave, the arena may not fit: said below.
   move_all(
       [&](const ObjectInfo& o) {
+        // (an object of an earlier step than the profiled one is planned by its id: plan_inputs.cc)
+        const ObjectKey id{o.id};
         return o.tier == plan.fast && o.arena == 0 &&
-               (places.first.contains(o.key) || plan.start.contains(o.key));
+               (places.first.contains(o.key) || plan.start.contains(o.key) || places.first.contains(id) ||
+                plan.start.contains(id));
       },
       plan.slow);
   allocator_.release_cache();

@@ -79,9 +79,10 @@ namespace tensortier::migrator {
 namespace {
 
 // A step's object keeps the key of its allocation's ordinal in that step; alive into the next
-// step, it shares the key with the next step's object of the same ordinal. The plan names that
-// one: the earlier step's is left out (a dead move under the shared key discarded live bytes of
-// the other, a oneDNN program under the interposer that frees last iteration's tensors late).
+// step, it shares the key with the next step's object of the same ordinal. The plan names it by
+// its id instead (a dead move under the shared key discarded live bytes of the other: a oneDNN
+// program under the interposer that frees last iteration's tensors late; gradients kept across
+// steps shared keys with the next steps' activations).
 TEST(Plan, AnEarlierStepsObjectDoesNotShareItsKeyWithThisStepsInThePlan) {
   profiler::StepProfile p;
   for (ObjectId id : {1, 2, 3}) {
@@ -99,10 +100,11 @@ TEST(Plan, AnEarlierStepsObjectDoesNotShareItsKeyWithThisStepsInThePlan) {
   p.layers[2].declared_reads = {2, 3};
   auto in = inputs_from_profile(p, 0, 1, kMiB);
   ASSERT_TRUE(in);
-  ASSERT_EQ(in->objects.size(), 2u);
-  EXPECT_EQ(in->objects[0].key, step_key(0));
-  EXPECT_EQ(in->objects[0].born, 1u) << "the key names this step's object";
-  EXPECT_EQ(in->objects[1].key, ObjectKey{3});
+  ASSERT_EQ(in->objects.size(), 3u);
+  EXPECT_EQ(in->objects[0].key, ObjectKey{1}) << "the earlier step's object, by its id";
+  EXPECT_EQ(in->objects[1].key, step_key(0));
+  EXPECT_EQ(in->objects[1].born, 1u) << "the step key names this step's object";
+  EXPECT_EQ(in->objects[2].key, ObjectKey{3});
   for (const std::string& policy : policy_names()) {
     auto plan = make_plan(policy, in.value());
     ASSERT_TRUE(plan) << policy;
