@@ -217,6 +217,8 @@ dnnl_status_t Interposer::host_access(const_dnnl_memory_t memory, void** out, bo
       if (current != r->handle) {
         api.memory_set_data_handle_v2(const_cast<dnnl_memory_t>(memory), current, nullptr);
         memories_.set_handle(memory, current);
+        std::lock_guard lock(mutex_);
+        ++stats_.refreshed;
       }
     } else {
       warn_once(fmt::format("a host access could not pin its object: {}", s.message()));
@@ -319,6 +321,8 @@ void Interposer::refresh(const Bound& bound, const std::vector<void*>& addresses
     if (current == b.handle) continue;
     real_dnnl().memory_set_data_handle_v2(const_cast<dnnl_memory_t>(b.memory), current, nullptr);
     memories_.set_handle(b.memory, current);
+    std::lock_guard lock(mutex_);
+    ++stats_.refreshed;
   }
 }
 

@@ -49,6 +49,7 @@ struct InterposeStats {
   std::uint64_t unmarked = 0;             // executions outside steps (their objects pinned)
   std::uint64_t other_thread = 0;         // of those, from a thread other than the training one
   std::uint64_t host_pins = 0;            // get_data_handle / map_data on an object
+  std::uint64_t refreshed = 0;            // memories pointed at an object's new address (a heap tier's move)
   std::uint64_t mismatches = 0;           // executions declaring every argument read and written
   std::uint64_t failed_marks = 0;         // layer or step marks the runtime refused
   std::uint64_t steps = 0;                // steps begun

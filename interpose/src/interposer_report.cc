@@ -47,6 +47,7 @@ std::string Interposer::report_json() const {
                       {"unmarked", s.unmarked},
                       {"other_thread", s.other_thread},
                       {"host_pins", s.host_pins},
+                      {"refreshed", s.refreshed},
                       {"mismatches", s.mismatches},
                       {"failed_marks", s.failed_marks},
                       {"steps", s.steps},

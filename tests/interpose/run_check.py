@@ -5,7 +5,8 @@ Usage: run_check.py TENSORTIER_RUN PLAIN_CNN HANDLES WORK_DIR
 
 Checks, on emulated tiers: the program's output is bit-identical to its run without the
 interposer under fast-only, sentinel, autoswap and oracle at 20%, and with one object of every
-layer moved to the other tier after it (--random-moves); every memory oneDNN would allocate is an object; the step
+layer moved to the other tier after it (--random-moves), also to a memkind heap tier, where a move
+gives the object a new address and each layer re-points its memories; every memory oneDNN would allocate is an object; the step
 detector finds the 22-execution step, and steps and layers are counted as the program runs them;
 aliases, the program's own buffers, a memory given its buffer later and one re-pointed (handles.cc)
 are told apart and compute the same;
@@ -96,6 +97,18 @@ def main():
         moves[name] = rep["runtime"]["moves"] + rep["runtime"]["direct_moves"]
     print("moves:", moves)
     check(moves["random"] > 100, "random moves: too few made for the check to mean anything")
+
+    for name in ("fast-only", "sentinel", "random"):
+        with open(os.path.join(WORK, name + ".json")) as f:
+            check(json.load(f)["refreshed"] == 0, f"{name}: objects on dram and emulated tiers keep their address")
+    # A memkind heap tier: a move gives the object a new address, and each layer points its
+    # memories at it.
+    heap = os.path.join(WORK, "pmem")
+    os.makedirs(heap, exist_ok=True)
+    r, rep, _ = interposed("heap", ["--random-moves", "11"], tiers=f"fast=dram:1GiB,slow=pmem:{heap}:2GiB")
+    check(r.stdout == plain.stdout, "heap: output differs")
+    check(rep["runtime"]["direct_moves"] > 100 and rep["refreshed"] > 100,
+          f"heap: {rep['runtime']['direct_moves']} moves, {rep['refreshed']} memories re-pointed")
 
     # A hint: steps every 22 executions from the first.
     args = ["--epochs", "1", "--train", "192"]
