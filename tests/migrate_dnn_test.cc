@@ -9,6 +9,8 @@
 #include <map>
 #include <random>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -176,8 +178,13 @@ TEST_P(PolicyTest, TrainsBitIdenticallyToFastOnlyWithinTheBudget) {
   // forward tensor to its backward, gradients across steps, overwritten: dead until their
   // backward; nothing in place, fused or recomputed) at 50%, 20% and 10%, the step with the most
   // to move. (Four runs, as many as before the default changed: CI's time.)
-  const std::pair<const char*, bool> budgets[] = {
+  std::vector<std::pair<const char*, bool>> budgets = {
       {"20%", false}, {"50%", true}, {"20%", true}, {"10%", true}};
+#if defined(__SANITIZE_ADDRESS__)
+  // Under ASan (CI's time: this test is a third of that run), the budget with the least to move
+  // is left to the plain run.
+  budgets.erase(budgets.begin() + 1);
+#endif
   for (const auto& [budget, kept_lifetimes] : budgets) {
     SCOPED_TRACE(fmt::format("{} {} at {}{}", model, policy, budget, kept_lifetimes ? ", tensors kept" : ""));
     // The policy itself, every step (the trial, which may swap in first-touch, is tested below).
