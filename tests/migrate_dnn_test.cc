@@ -466,7 +466,12 @@ TEST(Policies, PlansFromRealProfilesAreValidAndTheRegionIsTight) {
     const std::uint64_t live = max_live_bytes(short_lived, kPageBytes);
     EXPECT_LE(static_cast<double>(region->region_bytes), 1.02 * static_cast<double>(live))
         << model << ": region " << region->region_bytes << " for max-live " << live;
-    for (double share : {1.0, 0.5, 0.2, 0.1}) {
+#if defined(__SANITIZE_ADDRESS__)
+    const std::vector<double> shares = {0.5, 0.1};  // CI's time: the plain run plans at all four
+#else
+    const std::vector<double> shares = {1.0, 0.5, 0.2, 0.1};
+#endif
+    for (double share : shares) {
       auto inputs = migrator::inputs_from_profile(*profile, 0, 1, 1);
       ASSERT_TRUE(inputs) << inputs.status().to_string();
       inputs->fast_budget_bytes = static_cast<std::uint64_t>(
