@@ -364,8 +364,9 @@ int main(int argc, char** argv) {
   }
   std::printf("parameters checksum %016llx\n", static_cast<unsigned long long>(checksum(params)));
   if (step_ms.empty()) return 0;
-  std::nth_element(step_ms.begin(), step_ms.begin() + static_cast<std::ptrdiff_t>(step_ms.size() / 2), step_ms.end());
-  std::fprintf(stderr, "plain_cnn: median step %.3f ms over %zu steps of batch %d\n", step_ms[step_ms.size() / 2],
-               step_ms.size(), o.batch);
+  std::nth_element(step_ms.begin(), step_ms.begin() + static_cast<std::ptrdiff_t>(step_ms.size() / 2),
+                   step_ms.end());
+  std::fprintf(stderr, "plain_cnn: median step %.3f ms over %zu steps of batch %d\n",
+               step_ms[step_ms.size() / 2], step_ms.size(), o.batch);
   return 0;
 }

@@ -17,22 +17,23 @@ int main() {
   const memory::desc d({4, 8, 16, 16}, memory::data_type::f32, memory::format_tag::nchw);
   const memory::desc half({2, 8, 16, 16}, memory::data_type::f32, memory::format_tag::nchw);
   const std::size_t n = d.get_size() / sizeof(float);
-  memory a(d, eng);                         // oneDNN's buffer: an object
-  memory alias(d, eng, a.get_data_handle());  // the same bytes
+  memory a(d, eng);                                                          // oneDNN's buffer: an object
+  memory alias(d, eng, a.get_data_handle());                                 // the same bytes
   memory tail(half, eng, static_cast<float*>(a.get_data_handle()) + n / 2);  // inside it
   std::vector<float> own(n);
   memory user(d, eng, own.data());  // the program's buffer
   memory later(d, eng, DNNL_MEMORY_NONE);
   later.set_data_handle(own.data());
   memory out(d, eng);
-  const dnnl::eltwise_forward relu({{dnnl::prop_kind::forward_inference, dnnl::algorithm::eltwise_relu, d, 0.0F}, eng});
+  const dnnl::eltwise_forward relu(
+      {{dnnl::prop_kind::forward_inference, dnnl::algorithm::eltwise_relu, d, 0.0F}, eng});
   const dnnl::eltwise_forward relu_half(
       {{dnnl::prop_kind::forward_inference, dnnl::algorithm::eltwise_abs, half, 0.0F}, eng});
   const dnnl::sum sum(dnnl::sum::primitive_desc(d, {1.0F, 0.5F}, {d, d}, eng));
   double total = 0;
   for (int it = 0; it < 8; ++it) {
     for (std::size_t i = 0; i < n; ++i) own[i] = std::sin(static_cast<float>(i + it));
-    dnnl::reorder(user, a).execute(s, user, a);                     // program's -> object
+    dnnl::reorder(user, a).execute(s, user, a);                       // program's -> object
     relu.execute(s, {{DNNL_ARG_SRC, alias}, {DNNL_ARG_DST, alias}});  // in place, through the alias
     relu_half.execute(s, {{DNNL_ARG_SRC, tail}, {DNNL_ARG_DST, tail}});
     sum.execute(s, {{DNNL_ARG_MULTIPLE_SRC, a}, {DNNL_ARG_MULTIPLE_SRC + 1, later}, {DNNL_ARG_DST, out}});
