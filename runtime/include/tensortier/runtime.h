@@ -348,8 +348,8 @@ class Runtime {
   std::uint64_t run_length_ = 0;                 // completed steps in a row with last_signature_
   std::vector<std::uint64_t> layer_signatures_;  // signature_ after each layer_begin of this step
   std::vector<std::uint64_t> plan_signatures_;   // ... of the step the running plan was made from
-  bool on_plan_ = true;  // this step's layers so far are the planned step's (else the executor is told)
-  bool matches_plan_ = true;       // this step's layers so far are the planned step's (on plan or not)
+  bool on_plan_ = true;       // this step's layers so far are the planned step's (else the executor is told)
+  bool matches_plan_ = true;  // this step's layers so far are the planned step's (on plan or not)
   bool last_step_on_plan_ = true;  // the step before was the planned step's kind, whole (or none ran)
   // The process that created it: a child after fork() is refused step and layer marks
   // (not_forked), and its destructor leaves the parent's threads alone.
