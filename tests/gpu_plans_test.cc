@@ -76,8 +76,14 @@ Trace load(const std::string& name) {
   return t;
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+// Under ASan (CI's time: planning five traces twice took 80 s there) two of them; the plain run
+// plans all five.
+const std::vector<std::string> kTraces = {"resnet18_b32", "vgg11_bn_b32"};
+#else
 const std::vector<std::string> kTraces = {"resnet18_b32", "resnet18_b128", "resnet50_b32", "vgg16_b32",
                                           "vgg11_bn_b32"};
+#endif
 
 TEST(SmartPool, OnRealStepsItsRegionIsWithinOnePercentOfMaxLive) {
   std::printf("%-14s %8s %10s %10s %10s %10s %10s\n", "trace", "objects", "max-live", "smartpool", "best-fit",
