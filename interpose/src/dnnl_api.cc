@@ -26,6 +26,11 @@ DnnlApi load() {
   resolve(api.memory_unmap_data, "dnnl_memory_unmap_data", missing);
   resolve(api.primitive_execute, "dnnl_primitive_execute", missing);
   resolve(api.primitive_destroy, "dnnl_primitive_destroy", missing);
+  resolve(api.pd_iterator_create, "dnnl_primitive_desc_iterator_create", missing);
+  resolve(api.pd_create, "dnnl_primitive_desc_create", missing);
+  resolve(api.reorder_pd_create, "dnnl_reorder_primitive_desc_create", missing);
+  resolve(api.sum_pd_create, "dnnl_sum_primitive_desc_create", missing);
+  resolve(api.concat_pd_create, "dnnl_concat_primitive_desc_create", missing);
   if (!missing.empty()) {
     // Without the real function the call cannot be passed on: nothing sensible remains.
     api.unusable = fmt::format("libdnnl's {} not found after the interposer in the lookup order", missing);

@@ -22,6 +22,21 @@ struct DnnlApi {
   dnnl_status_t (*primitive_execute)(const_dnnl_primitive_t, dnnl_stream_t, int,
                                      const dnnl_exec_arg_t*) = nullptr;
   dnnl_status_t (*primitive_destroy)(dnnl_primitive_t) = nullptr;
+  // Primitive descriptors, made in user scratchpad mode where the interposer gives scratchpads.
+  dnnl_status_t (*pd_iterator_create)(dnnl_primitive_desc_iterator_t*, const_dnnl_op_desc_t,
+                                      const_dnnl_primitive_attr_t, dnnl_engine_t,
+                                      const_dnnl_primitive_desc_t) = nullptr;
+  dnnl_status_t (*pd_create)(dnnl_primitive_desc_t*, const_dnnl_op_desc_t, const_dnnl_primitive_attr_t,
+                             dnnl_engine_t, const_dnnl_primitive_desc_t) = nullptr;
+  dnnl_status_t (*reorder_pd_create)(dnnl_primitive_desc_t*, const dnnl_memory_desc_t*, dnnl_engine_t,
+                                     const dnnl_memory_desc_t*, dnnl_engine_t,
+                                     const_dnnl_primitive_attr_t) = nullptr;
+  dnnl_status_t (*sum_pd_create)(dnnl_primitive_desc_t*, const dnnl_memory_desc_t*, int, const float*,
+                                 const dnnl_memory_desc_t*, const_dnnl_primitive_attr_t,
+                                 dnnl_engine_t) = nullptr;
+  dnnl_status_t (*concat_pd_create)(dnnl_primitive_desc_t*, const dnnl_memory_desc_t*, int, int,
+                                    const dnnl_memory_desc_t*, const_dnnl_primitive_attr_t,
+                                    dnnl_engine_t) = nullptr;
   // Empty when every entry point was found and the library's major version is the one the
   // interposer was built for; else why it only passes calls through (one line).
   std::string unusable;

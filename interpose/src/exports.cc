@@ -14,6 +14,7 @@ namespace {
 using tensortier::interpose::DnnlApi;
 using tensortier::interpose::Interposer;
 using tensortier::interpose::real_dnnl;
+using tensortier::interpose::ScratchpadAttr;
 
 thread_local int depth = 0;
 
@@ -119,6 +120,74 @@ dnnl_status_t dnnl_primitive_destroy(dnnl_primitive_t primitive) {
         return api.primitive_destroy(primitive);
       },
       [&] { return api.primitive_destroy(primitive); });
+}
+
+// Primitive descriptors: in user scratchpad mode where the interposer gives scratchpads.
+
+dnnl_status_t dnnl_primitive_desc_iterator_create(dnnl_primitive_desc_iterator_t* iterator,
+                                                  const_dnnl_op_desc_t op_desc,
+                                                  const_dnnl_primitive_attr_t attr, dnnl_engine_t engine,
+                                                  const_dnnl_primitive_desc_t hint) {
+  const DnnlApi& api = real_dnnl();
+  return route(
+      api.pd_iterator_create, __func__,
+      [&](Interposer& i) {
+        const ScratchpadAttr a(attr, i.gives_scratchpads(engine));
+        return api.pd_iterator_create(iterator, op_desc, a.get(), engine, hint);
+      },
+      [&] { return api.pd_iterator_create(iterator, op_desc, attr, engine, hint); });
+}
+
+dnnl_status_t dnnl_primitive_desc_create(dnnl_primitive_desc_t* pd, const_dnnl_op_desc_t op_desc,
+                                         const_dnnl_primitive_attr_t attr, dnnl_engine_t engine,
+                                         const_dnnl_primitive_desc_t hint) {
+  const DnnlApi& api = real_dnnl();
+  return route(
+      api.pd_create, __func__,
+      [&](Interposer& i) {
+        const ScratchpadAttr a(attr, i.gives_scratchpads(engine));
+        return api.pd_create(pd, op_desc, a.get(), engine, hint);
+      },
+      [&] { return api.pd_create(pd, op_desc, attr, engine, hint); });
+}
+
+dnnl_status_t dnnl_reorder_primitive_desc_create(dnnl_primitive_desc_t* pd, const dnnl_memory_desc_t* src,
+                                                 dnnl_engine_t src_engine, const dnnl_memory_desc_t* dst,
+                                                 dnnl_engine_t dst_engine, const_dnnl_primitive_attr_t attr) {
+  const DnnlApi& api = real_dnnl();
+  return route(
+      api.reorder_pd_create, __func__,
+      [&](Interposer& i) {
+        const ScratchpadAttr a(attr, i.gives_scratchpads(src_engine) && i.gives_scratchpads(dst_engine));
+        return api.reorder_pd_create(pd, src, src_engine, dst, dst_engine, a.get());
+      },
+      [&] { return api.reorder_pd_create(pd, src, src_engine, dst, dst_engine, attr); });
+}
+
+dnnl_status_t dnnl_sum_primitive_desc_create(dnnl_primitive_desc_t* pd, const dnnl_memory_desc_t* dst, int n,
+                                             const float* scales, const dnnl_memory_desc_t* srcs,
+                                             const_dnnl_primitive_attr_t attr, dnnl_engine_t engine) {
+  const DnnlApi& api = real_dnnl();
+  return route(
+      api.sum_pd_create, __func__,
+      [&](Interposer& i) {
+        const ScratchpadAttr a(attr, i.gives_scratchpads(engine));
+        return api.sum_pd_create(pd, dst, n, scales, srcs, a.get(), engine);
+      },
+      [&] { return api.sum_pd_create(pd, dst, n, scales, srcs, attr, engine); });
+}
+
+dnnl_status_t dnnl_concat_primitive_desc_create(dnnl_primitive_desc_t* pd, const dnnl_memory_desc_t* dst,
+                                                int n, int dimension, const dnnl_memory_desc_t* srcs,
+                                                const_dnnl_primitive_attr_t attr, dnnl_engine_t engine) {
+  const DnnlApi& api = real_dnnl();
+  return route(
+      api.concat_pd_create, __func__,
+      [&](Interposer& i) {
+        const ScratchpadAttr a(attr, i.gives_scratchpads(engine));
+        return api.concat_pd_create(pd, dst, n, dimension, srcs, a.get(), engine);
+      },
+      [&] { return api.concat_pd_create(pd, dst, n, dimension, srcs, attr, engine); });
 }
 
 }  // extern "C"

@@ -95,7 +95,8 @@ Interposer* Interposer::instance() {
 Interposer::Interposer(std::unique_ptr<Runtime> runtime)
     : runtime_(std::move(runtime)),
       detector_(step_hint()),
-      random_moves_(env_count("TENSORTIER_RANDOM_MOVES", 0)) {
+      random_moves_(env_count("TENSORTIER_RANDOM_MOVES", 0)),
+      scratchpads_(env_count("TENSORTIER_SCRATCHPADS", 0) != 0) {
   if (const char* path = std::getenv("TENSORTIER_TRACE"); path != nullptr && *path != '\0') {
     const std::uint64_t from = std::max<std::uint64_t>(env_count("TENSORTIER_TRACE_FROM", 4), 1);
     timeline_ = std::make_unique<TimelineRecorder>(from - 1, env_count("TENSORTIER_TRACE_STEPS", 1),
@@ -346,6 +347,14 @@ dnnl_status_t Interposer::execute(const_dnnl_primitive_t primitive, dnnl_stream_
     return api.primitive_execute(primitive, stream, nargs, args);
   }
   const PrimitiveInfo& info = primitives_.get(primitive);
+  std::vector<dnnl_exec_arg_t> with_scratchpad;
+  const dnnl_memory_t scratchpad = make_scratchpad(info, stream, nargs, args);
+  if (scratchpad != nullptr) {
+    with_scratchpad.assign(args, args + nargs);
+    with_scratchpad.push_back({DNNL_ARG_SCRATCHPAD, scratchpad});
+    args = with_scratchpad.data();
+    nargs = static_cast<int>(with_scratchpad.size());
+  }
   if (!info.mismatch.empty()) {
     warn_once(fmt::format("{}: {}; its executions declare every argument read and written", info.name,
                           info.mismatch));
@@ -368,6 +377,7 @@ dnnl_status_t Interposer::execute(const_dnnl_primitive_t primitive, dnnl_stream_
     runtime_->unpin_objects(bound.all);
   }
   if (marked && random_moves_ != 0) move_at_random(bound);
+  if (scratchpad != nullptr) memory_destroy(scratchpad);  // its object freed after the layer
   if (training) step_marks(d.end_after, d.begin_after);
   std::lock_guard lock(mutex_);
   ++stats_.executions;
@@ -376,6 +386,51 @@ dnnl_status_t Interposer::execute(const_dnnl_primitive_t primitive, dnnl_stream_
   stats_.other_thread += training ? 0 : 1;
   stats_.mismatches += info.mismatch.empty() ? 0 : 1;
   return s;
+}
+
+ScratchpadAttr::ScratchpadAttr(const_dnnl_primitive_attr_t attr, bool user) : attr_(attr) {
+  dnnl_scratchpad_mode_t mode = dnnl_scratchpad_mode_library;
+  if (!user || (attr != nullptr && (dnnl_primitive_attr_get_scratchpad_mode(attr, &mode) != dnnl_success ||
+                                    mode == dnnl_scratchpad_mode_user)))
+    return;  // the program's choice stands
+  const dnnl_status_t s =
+      attr != nullptr ? dnnl_primitive_attr_clone(&copy_, attr) : dnnl_primitive_attr_create(&copy_);
+  if (s != dnnl_success ||
+      dnnl_primitive_attr_set_scratchpad_mode(copy_, dnnl_scratchpad_mode_user) != dnnl_success) {
+    if (copy_ != nullptr) dnnl_primitive_attr_destroy(copy_);
+    copy_ = nullptr;
+  }
+}
+
+ScratchpadAttr::~ScratchpadAttr() {
+  if (copy_ != nullptr) dnnl_primitive_attr_destroy(copy_);
+}
+
+bool Interposer::gives_scratchpads(dnnl_engine_t engine) const {
+  return scratchpads_ && on_cpu(engine);
+}
+
+// A primitive made in user scratchpad mode by the interposer (the program passes no scratchpad):
+// one as an object for this execution, freed after it, as the DNN engine does (Engine::run).
+dnnl_memory_t Interposer::make_scratchpad(const PrimitiveInfo& info, dnnl_stream_t stream, int nargs,
+                                          const dnnl_exec_arg_t* args) {
+  if (!scratchpads_ || info.user_scratchpad_bytes == 0) return nullptr;
+  for (int i = 0; i < nargs; ++i) {
+    if (args[i].arg == DNNL_ARG_SCRATCHPAD) return nullptr;  // the program's own
+  }
+  dnnl_engine_t engine = nullptr;
+  dnnl_memory_desc_t md{};
+  const dnnl_dims_t dims = {static_cast<dnnl_dim_t>(info.user_scratchpad_bytes)};
+  dnnl_memory_t memory = nullptr;
+  if (dnnl_stream_get_engine(stream, &engine) != dnnl_success ||
+      dnnl_memory_desc_init_by_tag(&md, 1, dims, dnnl_u8, dnnl_a) != dnnl_success ||
+      memory_create(&memory, &md, engine, DNNL_MEMORY_ALLOCATE) != dnnl_success) {
+    warn_once(fmt::format("{}: no scratchpad could be made for it", info.name));
+    return nullptr;
+  }
+  std::lock_guard lock(mutex_);
+  ++stats_.scratchpads;
+  return memory;
 }
 
 // A test of the promise that results never depend on placement: one of the layer's objects to

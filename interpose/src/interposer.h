@@ -48,12 +48,29 @@ struct InterposeStats {
   std::uint64_t layers = 0;               // executions marked as layers of a step
   std::uint64_t unmarked = 0;             // executions outside steps (their objects pinned)
   std::uint64_t other_thread = 0;         // of those, from a thread other than the training one
+  std::uint64_t scratchpads = 0;          // scratchpad objects given to executions (--scratchpads)
   std::uint64_t host_pins = 0;            // get_data_handle / map_data on an object
   std::uint64_t refreshed = 0;            // memories pointed at an object's new address (a heap tier's move)
   std::uint64_t mismatches = 0;           // executions declaring every argument read and written
   std::uint64_t failed_marks = 0;         // layer or step marks the runtime refused
   std::uint64_t steps = 0;                // steps begun
   std::uint64_t random_moves_failed = 0;  // TENSORTIER_RANDOM_MOVES's refused (a pinned chunk)
+};
+
+// The attributes a primitive descriptor is made with: the program's, or, where the interposer gives
+// scratchpads and the program left oneDNN its own, a copy in user scratchpad mode (destroyed with
+// this; oneDNN keeps its own copy in the descriptor).
+class ScratchpadAttr {
+ public:
+  ScratchpadAttr(const_dnnl_primitive_attr_t attr, bool user);
+  ~ScratchpadAttr();
+  ScratchpadAttr(const ScratchpadAttr&) = delete;
+  ScratchpadAttr& operator=(const ScratchpadAttr&) = delete;
+  const_dnnl_primitive_attr_t get() const { return copy_ != nullptr ? copy_ : attr_; }
+
+ private:
+  const_dnnl_primitive_attr_t attr_;
+  dnnl_primitive_attr_t copy_ = nullptr;
 };
 
 class Interposer {
@@ -70,6 +87,9 @@ class Interposer {
   dnnl_status_t execute(const_dnnl_primitive_t primitive, dnnl_stream_t stream, int nargs,
                         const dnnl_exec_arg_t* args);
   void primitive_destroyed(const_dnnl_primitive_t primitive) { primitives_.erase(primitive); }
+  // Whether primitive descriptors on this engine are made in user scratchpad mode, so that each
+  // execution's scratchpad is an object (TENSORTIER_SCRATCHPADS=1, tensortier-run --scratchpads).
+  bool gives_scratchpads(dnnl_engine_t engine) const;
 
   ~Interposer();
   Interposer(const Interposer&) = delete;
@@ -99,6 +119,8 @@ class Interposer {
   void refresh(const Bound& bound, const std::vector<void*>& addresses, const std::vector<ObjectId>& ids);
   void drop_host_pins(const std::vector<ObjectId>& ids);
   void move_at_random(const Bound& bound);
+  dnnl_memory_t make_scratchpad(const PrimitiveInfo& info, dnnl_stream_t stream, int nargs,
+                                const dnnl_exec_arg_t* args);
   void warn_once(const std::string& line);
   std::string report_json() const;
   void finish();
@@ -115,6 +137,7 @@ class Interposer {
   std::set<std::string> warned_;
   bool step_open_ = false;          // training thread only
   std::uint64_t random_moves_ = 0;  // TENSORTIER_RANDOM_MOVES: the generator's state (0: off)
+  bool scratchpads_ = false;        // TENSORTIER_SCRATCHPADS
 };
 
 }  // namespace tensortier::interpose

@@ -46,6 +46,7 @@ std::string Interposer::report_json() const {
                       {"layers", s.layers},
                       {"unmarked", s.unmarked},
                       {"other_thread", s.other_thread},
+                      {"scratchpads", s.scratchpads},
                       {"host_pins", s.host_pins},
                       {"refreshed", s.refreshed},
                       {"mismatches", s.mismatches},

@@ -80,6 +80,15 @@ PrimitiveInfo describe(const_dnnl_primitive_t primitive) {
   dnnl_primitive_desc_query(pd, dnnl_query_num_of_inputs_s32, 0, &inputs);
   dnnl_primitive_desc_query(pd, dnnl_query_num_of_outputs_s32, 0, &outputs);
   info.mismatch = check_counts(t, used, inputs, outputs);
+  const_dnnl_primitive_attr_t attr = nullptr;
+  dnnl_scratchpad_mode_t mode = dnnl_scratchpad_mode_library;
+  if (dnnl_primitive_desc_get_attr(pd, &attr) == dnnl_success &&
+      dnnl_primitive_attr_get_scratchpad_mode(attr, &mode) == dnnl_success &&
+      mode == dnnl_scratchpad_mode_user) {
+    if (const dnnl_memory_desc_t* md = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+        md != nullptr)
+      info.user_scratchpad_bytes = dnnl_memory_desc_get_size(md);
+  }
   return info;
 }
 

@@ -29,6 +29,7 @@ struct Options {
   std::string tiers, policy, fast_budget, profile_json, trace, report, library;
   std::uint64_t trace_from = 4, trace_steps = 1, step_period = 0, step_offset = 0, trial_steps = 3,
                 random_moves = 0;
+  bool scratchpads = false;
   std::vector<std::string> command;
 };
 
@@ -58,6 +59,7 @@ void export_options(const Options& o, const std::string& library) {
   set("TENSORTIER_INTERPOSE_REPORT", o.report);
   set("TENSORTIER_TRIAL_STEPS", std::to_string(o.trial_steps));
   if (o.random_moves != 0) set("TENSORTIER_RANDOM_MOVES", std::to_string(o.random_moves));
+  if (o.scratchpads) set("TENSORTIER_SCRATCHPADS", "1");
   if (o.step_period > 0) {
     set("TENSORTIER_STEP_PERIOD", std::to_string(o.step_period));
     set("TENSORTIER_STEP_OFFSET", std::to_string(o.step_offset));
@@ -85,6 +87,10 @@ int main(int argc, char** argv) {
   app.add_option("--trace-steps", o.trace_steps, "Steps the trace records")->check(CLI::PositiveNumber);
   app.add_option("--trial-steps", o.trial_steps,
                  "Steps each phase of a moving plan's trial runs (0: the plan runs as made, untried)");
+  app.add_flag(
+      "--scratchpads", o.scratchpads,
+      "Make the program's primitives take their scratchpads from the caller, and give each execution one "
+      "as an object (tiered and counted like the rest)");
   app.add_option("--random-moves", o.random_moves,
                  "Testing: after each layer, move one of its objects to another tier, chosen by a generator "
                  "with this seed (0: off); the program's results must not change");

@@ -5,7 +5,8 @@ Usage: run_check.py TENSORTIER_RUN PLAIN_CNN HANDLES WORK_DIR
 
 Checks, on emulated tiers: the program's output is bit-identical to its run without the
 interposer under fast-only, sentinel, autoswap and oracle at 20%, and with one object of every
-layer moved to the other tier after it (--random-moves), also to a memkind heap tier, where a move
+layer moved to the other tier after it (--random-moves), and with the program's scratchpads made
+objects (--scratchpads), also to a memkind heap tier, where a move
 gives the object a new address and each layer re-points its memories; every memory oneDNN would allocate is an object; the step
 detector finds the 22-execution step, and steps and layers are counted as the program runs them;
 aliases, the program's own buffers, a memory given its buffer later and one re-pointed (handles.cc)
@@ -85,7 +86,8 @@ def main():
             ("sentinel", ["--policy", "sentinel", "--fast-budget", "20%"]),
             ("autoswap", ["--policy", "autoswap", "--fast-budget", "20%"]),
             ("oracle", ["--policy", "oracle", "--fast-budget", "20%"]),
-            ("random", ["--random-moves", "7"])]
+            ("random", ["--random-moves", "7"]),
+            ("scratchpads", ["--policy", "sentinel", "--fast-budget", "20%", "--scratchpads"])]
     moves = {}
     for name, flags in runs:
         r, rep, profile = interposed(name, flags)
@@ -96,6 +98,10 @@ def main():
         check_profile(name, profile, 22)
         moves[name] = rep["runtime"]["moves"] + rep["runtime"]["direct_moves"]
     print("moves:", moves)
+    with open(os.path.join(WORK, "scratchpads.json")) as f:
+        check(json.load(f)["scratchpads"] > 0, "--scratchpads: no execution was given a scratchpad object")
+    with open(os.path.join(WORK, "sentinel.json")) as f:
+        check(json.load(f)["scratchpads"] == 0, "scratchpads given without --scratchpads")
     check(moves["random"] > 100, "random moves: too few made for the check to mean anything")
 
     for name in ("fast-only", "sentinel", "random"):

@@ -26,6 +26,9 @@ struct PrimitiveInfo {
   // Argument id -> use, for the arguments the primitive uses (a non-empty exec_arg_md); an
   // argument passed but not used by the primitive is absent (it touches no bytes of it).
   std::map<int, ArgUse> uses;
+  // Its scratchpad is the caller's to give (dnnl_scratchpad_mode_user), of this many bytes (0: none
+  // or the library's own).
+  std::uint64_t user_scratchpad_bytes = 0;
 };
 
 class PrimitiveCache {
