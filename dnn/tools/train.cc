@@ -224,17 +224,10 @@ void add_runtime_flags(CLI::App& app, Options& o) {
                  "How the profiled step tells writes: protection (default) or uffd (userfaultfd WP_ASYNC, "
                  "Linux 6.7+)")
       ->check(CLI::IsMember({"protection", "uffd"}));
-  app.add_option(
-      "--profile-json", o.profile_json,
-      "Write the first step profile there as JSON (docs/PROFILE.md; tools/tensortier-profile reads it)");
+  cli::add_profile_json_flag(app, o.profile_json);
   cli::add_policy_flag(app, o.policy);
   cli::add_fast_budget_flag(app, o.fast_budget);
-  app.add_option("--trial-steps", o.trial_steps,
-                 "Steps the policy's plan runs on trial, then as many without its late moves, as many with "
-                 "only the late moves judged worth their wait one by one, and as many with no moves; "
-                 "the fastest goes on (0: no trial)")
-      ->check(CLI::Range(0, 100))
-      ->capture_default_str();
+  cli::add_trial_steps_flag(app, o.trial_steps);
   app.add_option("--measured-mover-steps", o.measured_mover_steps,
                  "Steps after which the policy's plan, where it copies, is made again with the mover's CPU "
                  "per byte as measured in them (0: plans keep the cost model's estimate)")
@@ -245,15 +238,7 @@ void add_runtime_flags(CLI::App& app, Options& o) {
                  "layers leave spare, OMP_NUM_THREADS below the CPUs; 1 where fewer than two are)")
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();
-  app.add_option("--trace", o.trace,
-                 "Write a Chrome trace (Perfetto) of layers, moves and waits there (tools/plot_timeline.py "
-                 "draws it)");
-  app.add_option("--trace-from", o.trace_from, "The first step the trace records (1-based)")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  app.add_option("--trace-steps", o.trace_steps, "Steps the trace records")
-      ->check(CLI::Range(1, 100))
-      ->capture_default_str();
+  cli::add_trace_flags(app, o.trace, o.trace_from, o.trace_steps);
 }
 
 // Flags the parser cannot check: numbers CLI11 reads as nan or inf, a policy with profiling off.

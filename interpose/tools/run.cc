@@ -27,8 +27,9 @@ namespace fs = std::filesystem;
 
 struct Options {
   std::string tiers, policy, fast_budget, profile_json, trace, report, library;
-  std::uint64_t trace_from = 4, trace_steps = 1, step_period = 0, step_offset = 0, trial_steps = 3,
-                random_moves = 0;
+  std::size_t trace_from = 4, trace_steps = 1;
+  std::uint32_t trial_steps = tensortier::RuntimeOptions{}.trial_steps;
+  std::uint64_t step_period = 0, step_offset = 0, random_moves = 0;
   bool scratchpads = false;
   std::vector<std::string> command;
 };
@@ -80,13 +81,9 @@ int main(int argc, char** argv) {
   tensortier::cli::add_tiers_flag(app, o.tiers);
   tensortier::cli::add_policy_flag(app, o.policy);
   tensortier::cli::add_fast_budget_flag(app, o.fast_budget);
-  app.add_option("--profile-json", o.profile_json, "Write the profiled step's JSON there (docs/PROFILE.md)");
-  app.add_option("--trace", o.trace, "Write a Chrome trace of layers, moves and waits there");
-  app.add_option("--trace-from", o.trace_from, "The first step the trace records (1-based)")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--trace-steps", o.trace_steps, "Steps the trace records")->check(CLI::PositiveNumber);
-  app.add_option("--trial-steps", o.trial_steps,
-                 "Steps each phase of a moving plan's trial runs (0: the plan runs as made, untried)");
+  tensortier::cli::add_profile_json_flag(app, o.profile_json);
+  tensortier::cli::add_trace_flags(app, o.trace, o.trace_from, o.trace_steps);
+  tensortier::cli::add_trial_steps_flag(app, o.trial_steps);
   app.add_flag(
       "--scratchpads", o.scratchpads,
       "Make the program's primitives take their scratchpads from the caller, and give each execution one "

@@ -1,10 +1,13 @@
 // The runtime's flags on every program's command line (CLI11), registered in one place so that
-// they mean one thing and read alike everywhere: the tier spec, the policy, the fast budget.
+// they mean one thing and read alike everywhere: the tier spec, the policy, the fast budget, the
+// profile's JSON, the trial, the trace.
 // Programs that run a matrix take a flag several times (the vector forms).
 //
 // Thread safety: call while building the command line, before parsing.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -52,6 +55,37 @@ inline CLI::Option* add_fast_budget_flag(
       "The fast tier's budget under the policy: a size (512MiB) or a share of the profiled peak "
       "footprint (20%); " +
           what);
+}
+
+// --profile-json PATH: where the profiled step's JSON goes.
+inline CLI::Option* add_profile_json_flag(CLI::App& app, std::string& path) {
+  return app.add_option(
+      "--profile-json", path,
+      "Write the first step profile there as JSON (docs/PROFILE.md; tools/tensortier-profile reads it)");
+}
+
+// --trial-steps N: the trial of a plan that moves (RuntimeOptions::trial_steps).
+inline CLI::Option* add_trial_steps_flag(CLI::App& app, std::uint32_t& steps) {
+  return app
+      .add_option("--trial-steps", steps,
+                  "Steps the policy's plan runs on trial, then as many without its late moves, as many with "
+                  "only the late moves judged worth their wait one by one, and as many with no moves; "
+                  "the fastest goes on (0: no trial)")
+      ->check(CLI::Range(0, 100))
+      ->capture_default_str();
+}
+
+// --trace PATH, --trace-from N, --trace-steps N: a Chrome trace of steps [from, from + steps).
+inline void add_trace_flags(CLI::App& app, std::string& path, std::size_t& from, std::size_t& steps) {
+  app.add_option("--trace", path,
+                 "Write a Chrome trace (Perfetto) of layers, moves and waits there (tools/plot_timeline.py "
+                 "draws it)");
+  app.add_option("--trace-from", from, "The first step the trace records (1-based)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--trace-steps", steps, "Steps the trace records")
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
 }
 
 }  // namespace tensortier::cli
