@@ -141,9 +141,7 @@ std::uint64_t Executor::place_persistent(const std::vector<ObjectInfo>& objects)
   std::uint64_t failed = 0;
   for (int pass = 0; pass < 2; ++pass) {  // outs of the fast tier first, so the ins find room
     for (const ObjectInfo& o : objects) {
-      // An object alive from an earlier step than the profiled one is planned by its id (its step
-      // key is another object's: plan_inputs.cc).
-      const ObjectKey key = is_step_key(o.key) ? ObjectKey{o.id} : o.key;
+      const ObjectKey key = plan_key(o.key, o.id, /*made_before_step=*/true);  // as Plan::start names it
       auto want = plan_.start.find(key);
       if (want != plan_.start.end()) {
         MoveOptions options;

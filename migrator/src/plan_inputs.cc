@@ -31,11 +31,9 @@ void add_objects(const profiler::StepProfile& profile, PlanInputs& in, Index& in
     }
     PlanObject p;
     // Made in an earlier step and alive in this one (gradients kept across steps; a program that
-    // frees the last iteration's tensors after the next step began): its key, the allocation's
-    // ordinal in its step, is also the key of an object of this step. The plan names it by its id,
-    // as any object made outside the step; under the shared key a dead move of it discarded the
-    // other's bytes.
-    p.key = is_step_key(o.key) && !o.born_at_layer ? ObjectKey{o.id} : o.key;
+    // frees the last iteration's tensors after the next step began): named by its id, as any object
+    // made outside the step; under the key it shares, a dead move of it discarded the other's bytes.
+    p.key = plan_key(o.key, o.id, !o.born_at_layer);
     p.bytes = o.reserved_bytes;  // whole pages already
     p.born = born;
     p.freed = freed;

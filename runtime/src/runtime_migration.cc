@@ -34,10 +34,7 @@ std::string object_names(const profiler::StepProfile& profile, std::span<const O
   std::string names;
   std::size_t shown = 0;
   for (const profiler::ObjectProfile& o : profile.objects) {
-    // (an object of an earlier step is planned by its id: plan_inputs.cc)
-    if (std::ranges::find(keys, o.key) == keys.end() &&
-        std::ranges::find(keys, ObjectKey{o.id}) == keys.end())
-      continue;
+    if (std::ranges::find(keys, migrator::plan_key(o.key, o.id, !o.born_at_layer)) == keys.end()) continue;
     if (shown++ == 4) return names + ", ...";
     names += (names.empty() ? "" : ", ") + o.name;
   }
@@ -282,11 +279,12 @@ bool Runtime::open_places(const migrator::Plan& plan) {
   // Where one cannot leave, the arena may not fit: said below.
   move_all(
       [&](const ObjectInfo& o) {
-        // (an object of an earlier step than the profiled one is planned by its id: plan_inputs.cc)
-        const ObjectKey id{o.id};
+        // Under either key (migrator::plan_key): whether a live object was made before the
+        // profiled step or in it is not known here.
+        const ObjectKey earlier = migrator::plan_key(o.key, o.id, true);
         return o.tier == plan.fast && o.arena == 0 &&
-               (places.first.contains(o.key) || plan.start.contains(o.key) || places.first.contains(id) ||
-                plan.start.contains(id));
+               (places.first.contains(o.key) || plan.start.contains(o.key) ||
+                places.first.contains(earlier) || plan.start.contains(earlier));
       },
       plan.slow);
   allocator_.release_cache();

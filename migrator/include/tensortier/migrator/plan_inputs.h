@@ -111,6 +111,14 @@ struct PlanInputs {
   double slow_traffic_ns_per_byte() const { return (1.0 / move_in_gbps + 1.0 / move_out_gbps) / 2.0; }
 };
 
+// The key a plan names an object by: its own, or its id where it was made in an earlier step than
+// the profiled one (then its key, the allocation's ordinal in that step, is also the key of an
+// object of the profiled step). At the plan's start, the objects in Plan::start (alive before and
+// after the profiled step) are all made before it.
+constexpr ObjectKey plan_key(ObjectKey key, ObjectId id, bool made_before_step) {
+  return is_step_key(key) && made_before_step ? ObjectKey{id} : key;
+}
+
 // Inputs from a step profile: objects of a page or more with their lifetimes and the layers that
 // declare them; layer times (the unprofiled time where the profile has it); the small-object
 // reserve (each group's peak of small bytes in whole 64 KiB chunks, plus one chunk). Rates and
