@@ -255,10 +255,14 @@ Interposer::Bound Interposer::bind(const PrimitiveInfo& info, int nargs, const d
     const int arg = args[i].arg;
     const dnnl_memory_t memory = args[i].memory;
     if (memory == nullptr) continue;
-    const dnnl_memory_desc_t* md = nullptr;
-    dnnl_memory_get_memory_desc(memory, &md);
-    shape.emplace_back(arg, md != nullptr ? dnnl_memory_desc_get_size(md) : 0);
     const std::optional<MemoryRecord> r = memories_.get(memory);
+    std::uint64_t bytes = r ? r->bytes : 0;  // the table has every memory made on a CPU engine
+    if (!r) {
+      const dnnl_memory_desc_t* md = nullptr;
+      if (dnnl_memory_get_memory_desc(memory, &md) == dnnl_success && md != nullptr)
+        bytes = dnnl_memory_desc_get_size(md);
+    }
+    shape.emplace_back(arg, bytes);
     if (!r || r->object == 0) continue;
     const auto known = info.uses.find(arg);
     const ArgUse use = !info.mismatch.empty()     ? ArgUse::kReadWrite

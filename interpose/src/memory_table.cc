@@ -42,9 +42,4 @@ void MemoryTable::set_handle(const_dnnl_memory_t memory, void* handle) {
   if (const auto it = records_.find(memory); it != records_.end()) it->second.handle = handle;
 }
 
-std::size_t MemoryTable::size() const {
-  std::lock_guard lock(mutex_);
-  return records_.size();
-}
-
 }  // namespace tensortier::interpose

@@ -39,7 +39,6 @@ class MemoryTable {
   // Records that alias `object`, made the program's buffers (the object is gone): how many.
   std::size_t orphan_aliases(std::uint64_t object);
   void set_handle(const_dnnl_memory_t memory, void* handle);
-  std::size_t size() const;
 
  private:
   mutable std::mutex mutex_;
