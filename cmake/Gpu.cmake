@@ -30,6 +30,11 @@ if(NOT TENSORTIER_GPU STREQUAL "OFF")
       set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
       set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
     endif()
+    # cuDNN as a target: its headers as system includes (with the CUDA runtime's, which they include).
+    add_library(tensortier::cudnn UNKNOWN IMPORTED)
+    set_target_properties(tensortier::cudnn PROPERTIES IMPORTED_LOCATION "${TENSORTIER_CUDNN_LIBRARY}"
+                          INTERFACE_INCLUDE_DIRECTORIES "${TENSORTIER_CUDNN_INCLUDE_DIR}"
+                          INTERFACE_LINK_LIBRARIES CUDA::cudart)
     message(STATUS "GPU backend: CUDA ${CUDAToolkit_VERSION} (${CUDAToolkit_NVCC_EXECUTABLE}), cuDNN "
                    "${TENSORTIER_CUDNN_LIBRARY}, architectures ${CMAKE_CUDA_ARCHITECTURES}")
   elseif(TENSORTIER_GPU STREQUAL "ON")

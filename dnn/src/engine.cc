@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "tensortier/dnn/backend.h"
+
 namespace tensortier::dnn {
 
 namespace {
@@ -61,9 +63,16 @@ std::string_view to_string(ConvAlgorithm algorithm) {
   return algorithm == ConvAlgorithm::kDirect ? "direct" : "auto";
 }
 
-Engine::Engine(Runtime& runtime) : Engine(&runtime) {}
+Engine::Engine(Runtime& runtime) : Engine(&runtime, cpu_backend()) {}
 
-Engine::Engine(Runtime* runtime) : runtime_(runtime), engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
+Engine::Engine(Runtime& runtime, Backend& backend) : Engine(&runtime, backend) {}
+
+Engine Engine::without_runtime() {
+  return Engine(nullptr, cpu_backend());
+}
+
+Engine::Engine(Runtime* runtime, Backend& backend)
+    : runtime_(runtime), backend_(&backend), engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
 
 dnnl::primitive_attr Engine::user_scratchpad() {
   dnnl::primitive_attr attr;

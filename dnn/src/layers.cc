@@ -7,6 +7,7 @@
 #include <optional>
 #include <random>
 #include <string_view>
+#include <variant>
 
 #include <fmt/format.h>
 
@@ -122,7 +123,7 @@ class Shapes {
 // ---------------------------------------------------------------------------------------------
 class Conv final : public Layer {
  public:
-  Conv(std::string name, ConvOptions o) : Layer(std::move(name)), o_(o) {}
+  Conv(std::string name, ConvSpec o) : Layer(std::move(name)), o_(o) {}
   // An input reordered into the convolution's layout: backward reads that copy instead.
   bool backward_reads_input(std::size_t /*k*/) const override {
     return shapes_.empty() || shapes_->src == shapes_->input;
@@ -319,7 +320,7 @@ class Conv final : public Layer {
     dnnl::convolution_backward_weights bwd_weights;
     Scratchpad pad_fwd, pad_bwd_data, pad_bwd_weights;
   };
-  ConvOptions o_;
+  ConvSpec o_;
   Shapes<Shape> shapes_;  // per input shape; shapes_-> is the batch in progress's
   Tensor src_copy_;       // the input in the convolution's layout, forward to backward
   std::size_t fan_in_ = 1;
@@ -800,26 +801,23 @@ class Add final : public Layer {
 
 }  // namespace
 
-std::unique_ptr<Layer> make_conv(std::string name, const ConvOptions& options) {
-  return std::make_unique<Conv>(std::move(name), options);
-}
-std::unique_ptr<Layer> make_batch_norm(std::string name, float epsilon, float momentum) {
-  return std::make_unique<BatchNorm>(std::move(name), epsilon, momentum);
-}
-std::unique_ptr<Layer> make_relu(std::string name) {
-  return std::make_unique<Relu>(std::move(name));
-}
-std::unique_ptr<Layer> make_pool(std::string name, PoolKind kind, int kernel, int stride, int padding) {
-  return std::make_unique<Pool>(std::move(name), kind, kernel, stride, padding, false);
-}
-std::unique_ptr<Layer> make_global_avg_pool(std::string name) {
-  return std::make_unique<Pool>(std::move(name), PoolKind::kAverage, 0, 1, 0, true);
-}
-std::unique_ptr<Layer> make_linear(std::string name, int out_features, bool bias) {
-  return std::make_unique<Linear>(std::move(name), out_features, bias);
-}
-std::unique_ptr<Layer> make_add(std::string name) {
-  return std::make_unique<Add>(std::move(name));
+std::unique_ptr<Layer> make_onednn_layer(const LayerSpec& spec) {
+  struct Make {
+    const std::string& name;
+    std::unique_ptr<Layer> operator()(const ConvSpec& c) const { return std::make_unique<Conv>(name, c); }
+    std::unique_ptr<Layer> operator()(const BatchNormSpec& b) const {
+      return std::make_unique<BatchNorm>(name, b.epsilon, b.momentum);
+    }
+    std::unique_ptr<Layer> operator()(const ReluSpec&) const { return std::make_unique<Relu>(name); }
+    std::unique_ptr<Layer> operator()(const PoolSpec& p) const {
+      return std::make_unique<Pool>(name, p.kind, p.kernel, p.stride, p.padding, p.global);
+    }
+    std::unique_ptr<Layer> operator()(const LinearSpec& l) const {
+      return std::make_unique<Linear>(name, l.out_features, l.bias);
+    }
+    std::unique_ptr<Layer> operator()(const AddSpec&) const { return std::make_unique<Add>(name); }
+  };
+  return std::visit(Make{spec.name}, spec.kind);
 }
 
 }  // namespace tensortier::dnn

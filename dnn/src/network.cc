@@ -9,8 +9,8 @@
 
 namespace tensortier::dnn {
 
-int Network::add(std::unique_ptr<Layer> layer, std::vector<int> inputs) {
-  nodes_.push_back(Node{std::move(layer), std::move(inputs), {}, {}, {}});
+int Network::add(LayerSpec spec, std::vector<int> inputs) {
+  nodes_.push_back(Node{std::move(spec), nullptr, std::move(inputs), {}, {}, {}});
   return static_cast<int>(nodes_.size()) - 1;
 }
 
@@ -18,6 +18,11 @@ Status Network::build(Engine& engine, const dnnl::memory::dims& input_dims, std:
   if (nodes_.empty()) return failed_precondition(fmt::format("network '{}' has no layers", name_));
   if (built_) return failed_precondition(fmt::format("network '{}' is built already", name_));
   if (input_dims.size() != 4) return invalid_argument("network input must be N,C,H,W");
+  for (Node& node : nodes_) {
+    auto layer = engine.backend().make_layer(node.spec);
+    if (!layer) return layer.status();
+    node.layer = std::move(layer).value();
+  }
   const MemoryOptions& memory = engine.memory_options();
   if (memory.fuse_batch_norm_relu) fuse_relus();
   if (memory.in_place) choose_in_place();
@@ -162,16 +167,26 @@ Status Network::use_shape(Engine& engine, const dnnl::memory::dims& input_dims) 
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     Node& node = nodes_[i];
     std::vector<dnnl::memory::desc> in;
+    std::vector<Dims> in_dims;
     for (int j : node.inputs) {
       if (j != kInput && (j < 0 || static_cast<std::size_t>(j) >= i)) {
         return invalid_argument(
             fmt::format("layer '{}' reads node {}, which does not come before it", node.layer->name(), j));
       }
       in.push_back(j == kInput ? input : nodes_[static_cast<std::size_t>(j)].output_desc);
+      in_dims.push_back(in.back().dims());
     }
     auto out = node.layer->build(engine, in);
     if (!out) return out.status();
     node.output_desc = out.value();
+    // Every backend's layer gives its spec's shape (layer_spec.h), or the graph would not hold.
+    const Result<Dims> expected = output_dims(node.spec, in_dims);
+    if (!expected || expected.value() != node.output_desc.dims()) {
+      return internal_error(fmt::format(
+          "layer '{}' of the {} backend gives an output of {}, its spec {}", node.spec.name,
+          engine.backend().name(), fmt::join(node.output_desc.dims(), "x"),
+          expected ? fmt::format("{}", fmt::join(expected.value(), "x")) : expected.status().message()));
+    }
   }
   plan_lifetimes();  // what a backward reads may depend on the layouts just chosen
   current_dims_ = input_dims;
@@ -210,57 +225,18 @@ int Network::root_of(int node) const {
   return node;
 }
 
-// Softmax cross-entropy, written here: oneDNN 2.6 has no loss primitive, and this is N x classes
-// floats (a log-sum-exp per row, in double for the sum).
+// Softmax cross-entropy over the logits, computed by the backend.
 Result<StepResult> Network::loss(Engine& engine, const Batch& batch, bool with_gradient) {
   Node& last_node = nodes_.back();
   const Tensor& logits = output_of(static_cast<int>(nodes_.size()) - 1);
-  const auto n = static_cast<std::size_t>(logits.dims()[0]);
-  const auto classes = static_cast<std::size_t>(logits.dims()[1]);
-  if (batch.labels.bytes() != n * sizeof(std::int32_t))
-    return invalid_argument("labels do not match the batch size");
-  const auto* labels = static_cast<const std::int32_t*>(batch.labels.address());
-  for (std::size_t i = 0; i < n; ++i) {
-    if (labels[i] < 0 || static_cast<std::size_t>(labels[i]) >= classes) {
-      return invalid_argument(
-          fmt::format("label {} of sample {} is outside 0..{}", labels[i], i, classes - 1));
-    }
-  }
   if (with_gradient) {
     auto diff = engine.allocate(last_node.layer->name() + ".out.grad", last_node.output_desc, kGradients);
     if (!diff) return diff.status();
     last_node.diff = std::move(diff).value();
   }
-  StepResult result;
-  result.count = n;
-  std::vector<const Tensor*> writes;
-  if (with_gradient) writes.push_back(&last_node.diff);
-  TENSORTIER_RETURN_IF_ERROR(engine.host_layer("loss", {&logits, &batch.labels}, writes, [&] {
-    double total = 0;
-    const float* all_logits = logits.data();
-    float* all_diff = with_gradient ? last_node.diff.data() : nullptr;
-    for (std::size_t i = 0; i < n; ++i) {
-      const float* row = all_logits + i * classes;
-      const float top = *std::max_element(row, row + classes);
-      double sum = 0;
-      for (std::size_t c = 0; c < classes; ++c) sum += std::exp(static_cast<double>(row[c] - top));
-      const double log_sum = std::log(sum) + top;
-      total += log_sum - row[labels[i]];
-      if (static_cast<std::size_t>(std::max_element(row, row + classes) - row) ==
-          static_cast<std::size_t>(labels[i])) {
-        ++result.correct;
-      }
-      if (with_gradient) {
-        float* d = all_diff + i * classes;
-        for (std::size_t c = 0; c < classes; ++c) {
-          const double p = std::exp(static_cast<double>(row[c]) - log_sum);
-          d[c] = static_cast<float>((p - (static_cast<std::size_t>(labels[i]) == c ? 1.0 : 0.0)) /
-                                    static_cast<double>(n));
-        }
-      }
-    }
-    result.loss = total / static_cast<double>(n);
-  }));
+  Result<StepResult> result = engine.backend().softmax_cross_entropy(
+      engine, logits, batch.labels, with_gradient ? &last_node.diff : nullptr);
+  if (!result) return result;
   release_read_by(engine, nodes_.size(), with_gradient);
   return result;
 }
@@ -308,42 +284,18 @@ Status Network::backward(Engine& engine, const SgdOptions* sgd) {
         continue;
       }
       // An output read by several nodes: its gradient is the sum of theirs.
-      Tensor& sum = source.diff;
-      const Tensor& more = fresh[k];
       TENSORTIER_RETURN_IF_ERROR(
-          engine.host_layer(source.layer->name() + ".grad_sum", {&sum, &more}, {&sum}, [&] {
-            float* to = sum.data();
-            const float* from = more.data();
-            for (std::size_t e = 0, n = sum.elements(); e < n; ++e) to[e] += from[e];
-          }));
+          engine.backend().accumulate(engine, source.layer->name() + ".grad_sum", source.diff, fresh[k]));
     }
     engine.release(node.output);
     engine.release(node.diff);
     if (sgd == nullptr) continue;
     for (Param* p : params) {
-      TENSORTIER_RETURN_IF_ERROR(sgd_update(engine, *p, *sgd));
+      TENSORTIER_RETURN_IF_ERROR(engine.backend().sgd_update(engine, *p, *sgd));
       if (!keep_gradients_) engine.release(p->grad);
     }
   }
   return Status::ok();
-}
-
-// SGD with momentum and weight decay as torch.optim.SGD: g = grad + wd * w; v = m * v + g;
-// w -= lr * v. A loop over floats, one marked layer per parameter.
-Status Network::sgd_update(Engine& engine, Param& param, const SgdOptions& sgd) {
-  Param* p = &param;
-  // Weights and momentum are read, then written: declared in both.
-  return engine.host_layer("sgd." + p->value.name(), {&p->grad, &p->value, &p->momentum},
-                           {&p->value, &p->momentum}, [&] {
-                             float* w = p->value.data();
-                             float* v = p->momentum.data();
-                             const float* g = p->grad.data();
-                             const float wd = p->decay ? sgd.weight_decay : 0.0F;
-                             for (std::size_t e = 0, n = p->value.elements(); e < n; ++e) {
-                               v[e] = sgd.momentum * v[e] + (g[e] + wd * w[e]);
-                               w[e] -= sgd.learning_rate * v[e];
-                             }
-                           });
 }
 
 void Network::release_outputs(Engine& engine) {
@@ -376,6 +328,13 @@ Result<StepResult> Network::evaluate(Engine& engine, const Batch& batch) {
   Result<StepResult> result = s.is_ok() ? loss(engine, batch, false) : Result<StepResult>(s);
   release_outputs(engine);
   return result;
+}
+
+std::vector<Network::NodeSpec> Network::graph() const {
+  std::vector<NodeSpec> out;
+  out.reserve(nodes_.size());
+  for (const Node& node : nodes_) out.push_back({&node.spec, node.inputs});
+  return out;
 }
 
 std::vector<const Layer*> Network::layers() const {

@@ -1,5 +1,5 @@
-// The dnn engine's execution context: oneDNN engine and stream, and tensors that are runtime
-// objects.
+// The dnn engine's execution context: the Backend that computes the layers, tensors that are
+// runtime objects, and the oneDNN engine and stream the CPU backend's primitives run on.
 //
 // Every buffer the training engine uses (activations, weights, gradients, workspaces,
 // scratchpads, optimizer state) is a Tensor: a runtime object with a name and a lifetime group,
@@ -11,7 +11,11 @@
 // them (memory::set_data_handle on one dnnl::memory per primitive argument, made once), so an
 // object may move between layers. Host code reads and writes tensors inside host_layer.
 //
-// Ownership: an Engine borrows the Runtime (which must outlive it), or has none (the baseline). A Tensor owns
+// A tensor's layout is a oneDNN memory descriptor on every backend (a backend that is not oneDNN
+// uses plain ones: nchw, nc, x).
+//
+// Ownership: an Engine borrows the Runtime (which must outlive it), or has none (the baseline), and
+// the Backend. A Tensor owns
 // its object: Engine::release() frees it; a Tensor still holding an object at destruction frees it too.
 // Thread safety: one Engine per training thread; not safe to share.
 #pragma once
@@ -45,6 +49,7 @@ enum Group : GroupId {
 };
 
 class Engine;
+class Backend;  // backend.h
 
 // How convolutions are computed. oneDNN's Winograd F(4x4, 3x3) convolutions do about 2.25x fewer
 // multiplications than direct ones for 3x3 stride-1 kernels, but transform every tile first, so
@@ -109,6 +114,7 @@ class Tensor {
 
  private:
   friend class Engine;
+  class Backend;                // backend.h
   Runtime* runtime_ = nullptr;  // the owner of its object; null for plain memory (std::free)
   dnnl::memory::desc desc_;
   std::string name_;
@@ -130,12 +136,17 @@ struct Scratchpad {
 
 class Engine {
  public:
+  // On the CPU backend (cpu_backend()), or on `backend`, which must outlive the engine.
   explicit Engine(Runtime& runtime);
+  Engine(Runtime& runtime, Backend& backend);
   // The baseline that measures the runtime's own cost: tensors from plain aligned allocation
-  // (std::aligned_alloc, 64-byte aligned), no layer marks. Nothing else differs.
-  static Engine without_runtime() { return Engine(nullptr); }
+  // (std::aligned_alloc, 64-byte aligned), no layer marks, the CPU backend. Nothing else differs.
+  static Engine without_runtime();
 
   Runtime* runtime() { return runtime_; }
+  // What makes the Network's layers and computes its loss and SGD (backend.h).
+  Backend& backend() { return *backend_; }
+  // The oneDNN CPU engine and stream: the CPU backend's layers run on them.
   const dnnl::engine& cpu() const { return engine_; }
   dnnl::stream& stream() { return stream_; }
 
@@ -181,7 +192,7 @@ class Engine {
   static dnnl::primitive_attr user_scratchpad();
 
  private:
-  explicit Engine(Runtime* runtime);
+  Engine(Runtime* runtime, Backend& backend);
 
   // The memory arguments of each primitive, made once and rebound to the tensors' addresses at
   // every run (keyed by the primitive's handle, which lives as long as its layer).
@@ -199,6 +210,7 @@ class Engine {
   Status begin_layer(std::string_view layer, std::size_t read_count);
 
   Runtime* runtime_;  // null: plain allocation, no marks
+  Backend* backend_;  // borrowed
   ConvAlgorithm conv_algorithm_ = ConvAlgorithm::kAuto;
   MemoryOptions memory_;
   std::uint64_t peak_between_primitives_bytes_ = 0;

@@ -1,5 +1,7 @@
-// Layers of the training engine, each a set of oneDNN 2.6 primitives (forward, backward data,
-// backward weights) over runtime tensors.
+// Layer: the interface every backend's layers implement (forward, backward, what backward reads,
+// in place, fusion, recomputation), and the CPU backend's layers, each a set of oneDNN 2.6
+// primitives (forward, backward data, backward weights) over runtime tensors. Which layer a
+// LayerSpec becomes is the Engine's Backend's choice (backend.h).
 //
 // A layer is built for its input layouts (build), then run every step; built again for other
 // inputs (an epoch's last, smaller batch) it keeps primitives for each shape it was given and
@@ -22,6 +24,7 @@
 #include <vector>
 
 #include "tensortier/dnn/engine.h"
+#include "tensortier/dnn/layer_spec.h"
 
 namespace tensortier::dnn {
 
@@ -91,25 +94,7 @@ class Layer {
   std::string name_;
 };
 
-struct ConvOptions {
-  int out_channels = 0;
-  int kernel = 3;
-  int stride = 1;
-  int padding = 0;
-  bool bias = true;
-};
-std::unique_ptr<Layer> make_conv(std::string name, const ConvOptions& options);
-std::unique_ptr<Layer> make_batch_norm(std::string name, float epsilon = 1e-5F, float momentum = 0.1F);
-std::unique_ptr<Layer> make_relu(std::string name);
-enum class PoolKind { kMax, kAverage };
-// Average pooling counts padding like PyTorch's default (count_include_pad=True).
-std::unique_ptr<Layer> make_pool(std::string name, PoolKind kind, int kernel, int stride, int padding = 0);
-// Global average pooling to 1x1.
-std::unique_ptr<Layer> make_global_avg_pool(std::string name);
-// Fully connected; a 4-D input is flattened in nchw order (as torch.flatten).
-std::unique_ptr<Layer> make_linear(std::string name, int out_features, bool bias = true);
-// Elementwise sum of two inputs of one layout (the residual connection); in place, written over
-// its first input.
-std::unique_ptr<Layer> make_add(std::string name);
+// The CPU backend's layer for `spec` (oneDNN primitives; cpu_backend() makes its layers with it).
+std::unique_ptr<Layer> make_onednn_layer(const LayerSpec& spec);
 
 }  // namespace tensortier::dnn

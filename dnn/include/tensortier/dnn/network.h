@@ -1,5 +1,7 @@
 // Network: layers wired as a directed acyclic graph (chains and residual branches), trained with
-// softmax cross-entropy and SGD, every tensor a runtime object.
+// softmax cross-entropy and SGD, every tensor a runtime object. The graph holds LayerSpecs; the
+// Engine's Backend makes them layers and computes the loss, gradient sums and SGD, so one Network
+// serves every backend.
 //
 // Per training step, tensors live as autograd's do:
 //   forward   each node's output allocated (kActivations) before it runs; a forward tensor no
@@ -31,22 +33,10 @@
 #include <utility>
 #include <vector>
 
+#include "tensortier/dnn/backend.h"
 #include "tensortier/dnn/layers.h"
 
 namespace tensortier::dnn {
-
-// SGD as torch.optim.SGD (dampening 0, no Nesterov).
-struct SgdOptions {
-  float learning_rate = 0.01F;
-  float momentum = 0.9F;
-  float weight_decay = 0.0F;
-};
-
-struct StepResult {
-  double loss = 0;          // mean cross-entropy over the batch
-  std::size_t correct = 0;  // samples whose top logit is their label
-  std::size_t count = 0;    // samples in the batch
-};
 
 // One batch, owned by the caller: images (N,C,H,W f32) and labels (N s32), both runtime objects.
 struct Batch {
@@ -61,15 +51,18 @@ class Network {
   explicit Network(std::string name) : name_(std::move(name)) {}
   const std::string& name() const { return name_; }
 
-  // Adds a layer that reads the given nodes' outputs; returns its node id.
-  int add(std::unique_ptr<Layer> layer, std::vector<int> inputs);
+  // Adds a layer that reads the given nodes' outputs; returns its node id. build() makes it a
+  // layer of the engine's backend.
+  int add(LayerSpec spec, std::vector<int> inputs);
   // Adds a layer that reads the last node added (or the input, for the first).
-  int add(std::unique_ptr<Layer> layer) { return add(std::move(layer), {last()}); }
+  int add(LayerSpec spec) { return add(std::move(spec), {last()}); }
   int last() const {
     return static_cast<int>(nodes_.size()) - 1 >= 0 ? static_cast<int>(nodes_.size()) - 1 : kInput;
   }
 
-  // Builds every layer for this input shape (N, C, H, W) and initializes parameters from `seed`.
+  // Makes every spec a layer of engine.backend(), builds it for this input shape (N, C, H, W)
+  // (each layer's output shape checked against output_dims of its spec) and initializes
+  // parameters from `seed`.
   // A batch of another size N' (same C, H, W: an epoch's last partial batch) may be trained or
   // evaluated later: the first such step builds the layers' primitives for N' (cached, kept for
   // the next batch of that size); parameters are shared.
@@ -92,7 +85,13 @@ class Network {
   // Forward in inference mode (batch norm uses running statistics); no gradients.
   Result<StepResult> evaluate(Engine& engine, const Batch& batch);
 
-  // The layers in the order they run forward.
+  // The graph as added: each node's spec and the nodes it reads (kInput: the batch), in order.
+  struct NodeSpec {
+    const LayerSpec* spec;
+    std::vector<int> inputs;
+  };
+  std::vector<NodeSpec> graph() const;
+  // The layers in the order they run forward (after build()).
   std::vector<const Layer*> layers() const;
 
   // Parameters in a fixed order (layer order, then each layer's own), with their names.
@@ -101,7 +100,8 @@ class Network {
 
  private:
   struct Node {
-    std::unique_ptr<Layer> layer;
+    LayerSpec spec;
+    std::unique_ptr<Layer> layer;  // made by build()
     std::vector<int> inputs;
     dnnl::memory::desc output_desc;  // for current_dims_
     Tensor output;                   // empty for a node in place: its output is in_place_of's
@@ -134,7 +134,6 @@ class Network {
   Result<StepResult> loss(Engine& engine, const Batch& batch, bool with_gradient);
   // Backward; with `sgd`, each node's parameters updated right after its backward.
   Status backward(Engine& engine, const SgdOptions* sgd);
-  Status sgd_update(Engine& engine, Param& p, const SgdOptions& sgd);
   void release_outputs(Engine& engine);
 
   std::string name_;
