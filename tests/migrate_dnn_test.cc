@@ -66,6 +66,7 @@ struct TrainRun {
   double measured_mover_cpu_ns_per_byte = 0;  // Runtime::measured_mover_cpu_ns_per_byte()
   double planned_mover_cpu_ns = 0;            // the running plan's Plan::mover_cpu_ns
   std::uint64_t planned_copied_bytes = 0;     // the bytes it plans to copy (in + out, not clean, not dead)
+  std::string write_tracking;                 // of the profile it planned from
 };
 
 // An extra observer of train() that wants the runtime it observes (set before the first step).
@@ -155,6 +156,7 @@ TrainRun train(const std::string& model, const std::string& policy, const std::s
     out.planned_mover_cpu_ns = p->mover_cpu_ns;
     out.planned_copied_bytes = p->bytes_in + p->bytes_out - p->clean_out_bytes - p->discard_bytes;
   }
+  if (r.profile() != nullptr) out.write_tracking = r.profile()->write_tracking;
   if (r.plan() != nullptr) out.region_bytes = r.plan()->region_offsets.empty() ? 0 : r.plan()->region_bytes;
   out.checks = watch.checks;
   out.over = watch.over;
@@ -536,6 +538,31 @@ TEST(Policies, TheTimelineRecordsEveryLayerAndTheMovesOfTheStepsItWasAskedFor) {
   TimelineRecorder unused(100, 1);
   EXPECT_EQ(unused.steps_recorded(), 0u);
   EXPECT_EQ(nlohmann::json::parse(unused.json()).at("traceEvents").size(), 4u) << "only the lane names";
+}
+
+// Plans from a profile of declared accesses (no page protected: how GPU memory is to be profiled)
+// move what the declarations say is dead without its bytes; a wrong overwrite would lose data and
+// change the bits. Every tensor kept (the step with the most overwritten tensors), at 20%.
+TEST(Policies, PlansFromDeclaredAccessesTrainBitIdentically) {
+  const TrainRun reference =
+      train("resnet18", "fast-only", "", 0, nullptr, 0, 0, kSteps, "fast=dram:1GiB,slow=emulated:cxl:4GiB",
+            {}, 0, 0, /*kept_lifetimes=*/true);
+  ASSERT_EQ(setenv("TENSORTIER_PROFILE_ACCESSES", "declared", 1), 0);
+  for (const char* policy : {"sentinel", "autoswap", "oracle"}) {
+    SCOPED_TRACE(policy);
+    const TrainRun run = train("resnet18", policy, "20%", 0, nullptr, 0, 0, kSteps,
+                               "fast=dram:1GiB,slow=emulated:cxl:4GiB", {}, 0, 0, /*kept_lifetimes=*/true);
+    EXPECT_EQ(run.write_tracking, "declared by the layers");
+    EXPECT_EQ(run.losses, reference.losses);
+    EXPECT_EQ(run.params, reference.params);
+    EXPECT_EQ(run.over, 0u);
+    if (std::string(policy) == "sentinel") {  // the others may find nothing worth moving here
+      EXPECT_GT(run.stats.migration.moves, 0u);
+      EXPECT_GT(run.planned_discard_bytes, 0u) << "no dead bytes were moved";
+    }
+  }
+  unsetenv("TENSORTIER_PROFILE_ACCESSES");
+  EXPECT_NE(reference.write_tracking, "declared by the layers");
 }
 
 TEST(Policies, AnUnknownPolicyIsRefusedNamingTheKnownOnes) {

@@ -2,6 +2,7 @@
 // dnn engine declares (ResNet-18, VGG-11), lifetimes and the peak against the allocator's own
 // accounting, unchanged results, profiling again when the step changes, the JSON form, and bad
 // profile settings.
+#include <algorithm>
 #include <cstring>
 #include <set>
 
@@ -11,6 +12,7 @@
 
 #include "tensortier/dnn/data.h"
 #include "tensortier/dnn/models.h"
+#include "tensortier/migrator/plan_inputs.h"
 #include "tensortier/profiler/step_profile.h"
 
 namespace tensortier::dnn {
@@ -29,11 +31,13 @@ struct Training {
   std::vector<double> losses;
 };
 
-RuntimeOptions options(std::size_t granularity_bytes, bool profile = true, bool async_writes = false) {
+RuntimeOptions options(std::size_t granularity_bytes, bool profile = true, bool async_writes = false,
+                       profiler::AccessSource accesses = profiler::AccessSource::kPageProtection) {
   RuntimeOptions o("fast=dram:2GiB");
   o.profile.enabled = profile;
   o.profile.granularity_bytes = granularity_bytes;
   o.profile.async_writes = async_writes;
+  o.profile.accesses = accesses;
   return o;
 }
 
@@ -231,6 +235,86 @@ TEST(StepProfile, ProfilingChangesNoResult) {
   }
 }
 
+// Declared accesses: the same step as page protection sees it, object by object and layer by
+// layer, but no fault; each layer's accesses are its declarations, every page counted, a
+// written-only object overwritten (as plans read it) where protection saw it overwritten too.
+TEST(StepProfile, DeclaredAccessesAreTheDeclarationsOfTheSameStep) {
+  Training seen = train("resnet18", 8, options(profiler::kSmallPageBytes), 3);
+  Training declared = train(
+      "resnet18", 8, options(profiler::kHugePageBytes, true, false, profiler::AccessSource::kDeclared), 3);
+  ASSERT_NE(seen.rt->profile(), nullptr);
+  ASSERT_NE(declared.rt->profile(), nullptr);
+  const StepProfile& p = *seen.rt->profile();
+  const StepProfile& d = *declared.rt->profile();
+  EXPECT_EQ(d.faults, 0u);
+  EXPECT_GT(p.faults, 0u);
+  EXPECT_EQ(d.write_tracking, "declared by the layers");
+  EXPECT_EQ(d.access_source, "declared");
+  EXPECT_EQ(p.access_source, "protection");
+  EXPECT_EQ(d.granularity_bytes, profiler::kSmallPageBytes);
+  EXPECT_TRUE(
+      std::ranges::any_of(d.notes, [](const std::string& n) { return n.find("declared") != n.npos; }));
+  EXPECT_EQ(d.peak_live_bytes, p.peak_live_bytes);
+  ASSERT_EQ(d.objects.size(), p.objects.size());
+  for (std::size_t i = 0; i < d.objects.size(); ++i) {
+    EXPECT_EQ(d.objects[i].key, p.objects[i].key);
+    EXPECT_EQ(d.objects[i].bytes, p.objects[i].bytes);
+    EXPECT_EQ(d.objects[i].born_at_layer, p.objects[i].born_at_layer) << d.objects[i].name;
+    EXPECT_EQ(d.objects[i].freed_at_layer, p.objects[i].freed_at_layer) << d.objects[i].name;
+  }
+  ASSERT_EQ(d.layers.size(), p.layers.size());
+  std::size_t overwrites_seen = 0, overwrites_declared = 0;
+  for (std::size_t l = 0; l < d.layers.size(); ++l) {
+    const LayerProfile& dl = d.layers[l];
+    EXPECT_EQ(dl.name, p.layers[l].name);
+    EXPECT_TRUE(dl.accesses_before.empty());
+    std::set<ObjectId> reads(dl.declared_reads.begin(), dl.declared_reads.end());
+    std::set<ObjectId> writes(dl.declared_writes.begin(), dl.declared_writes.end());
+    std::set<ObjectId> accessed;
+    for (const auto& a : dl.accesses) {
+      const profiler::ObjectProfile* o = d.object(a.id);
+      ASSERT_NE(o, nullptr);
+      const std::uint64_t pages = (o->bytes + profiler::kSmallPageBytes - 1) / profiler::kSmallPageBytes;
+      EXPECT_EQ(a.pages_read, reads.contains(a.id) ? pages : 0) << o->name << " in " << dl.name;
+      EXPECT_EQ(a.pages_written, writes.contains(a.id) ? pages : 0) << o->name << " in " << dl.name;
+      accessed.insert(a.id);
+      if (a.written() && !a.read()) ++overwrites_declared;
+    }
+    std::set<ObjectId> both = reads;
+    both.insert(writes.begin(), writes.end());
+    EXPECT_EQ(accessed, both) << dl.name;
+    // An object the protected profile saw wholly written with none of it read first is declared
+    // written only.
+    for (const auto& a : p.layers[l].accesses) {
+      const profiler::ObjectProfile* o = p.object(a.id);
+      if (a.is_group || o == nullptr || o->small || a.pages_read > 0 ||
+          a.pages_written * a.page_bytes < o->bytes) {
+        continue;
+      }
+      ++overwrites_seen;
+      EXPECT_TRUE(writes.contains(a.id) && !reads.contains(a.id)) << o->name << " in " << dl.name;
+    }
+  }
+  EXPECT_GT(overwrites_seen, 50u);
+  EXPECT_GE(overwrites_declared, overwrites_seen);
+  // What plans read of them: every overwrite the protected profile gives, the declared one gives.
+  auto seen_inputs = migrator::inputs_from_profile(p, 0, 1, 1 << 20);
+  auto declared_inputs = migrator::inputs_from_profile(d, 0, 1, 1 << 20);
+  ASSERT_TRUE(seen_inputs && declared_inputs);
+  ASSERT_EQ(seen_inputs->objects.size(), declared_inputs->objects.size());
+  std::size_t planned_overwrites = 0;
+  for (std::size_t i = 0; i < seen_inputs->objects.size(); ++i) {
+    const auto& s = seen_inputs->objects[i].overwrites;
+    const auto& o = declared_inputs->objects[i].overwrites;
+    EXPECT_TRUE(std::ranges::includes(o, s)) << "object " << i;
+    EXPECT_EQ(seen_inputs->objects[i].uses, declared_inputs->objects[i].uses);
+    planned_overwrites += s.size();
+  }
+  EXPECT_GT(planned_overwrites, 50u);
+  // The same training either way.
+  EXPECT_EQ(declared.losses, seen.losses);
+}
+
 TEST(StepProfile, CountersNameTheirSource) {
   Training t = train("vgg11", 8, options(profiler::kHugePageBytes), 2);
   auto p = t.rt->profile();
@@ -370,6 +454,21 @@ TEST(StepProfile, MemoryTheAllocatorReleasesDuringAProfiledStepIsUnprotected) {
   ASSERT_NE(rt->profile(), nullptr);
   EXPECT_EQ(rt->profile()->layers[1].accesses.size(), 1u);
   EXPECT_EQ(rt->tier(0).used_bytes() <= 256u << 10, true);
+}
+
+TEST(StepProfile, AnUnknownAccessSourceIsNamed) {
+  EXPECT_EQ(profiler::parse_access_source("declared").value(), profiler::AccessSource::kDeclared);
+  EXPECT_EQ(profiler::parse_access_source("protection").value(), profiler::AccessSource::kPageProtection);
+  const auto bad = profiler::parse_access_source("pages");
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.status().message().find("'pages': use 'protection'"), std::string::npos);
+  ASSERT_EQ(setenv("TENSORTIER_PROFILE_ACCESSES", "pages", 1), 0);
+  auto rt = Runtime::create({"fast=dram:64MiB"});
+  unsetenv("TENSORTIER_PROFILE_ACCESSES");
+  ASSERT_FALSE(rt);
+  EXPECT_NE(rt.status().message().find("TENSORTIER_PROFILE_ACCESSES: profile accesses 'pages'"),
+            std::string::npos)
+      << rt.status().to_string();
 }
 
 TEST(StepProfile, BadSettingsAreNamed) {

@@ -51,9 +51,10 @@ struct Options {
   std::string profile;              // empty: the runtime's default (TENSORTIER_PROFILE, else step 1)
   std::string profile_granularity;  // empty: the runtime's default (2MiB)
   std::string profile_json;
-  std::string profile_writes;  // empty: the runtime's default (page protection)
-  std::string policy;          // empty: TENSORTIER_POLICY, else none
-  std::string fast_budget;     // empty: TENSORTIER_FAST_BUDGET, else the fast tier's budget
+  std::string profile_writes;    // empty: the runtime's default (page protection)
+  std::string profile_accesses;  // empty: the runtime's default (page protection)
+  std::string policy;            // empty: TENSORTIER_POLICY, else none
+  std::string fast_budget;       // empty: TENSORTIER_FAST_BUDGET, else the fast tier's budget
   std::uint32_t trial_steps = RuntimeOptions{}.trial_steps;
   std::uint32_t measured_mover_steps = RuntimeOptions{}.measured_mover_steps;
   std::uint32_t copy_threads = RuntimeOptions{}.copy_threads;
@@ -100,6 +101,7 @@ Status apply_profile_flags(const Options& o, Runtime& rt) {
   }
   if (!o.profile_json.empty()) p.json_path = o.profile_json;
   if (!o.profile_writes.empty()) p.async_writes = o.profile_writes == "uffd";
+  if (!o.profile_accesses.empty()) p.accesses = profiler::parse_access_source(o.profile_accesses).value();
   return rt.set_profile_options(p);
 }
 
@@ -120,11 +122,12 @@ void print_profile(const profiler::StepProfile& p) {
                                  ? std::string()
                                  : fmt::format(" (its layers took {:.1f} ms in step {}, the one before)",
                                                static_cast<double>(unprofiled_ns) / 1e6, p.step - 1);
-  fmt::print(
-      "  {} protection faults at {} granularity; the step took {:.1f} ms profiled{}; writes: {}; counters: "
-      "{}\n",
-      p.faults, format_bytes(p.granularity_bytes), static_cast<double>(p.duration_ns) / 1e6, before,
-      p.write_tracking, p.counter_source);
+  const bool declared = p.access_source == "declared";
+  const std::string accesses = declared ? std::string("accesses as declared (nothing protected)")
+                                        : fmt::format("{} protection faults at {} granularity", p.faults,
+                                                      format_bytes(p.granularity_bytes));
+  fmt::print("  {}; the step took {:.1f} ms profiled{}; writes: {}; counters: {}\n", accesses,
+             static_cast<double>(p.duration_ns) / 1e6, before, p.write_tracking, p.counter_source);
   for (const std::string& note : p.notes) fmt::print("  note: {}\n", note);
 }
 
@@ -224,6 +227,11 @@ void add_runtime_flags(CLI::App& app, Options& o) {
                  "How the profiled step tells writes: protection (default) or uffd (userfaultfd WP_ASYNC, "
                  "Linux 6.7+)")
       ->check(CLI::IsMember({"protection", "uffd"}));
+  app.add_option(
+         "--profile-accesses", o.profile_accesses,
+         "Where the profiled step's accesses come from: protection (default: the pages it touched) or "
+         "declared (what its layers declared; nothing protected, no faults)")
+      ->check(CLI::IsMember({"protection", "declared"}));
   cli::add_profile_json_flag(app, o.profile_json);
   cli::add_policy_flag(app, o.policy);
   cli::add_fast_budget_flag(app, o.fast_budget);

@@ -113,6 +113,7 @@ std::string to_json(const StepProfile& p, int indent) {
                     {"allocator_peak_live_bytes", p.allocator_peak_live_bytes},
                     {"counter_source", p.counter_source},
                     {"write_tracking", p.write_tracking},
+                    {"access_source", p.access_source},
                     {"notes", p.notes},
                     {"objects", objects},
                     {"layers", layers},

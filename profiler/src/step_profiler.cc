@@ -25,6 +25,19 @@ SpanAccessProfile to_profile(const FaultTracker::SpanAccess& a) {
 
 }  // namespace
 
+Result<AccessSource> parse_access_source(std::string_view name) {
+  if (name == "protection") return AccessSource::kPageProtection;
+  if (name == "declared") return AccessSource::kDeclared;
+  return invalid_argument(fmt::format(
+      "profile accesses '{}': use 'protection' (pages the step touched) or 'declared' (what its layers "
+      "declared)",
+      name));
+}
+
+std::string_view to_string(AccessSource source) {
+  return source == AccessSource::kDeclared ? "declared" : "protection";
+}
+
 Status validate(const ProfileOptions& options) {
   if (options.granularity_bytes != kSmallPageBytes && options.granularity_bytes != kHugePageBytes) {
     return invalid_argument(
@@ -41,15 +54,20 @@ Result<std::unique_ptr<StepProfiler>> StepProfiler::start(
     const ProfileOptions& options, FaultTracker::Lookup lookup, const void* context, std::uint64_t step,
     const std::vector<std::pair<ObjectInfo, SpanView>>& live, Counters* counters) {
   TENSORTIER_RETURN_IF_ERROR(validate(options));
-  FaultTracker::Options tracker_options;
-  tracker_options.unit_bytes = options.granularity_bytes;
-  tracker_options.async_writes = options.async_writes;
-  auto tracker = FaultTracker::install(lookup, context, tracker_options);
-  if (!tracker) return tracker.status();
-  std::unique_ptr<StepProfiler> p(new StepProfiler(options, std::move(tracker).value(), counters));
+  std::unique_ptr<FaultTracker> installed;
+  if (options.accesses == AccessSource::kPageProtection) {
+    FaultTracker::Options tracker_options;
+    tracker_options.unit_bytes = options.granularity_bytes;
+    tracker_options.async_writes = options.async_writes;
+    auto tracker = FaultTracker::install(lookup, context, tracker_options);
+    if (!tracker) return tracker.status();
+    installed = std::move(tracker).value();
+  }
+  std::unique_ptr<StepProfiler> p(new StepProfiler(options, std::move(installed), counters));
   p->profile_.step = step;
   for (const auto& [object, span] : live) p->on_allocate(object, span);
   for (auto& [id, o] : p->objects_) o.born_at_layer.reset();  // alive before the step began
+  if (p->tracker_ == nullptr) return p;  // declared: nothing to protect, nothing to sample
   // Protect now: the host code before the first layer is profiled too.
   std::vector<SpanView> pending;
   pending.swap(p->pending_);
@@ -69,16 +87,18 @@ Result<std::unique_ptr<StepProfiler>> StepProfiler::start(
 StepProfiler::StepProfiler(const ProfileOptions& options, std::unique_ptr<FaultTracker> tracker,
                            Counters* counters)
     : options_(options), tracker_(std::move(tracker)), counters_(options.counters ? counters : nullptr) {
-  profile_.granularity_bytes = options.granularity_bytes;
-  profile_.sample_interval_us = options.sample_interval_us;
-  profile_.sample_fraction = options.sample_interval_us > 0 ? options.sample_fraction : 0.0;
+  const bool protecting = tracker_ != nullptr;  // declared accesses are counted in small pages, unsampled
+  profile_.granularity_bytes = protecting ? options.granularity_bytes : kSmallPageBytes;
+  profile_.sample_interval_us = protecting ? options.sample_interval_us : 0;
+  profile_.sample_fraction = protecting && options.sample_interval_us > 0 ? options.sample_fraction : 0.0;
   if (counters_ != nullptr) profile_.counter_source = counters_->source();
-  profile_.write_tracking = tracker_->write_tracking();
+  profile_.write_tracking = tracker_ != nullptr ? tracker_->write_tracking() : "declared by the layers";
+  profile_.access_source = to_string(options.accesses);
 }
 
 StepProfiler::~StepProfiler() {
   stop_sampler();
-  tracker_->unwatch_all();
+  if (tracker_ != nullptr) tracker_->unwatch_all();
 }
 
 void StepProfiler::stop_sampler() {
@@ -115,7 +135,7 @@ void StepProfiler::on_allocate(const ObjectInfo& object, const SpanView& span) {
   o.small = object.small;
   if (step_begun_) o.born_at_layer = layers_begun_;  // else alive before the step
   objects_.insert_or_assign(object.id, std::move(o));
-  pending_.push_back(span);
+  if (tracker_ != nullptr) pending_.push_back(span);
   live_bytes_ += object.bytes;
   if (live_bytes_ > profile_.peak_live_bytes) {
     profile_.peak_live_bytes = live_bytes_;
@@ -133,7 +153,7 @@ void StepProfiler::on_free(ObjectId id, const SpanView& span) {
   } else {
     objects_.erase(it);  // gone before the step began: not part of it
   }
-  if (!span.is_group) {
+  if (!span.is_group && tracker_ != nullptr) {
     std::erase_if(pending_, [&](const SpanView& s) { return s.base == span.base; });
     tracker_->unwatch(span.base);
   }
@@ -155,6 +175,7 @@ void StepProfiler::on_host_pin(std::span<const ObjectId> ids) {
 }
 
 void StepProfiler::on_release(const SpanView& span) {
+  if (tracker_ == nullptr) return;
   std::lock_guard lock(mutex_);
   std::erase_if(pending_, [&](const SpanView& s) { return s.base == span.base; });
   tracker_->unwatch(span.base);
@@ -162,6 +183,7 @@ void StepProfiler::on_release(const SpanView& span) {
 
 std::vector<SpanAccessProfile> StepProfiler::collect() {
   std::vector<SpanAccessProfile> out;
+  if (tracker_ == nullptr) return out;
   for (const FaultTracker::SpanAccess& a : tracker_->collect()) out.push_back(to_profile(a));
   return out;
 }
@@ -181,7 +203,7 @@ void StepProfiler::on_layer_begin(const LayerEvent& event) {
     // the fault on it is nobody's: a SIGSEGV).
     std::lock_guard lock(mutex_);
     layer.index = layers_begun_++;
-    for (const SpanView& s : pending_) {
+    for (const SpanView& s : pending_) {  // empty without a tracker
       if (Status st = tracker_->watch(s); !st.is_ok()) watch_errors_.push_back(st.message());
     }
     pending_.clear();
@@ -206,17 +228,51 @@ void StepProfiler::on_layer_end(const LayerEndEvent& event) {
           Counter{counters_->names()[i], counters_->source(), now[i] - counters_at_begin_[i]});
     }
   }
-  layer.accesses = collect();
+  layer.accesses = tracker_ != nullptr ? collect() : declared_accesses(layer);
   layer.duration_ns = event.duration_ns;
   layer.emulated_charge_ns = event.emulated_charge_ns;
+}
+
+// Each declared object's every page, read where declared read, written where declared written
+// (written only: no page read first, which plans take as an overwrite), in kSmallPageBytes units.
+std::vector<SpanAccessProfile> StepProfiler::declared_accesses(const LayerProfile& layer) {
+  std::vector<SpanAccessProfile> out;
+  std::lock_guard lock(mutex_);
+  auto add = [&](ObjectId id, bool read, bool written) {
+    auto it = objects_.find(id);
+    if (it == objects_.end()) return;
+    const std::uint64_t pages = (it->second.bytes + kSmallPageBytes - 1) / kSmallPageBytes;
+    SpanAccessProfile a;
+    a.id = id;
+    a.page_bytes = kSmallPageBytes;
+    a.pages_read = read ? pages : 0;
+    a.pages_written = written ? pages : 0;
+    a.touches = static_cast<double>(pages);
+    out.push_back(a);
+  };
+  auto declared = [](const std::vector<ObjectId>& ids, ObjectId id) {
+    return std::find(ids.begin(), ids.end(), id) != ids.end();
+  };
+  for (ObjectId id : layer.declared_reads) add(id, true, declared(layer.declared_writes, id));
+  for (ObjectId id : layer.declared_writes) {
+    if (!declared(layer.declared_reads, id)) add(id, false, true);
+  }
+  return out;
 }
 
 StepProfile StepProfiler::finish(std::uint64_t signature, std::uint64_t duration_ns,
                                  std::uint64_t allocator_peak_live_bytes) {
   stop_sampler();
   profile_.accesses_after = collect();
-  profile_.faults = tracker_->faults();
-  tracker_->unwatch_all();
+  if (tracker_ != nullptr) {
+    profile_.faults = tracker_->faults();
+    tracker_->unwatch_all();
+  } else {
+    profile_.notes.emplace_back(
+        "accesses as the layers declared them (ProfileOptions::accesses = declared): no page was protected, "
+        "and "
+        "host code's accesses are seen only where it pinned the objects");
+  }
 
   std::lock_guard lock(mutex_);
   profile_.signature = signature;
@@ -237,10 +293,11 @@ StepProfile StepProfiler::finish(std::uint64_t signature, std::uint64_t duration
   } else {
     profile_.notes.emplace_back("counters off (ProfileOptions::counters)");
   }
-  if (options_.sample_interval_us == 0)
+  if (options_.sample_interval_us == 0 && tracker_ != nullptr)
     profile_.notes.emplace_back("re-protection sampling off: touches = pages touched");
   for (const std::string& e : watch_errors_) profile_.notes.push_back("not watched: " + e);
-  if (tracker_->threads_without_alt_stack() > 0 || tracker_->faults_off_alt_stack() > 0) {
+  if (tracker_ != nullptr &&
+      (tracker_->threads_without_alt_stack() > 0 || tracker_->faults_off_alt_stack() > 0)) {
     profile_.notes.push_back(
         fmt::format("{} threads had no alternate signal stack and {} faults were handled on a thread's own "
                     "stack (threads that "

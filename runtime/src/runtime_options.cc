@@ -86,6 +86,11 @@ Result<profiler::ProfileOptions> resolve_profile_options(const RuntimeOptions& o
   }
   if (const char* env = std::getenv("TENSORTIER_PROFILE_JSON"); env != nullptr && *env != '\0')
     p.json_path = env;
+  if (const char* env = std::getenv("TENSORTIER_PROFILE_ACCESSES"); env != nullptr && *env != '\0') {
+    Result<profiler::AccessSource> source = profiler::parse_access_source(env);
+    if (!source) return invalid_argument("TENSORTIER_PROFILE_ACCESSES: " + source.status().message());
+    p.accesses = source.value();
+  }
   TENSORTIER_RETURN_IF_ERROR(profiler::validate(p));
   return p;
 }

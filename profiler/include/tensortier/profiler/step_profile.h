@@ -101,6 +101,7 @@ struct StepProfile {
   std::uint64_t allocator_peak_live_bytes = 0;    // the allocator's own peak over the step
   std::string counter_source;                     // where the per-layer counters came from
   std::string write_tracking;                     // how writes were told (FaultTracker::write_tracking)
+  std::string access_source = "protection";       // where accesses came from: "protection" or "declared"
   std::vector<std::string> notes;                 // what the profile could not do, and why
 
   const ObjectProfile* object(ObjectId id) const;

@@ -3,6 +3,9 @@
 // boundary it collects what the interval touched and re-protects it; a sampler thread estimates
 // re-touches; counters are read at layer begin and end. In full: profiler/README.md.
 //
+// With AccessSource::kDeclared it has neither a FaultTracker nor a sampler: a layer's accesses
+// are what it declared, and the memory is never protected.
+//
 // Ownership: it owns its FaultTracker (so at most one exists, process-wide) and its sampler
 // thread; it borrows the Counters, which must outlive it. Destroying it (or finish()) unprotects
 // everything. Thread safety: on_allocate and on_free from any thread; the layer events and
@@ -28,8 +31,25 @@
 
 namespace tensortier::profiler {
 
+// Where a profile's accesses come from.
+enum class AccessSource {
+  // Page protection: what each layer and the host code between layers really touched, page by
+  // page (the FaultTracker; one profile at a time in a process).
+  kPageProtection,
+  // The layers' declarations alone (what layer_begin was told it reads and writes): every page
+  // of a declared object counted read or written, written-only as an overwrite, nothing
+  // protected, no fault taken. For memory page protection cannot see (a GPU's), and for a
+  // profile that costs no more than an unprofiled step. It trusts the declarations: a layer that
+  // writes part of an object must declare it read too, and host code must pin what it touches.
+  kDeclared,
+};
+// "protection" or "declared"; anything else is an error naming both.
+Result<AccessSource> parse_access_source(std::string_view name);
+std::string_view to_string(AccessSource source);
+
 struct ProfileOptions {
   bool enabled = true;
+  AccessSource accesses = AccessSource::kPageProtection;
   // Which step of a run of like steps to profile, from 0: the default 1 is the second, after a
   // warm-up step. A step whose layers differ from the profiled one's is profiled anew.
   std::uint64_t step = 1;
@@ -83,11 +103,13 @@ class StepProfiler final : public StepObserver {
  private:
   StepProfiler(const ProfileOptions& options, std::unique_ptr<FaultTracker> tracker, Counters* counters);
   void sampler_loop();
-  void stop_sampler();  // ends and joins the sampler thread; idempotent
-  std::vector<SpanAccessProfile> collect();
+  void stop_sampler();                       // ends and joins the sampler thread; idempotent
+  std::vector<SpanAccessProfile> collect();  // none without a tracker
+  // AccessSource::kDeclared: `layer`'s declarations as accesses.
+  std::vector<SpanAccessProfile> declared_accesses(const LayerProfile& layer);
 
   ProfileOptions options_;
-  std::unique_ptr<FaultTracker> tracker_;
+  std::unique_ptr<FaultTracker> tracker_;  // null with AccessSource::kDeclared
   Counters* counters_;
   StepProfile profile_;
   std::vector<double> counters_at_begin_;
