@@ -565,6 +565,60 @@ TEST(Policies, PlansFromDeclaredAccessesTrainBitIdentically) {
   EXPECT_NE(reference.write_tracking, "declared by the layers");
 }
 
+// SmartPool (every object fast at a planned place, no moves): the same bits as fast-only, every
+// object born in the step born at its place, none moved, and the fast tier's mapped peak at most
+// what fast-only maps (one arena at the step's max-live, no fragmentation).
+TEST(Policies, SmartpoolPlacesEveryObjectAndTrainsBitIdentically) {
+  const TrainRun reference = train("resnet18", "fast-only", "");
+  const TrainRun pool = train("resnet18", "smartpool", "");
+  EXPECT_EQ(pool.losses, reference.losses);
+  EXPECT_EQ(pool.params, reference.params);
+  EXPECT_EQ(pool.stats.migration.moves, 0u);
+  EXPECT_TRUE(pool.moves.empty());
+  EXPECT_GT(pool.places.fast_bytes, 0u);
+  EXPECT_LE(static_cast<double>(pool.places.fast_bytes),
+            1.01 * static_cast<double>(pool.places.fast_max_live_bytes));
+  EXPECT_GT(pool.stats.tiers[0].arena_allocations, 100u) << "births at their places";
+  EXPECT_EQ(pool.stats.tiers[0].place_misses, 0u);
+  EXPECT_EQ(pool.stats.tiers[1].live_bytes, 0u) << "nothing on the slow tier";
+}
+
+// SmartPool runs as planned or not at all: under a budget its arena does not fit, and without
+// ready memory, it says so and places nothing.
+TEST(Policies, SmartpoolRefusesABudgetItsArenaDoesNotFitAndNoReadyMemory) {
+  auto failure = [](const char* budget, bool ready_memory) {
+    RuntimeOptions options("fast=dram:1GiB,slow=emulated:cxl:4GiB");
+    options.policy = "smartpool";
+    options.fast_budget = budget;
+    options.ready_memory = ready_memory;
+    auto rt = Runtime::create(options);
+    EXPECT_TRUE(rt) << rt.status().to_string();
+    Engine engine(*rt.value());
+    auto net = make_model("lenet5", {4, 6}).value();
+    EXPECT_TRUE(net->build(engine, {16, 1, 28, 28}, 42).is_ok());
+    const Dataset data = synthetic_dataset(48, 1, 28, 28, 4, 7);
+    BatchIterator it(data, 16, 3);
+    Batch batch;
+    for (int step = 0; step < 4; ++step) {
+      EXPECT_TRUE(it.next(engine, batch).is_ok());
+      EXPECT_TRUE(rt.value()->step_begin().is_ok());
+      EXPECT_TRUE(net->train_step(engine, batch, {0.05F, 0.9F, 0.0F}));
+      EXPECT_TRUE(rt.value()->step_end().is_ok());
+    }
+    // A plan runs exactly where no failure was told.
+    EXPECT_EQ(rt.value()->plan() == nullptr, !rt.value()->policy_failure().empty());
+    return rt.value()->policy_failure();
+  };
+  const std::string small = failure("80%", true);
+  EXPECT_NE(
+      small.find("policy 'smartpool' does not run: it moves nothing, so all of it must fit the fast budget"),
+      std::string::npos)
+      << small;
+  const std::string off = failure("", false);
+  EXPECT_NE(off.find("ready memory, which is off here"), std::string::npos) << off;
+  EXPECT_EQ(failure("", true), "");
+}
+
 TEST(Policies, AnUnknownPolicyIsRefusedNamingTheKnownOnes) {
   RuntimeOptions options("fast=dram:1GiB,slow=emulated:cxl:4GiB");
   options.policy = "lru";

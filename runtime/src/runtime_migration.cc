@@ -61,6 +61,17 @@ void Runtime::start_migration(const profiler::StepProfile& profile) {
   set_plan_rates(inputs.value());
   auto plan = migrator::make_plan(policy_, inputs.value());
   if (!plan) return fail_policy(plan.status().message());
+  if (plan->must_fit) {  // it runs as made or not at all
+    if (!ready_memory_) {
+      return fail_policy(
+          "it lays every object out in one arena of ready memory, which is off here "
+          "(TENSORTIER_READY_MEMORY=0, "
+          "or the C API); fast-only places the objects alike without the arena");
+    }
+    const std::string& problem = !plan->problem.empty() ? plan->problem : plan->places.problem;
+    if (!problem.empty())
+      return fail_policy("it moves nothing, so all of it must fit the fast budget: " + problem);
+  }
   if (!plan->problem.empty()) spdlog::warn("policy '{}': {}", policy_, plan->problem);
   if (!plan->left_in_place.empty()) {
     spdlog::info(

@@ -166,6 +166,40 @@ TEST(Places, AMoveInTakesThePlaceItsPredecessorLeavesAtTheSameBoundary) {
   for (const PlannedMove& m : plan.moves) EXPECT_NE(m.place, kNoPlace) << m.key << " after " << m.after_layer;
 }
 
+// SmartPool: every object fast at a place, no moves, in an arena within 1% of the step's max-live
+// (the offset planner's), wherever the budget holds the footprint; below it, the layout's problem
+// says by how much, and the plan is not made again under less (it could not need less).
+TEST(Places, SmartpoolPlacesEveryObjectInOneTightArenaAndMovesNothing) {
+  std::mt19937 rng(11);
+  int fitted = 0, refused = 0;
+  for (int seed = 0; seed < 100; ++seed) {
+    PlanInputs in = random_inputs(rng, seed % 2 == 0, seed % 3 == 0);
+    in.ready_memory = true;
+    if (seed % 2 == 1) in.fast_budget_bytes = 2 * (in.peak_bytes + in.small_reserve_bytes);  // room to spare
+    auto plan = make_plan("smartpool", in);
+    ASSERT_TRUE(plan) << plan.status().message();
+    EXPECT_TRUE(plan->must_fit);
+    EXPECT_TRUE(plan->moves.empty());
+    EXPECT_EQ(plan->places.replans, 0u);
+    for (const auto& [key, tier] : plan->birth) EXPECT_EQ(tier, in.fast);
+    for (const auto& [key, tier] : plan->start) EXPECT_EQ(tier, in.fast);
+    if (!plan->places.problem.empty()) {
+      ++refused;
+      EXPECT_GT(plan->places.fast_bytes + plan->places.unplaced_fast_bytes + in.small_reserve_bytes,
+                in.fast_budget_bytes)
+          << "seed " << seed << ": refused what fits";
+      continue;
+    }
+    ++fitted;
+    EXPECT_EQ(PlaceReplay(plan.value(), in).run(), "") << "seed " << seed;
+    EXPECT_LE(static_cast<double>(plan->places.fast_bytes),
+              1.01 * static_cast<double>(plan->places.fast_max_live_bytes))
+        << "seed " << seed;
+  }
+  EXPECT_GT(fitted, 10);
+  EXPECT_GT(refused, 10);
+}
+
 // A layout over the budget is the policy's to fix: make_plan plans again under less.
 TEST(Places, ALayoutOverTheBudgetIsMadeAgainUnderLess) {
   PlanInputs in = chain_inputs(8 * kMiB);

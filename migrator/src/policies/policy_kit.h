@@ -67,5 +67,6 @@ Plan reactive_2m(const PlanInputs& in);
 Plan autoswap(const PlanInputs& in);
 Result<Plan> sentinel(const PlanInputs& in);
 Plan oracle(const PlanInputs& in);
+Plan smartpool(const PlanInputs& in);
 
 }  // namespace tensortier::migrator::policies

@@ -30,7 +30,7 @@ constexpr PolicyEntry kPolicies[] = {
     {"first-touch", always<policies::first_touch>}, {"interleave", always<policies::interleave>},
     {"reactive", always<policies::reactive>},       {"reactive-2m", always<policies::reactive_2m>},
     {"autoswap", always<policies::autoswap>},       {"sentinel", policies::sentinel},
-    {"oracle", always<policies::oracle>},
+    {"oracle", always<policies::oracle>},           {"smartpool", always<policies::smartpool>},
 };
 
 constexpr std::uint32_t kMostReplans = 4;
@@ -80,7 +80,8 @@ Result<Plan> make_plan(std::string_view policy, const PlanInputs& in) {
     inputs.fast_budget_bytes = in.fast_budget_bytes;  // the layout must fit the budget asked for
     const bool fits = lay_out_places(plan, inputs).empty();
     (void)simulate(plan, inputs);
-    if (fits || attempt == kMostReplans || policy == "fast-only") {
+    // Neither the reference nor a plan that moves nothing (must_fit) needs less under a lower budget.
+    if (fits || attempt == kMostReplans || policy == "fast-only" || plan.must_fit) {
       plan.places.replans = attempt;
       return plan;
     }

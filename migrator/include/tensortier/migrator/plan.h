@@ -72,6 +72,9 @@ struct Plan {
   std::map<ObjectKey, TierIndex> birth;  // where each object born in the step is allocated
   std::vector<PlannedMove> moves;        // by after_layer; at one, outs before ins (the mover's order)
   std::string variant;  // the oracle: whose plan it chose; sentinel: how it counted its fast sets
+  // The plan runs only as made: with its places laid out (ready memory) and no problem; else the
+  // runtime refuses the policy (smartpool, which moves nothing: it cannot give up part of itself).
+  bool must_fit = false;
   // Objects the policy moved that the plan leaves in place instead (leave_in_place), by key.
   std::vector<ObjectKey> left_in_place;
   // Page-granular: objects larger than kSegmentBytes are planned segment by segment, under part
