@@ -94,8 +94,8 @@ grep -E "GPU backend" "$out/configure.log"
 targets=(tensortier-train reliability_test runtime_test)
 gpu_tests=()
 if grep -q "GPU backend: CUDA" "$out/configure.log"; then
-  targets+=(gpu_fake_test gpu_device_test bench_gpu_link)
-  gpu_tests=(gpu_fake_test gpu_device_test)
+  targets+=(gpu_fake_test gpu_device_test cudnn_descriptors_test bench_gpu_link)
+  gpu_tests=(gpu_fake_test gpu_device_test cudnn_descriptors_test)
 else
   fail "the GPU backend was not configured: $(grep 'GPU backend' "$out/configure.log")"
 fi
