@@ -39,7 +39,7 @@ enum class AccessSource {
   // The layers' declarations alone (what layer_begin was told it reads and writes): every page
   // of a declared object counted read or written, written-only as an overwrite, nothing
   // protected, no fault taken. For memory page protection cannot see (a GPU's), and for a
-  // profile that costs no more than an unprofiled step. It trusts the declarations: a layer that
+  // profile without the faults' cost. It trusts the declarations: a layer that
   // writes part of an object must declare it read too, and host code must pin what it touches.
   kDeclared,
 };
