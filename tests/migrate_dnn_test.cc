@@ -562,8 +562,9 @@ TEST(Policies, PlansFromDeclaredAccessesTrainBitIdentically) {
     EXPECT_EQ(run.params, reference.params);
     EXPECT_EQ(run.over, 0u);
     if (std::string(policy) == "sentinel") {  // the others may find nothing worth moving here
-      EXPECT_GT(run.stats.migration.moves, 0u);
-      EXPECT_GT(run.planned_discard_bytes, 0u) << "no dead bytes were moved";
+      // What the plan computed, not how many moves the mover got to in time.
+      EXPECT_FALSE(run.moves.empty()) << "the plan moves nothing";
+      EXPECT_GT(run.planned_discard_bytes, 0u) << "the plan moves no dead bytes";
     }
   }
   unsetenv("TENSORTIER_PROFILE_ACCESSES");
