@@ -1,10 +1,16 @@
 # Installs the libraries, public headers, a CMake package config (find_package(tensortier)) and a
 # pkg-config file (pkg-config --cflags --libs tensortier).
 include(CMakePackageConfigHelpers)
-install(TARGETS tensortier_allocator tensortier_profiler tensortier_migrator tensortier_runtime EXPORT tensortierTargets
+set(installed_libraries tensortier_allocator tensortier_profiler tensortier_migrator tensortier_runtime)
+set(installed_headers allocator/include/ profiler/include/ migrator/include/ runtime/include/)
+if(TENSORTIER_GPU_ENABLED)  # the runtime opens GPU tiers through it
+  list(APPEND installed_libraries tensortier_gpu)
+  list(APPEND installed_headers gpu/include/)
+endif()
+install(TARGETS ${installed_libraries} EXPORT tensortierTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
-install(DIRECTORY allocator/include/ profiler/include/ migrator/include/ runtime/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(DIRECTORY ${installed_headers} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(EXPORT tensortierTargets NAMESPACE tensortier::
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/tensortier)
 configure_package_config_file(cmake/tensortierConfig.cmake.in

@@ -2,6 +2,7 @@
 // optimum is known, bad input refused, and on google/minimalloc's eleven hard instances
 // (tests/data/minimalloc) a region within a stated factor of max-live.
 #include <fstream>
+#include <map>
 #include <random>
 #include <sstream>
 #include <string>
@@ -11,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "tensortier/allocator/offset_planner.h"
+#include "tensortier/allocator/range_heap.h"
 
 namespace tensortier {
 namespace {
@@ -130,6 +132,84 @@ TEST(OffsetPlanner, MinimallocChallengingInstances) {
   double sum = 0;
   for (double r : ratios) sum += r;
   EXPECT_LE(sum / static_cast<double>(ratios.size()), 1.25) << "mean region over max-live";
+}
+
+// RangeHeap (a GPU tier's ranges in its one arena): best fit, alignment, joining neighbours.
+TEST(RangeHeap, TakesTheSmallestFreeBlockThatFitsAndJoinsNeighboursWhenGivenBack) {
+  RangeHeap heap(100);
+  const auto a = heap.take(10, 1), b = heap.take(30, 1), c = heap.take(20, 1);
+  ASSERT_TRUE(a && b && c);
+  EXPECT_EQ(*a, 0u);
+  EXPECT_EQ(*b, 10u);
+  EXPECT_EQ(*c, 40u);
+  ASSERT_TRUE(heap.give_back(*a, 10));  // free: [0,10) and [60,100)
+  const auto d = heap.take(8, 1);
+  ASSERT_TRUE(d);
+  EXPECT_EQ(*d, 0u) << "the 10-byte hole fits best, not the 40-byte tail";
+  EXPECT_FALSE(heap.give_back(*b, 29)) << "a wrong size changes nothing";
+  EXPECT_FALSE(heap.give_back(11, 30)) << "nor a wrong offset";
+  ASSERT_TRUE(heap.give_back(*b, 30));
+  EXPECT_FALSE(heap.give_back(*b, 30)) << "a double free changes nothing";
+  ASSERT_TRUE(heap.give_back(*c, 20));
+  ASSERT_TRUE(heap.give_back(*d, 8));
+  EXPECT_EQ(heap.free_blocks(), 1u) << "every neighbour joined";
+  EXPECT_EQ(heap.largest_free_bytes(), 100u);
+  EXPECT_FALSE(heap.take(101, 1));
+  EXPECT_FALSE(heap.take(0, 1));
+  EXPECT_FALSE(heap.take(8, 3)) << "an alignment that is not a power of two";
+}
+
+TEST(RangeHeap, AlignsTheAddressNotTheOffset) {
+  RangeHeap heap(1 << 20);
+  const auto a = heap.take(4096, 4096, /*base=*/0x1000 + 512);
+  ASSERT_TRUE(a);
+  EXPECT_EQ((0x1000 + 512 + *a) % 4096, 0u);
+  EXPECT_EQ(heap.free_bytes(), (1u << 20) - 4096) << "the padding before it stays free";
+  EXPECT_EQ(heap.free_blocks(), 2u);
+}
+
+// Random takes and gives against a model of the bytes: no two ranges overlap, every range is in
+// the region and aligned, the free count is the region less what is taken, and once all is given
+// back the region is one block again.
+TEST(RangeHeap, RandomUseNeverOverlapsAndGivesEverythingBack) {
+  std::mt19937 rng(7);
+  constexpr std::uint64_t kSize = 64 << 20;
+  constexpr std::uintptr_t kBase = 0x7f0000001000;
+  RangeHeap heap(kSize);
+  std::map<std::uint64_t, std::uint64_t> taken;  // offset -> bytes
+  std::uint64_t taken_bytes = 0;
+  int refused = 0;
+  for (int i = 0; i < 20000; ++i) {
+    if (taken.empty() || rng() % 3 != 0) {
+      const std::uint64_t bytes = 4096 * (1 + rng() % 512);
+      const std::uint64_t alignment = std::uint64_t{4096} << (rng() % 10);
+      const auto offset = heap.take(bytes, alignment, kBase);
+      if (!offset) {
+        ++refused;
+        EXPECT_LT(heap.largest_free_bytes(), bytes + alignment) << "refused with room to spare";
+        continue;
+      }
+      ASSERT_EQ((kBase + *offset) % alignment, 0u);
+      ASSERT_LE(*offset + bytes, kSize);
+      auto next = taken.lower_bound(*offset);
+      ASSERT_TRUE(next == taken.end() || *offset + bytes <= next->first) << "overlaps the next range";
+      if (next != taken.begin()) {
+        ASSERT_LE(std::prev(next)->first + std::prev(next)->second, *offset) << "overlaps the one before";
+      }
+      taken.emplace(*offset, bytes);
+      taken_bytes += bytes;
+    } else {
+      auto it = std::next(taken.begin(), static_cast<long>(rng() % taken.size()));
+      ASSERT_TRUE(heap.give_back(it->first, it->second));
+      taken_bytes -= it->second;
+      taken.erase(it);
+    }
+    ASSERT_EQ(heap.free_bytes(), kSize - taken_bytes);
+  }
+  EXPECT_GT(refused, 0) << "the region never filled: the test checks no refusal";
+  for (const auto& [offset, bytes] : taken) ASSERT_TRUE(heap.give_back(offset, bytes));
+  EXPECT_EQ(heap.free_blocks(), 1u);
+  EXPECT_EQ(heap.largest_free_bytes(), kSize);
 }
 
 }  // namespace

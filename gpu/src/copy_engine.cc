@@ -1,6 +1,8 @@
 // CudaCopyEngine (see copy_engine.h).
 #include "tensortier/gpu/copy_engine.h"
 
+#include <iterator>
+
 namespace tensortier::gpu {
 
 StreamHandle CudaCopyEngine::stream_for(CopyKind kind) const {
@@ -29,8 +31,62 @@ CopyKind CudaMoveEngine::kind_of(CopyRoute route) const {
   return to_device ? CopyKind::kHostToDevice : CopyKind::kHostToHost;
 }
 
+CudaMoveEngine::~CudaMoveEngine() {
+  std::lock_guard lock(mutex_);
+  last_use_.clear();  // the events go back to the device, which outlives this
+}
+
+void CudaMoveEngine::last_uses_locked(std::uintptr_t begin, std::uintptr_t end,
+                                      std::vector<std::shared_ptr<EventHandle>>& out) const {
+  auto it = last_use_.lower_bound(begin);
+  if (it != last_use_.begin() && std::prev(it)->second.end > begin) --it;  // one that starts before
+  for (; it != last_use_.end() && it->first < end; ++it) out.push_back(it->second.event);
+}
+
+void CudaMoveEngine::layer_used(std::span<const UsedRange> ranges) {
+  if (ranges.empty()) return;
+  Result<EventHandle> recorded = device_.record(device_.compute());
+  if (!recorded) return;  // then copies wait for nothing new: the runtime's error shows at the next copy
+  Device* device = &device_;
+  auto event = std::shared_ptr<EventHandle>(new EventHandle(recorded.value()), [device](EventHandle* e) {
+    device->release(*e);
+    delete e;
+  });
+  std::lock_guard lock(mutex_);
+  for (const UsedRange& r : ranges) {
+    const auto begin = reinterpret_cast<std::uintptr_t>(r.address);
+    const std::uintptr_t end = begin + r.bytes;
+    // Cut what overlaps [begin, end) out of the ranges known, keeping their parts outside it.
+    auto it = last_use_.lower_bound(begin);
+    if (it != last_use_.begin() && std::prev(it)->second.end > begin) --it;
+    std::vector<std::pair<std::uintptr_t, LastUse>> keep;
+    while (it != last_use_.end() && it->first < end) {
+      if (it->first < begin) keep.emplace_back(it->first, LastUse{begin, it->second.event});
+      if (it->second.end > end) keep.emplace_back(end, LastUse{it->second.end, it->second.event});
+      it = last_use_.erase(it);
+    }
+    for (auto& [b, use] : keep) last_use_.emplace(b, std::move(use));
+    last_use_.emplace(begin, LastUse{end, event});
+  }
+}
+
+std::size_t CudaMoveEngine::tracked_ranges() const {
+  std::lock_guard lock(mutex_);
+  return last_use_.size();
+}
+
 unsigned CudaMoveEngine::copy(void* to, const void* from, std::size_t bytes, CopyRoute route) {
-  Result<EventHandle> done = engine_.copy(to, from, bytes, kind_of(route));
+  std::vector<std::shared_ptr<EventHandle>> uses;  // held until the copy is issued
+  {
+    std::lock_guard lock(mutex_);
+    const auto src = reinterpret_cast<std::uintptr_t>(from), dst = reinterpret_cast<std::uintptr_t>(to);
+    last_uses_locked(src, src + bytes, uses);
+    last_uses_locked(dst, dst + bytes, uses);
+  }
+  std::vector<EventHandle> after;
+  after.reserve(uses.size());
+  for (const auto& e : uses) after.push_back(*e);
+  Result<EventHandle> done = engine_.copy(to, from, bytes, kind_of(route), after);
   if (!done) return 0;
   const Status waited = device_.synchronize(done.value());
   device_.release(done.value());

@@ -61,8 +61,8 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
   log_to_stderr_unless_the_program_chose();
   auto resolved = resolve_tier_spec(options);
   if (!resolved) return resolved.status();
-  Result<profiler::ProfileOptions> profile = resolve_profile_options(options);
-  if (!profile) return profile.status();
+  Result<profiler::ProfileOptions> resolved_profile = resolve_profile_options(options);
+  if (!resolved_profile) return resolved_profile.status();
   auto migration = resolve_migration(options);
   if (!migration) return migration.status();
   auto& [configs, source] = resolved.value();
@@ -72,13 +72,17 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
                     "spec '{}' has {} tier; give two (e.g. fast=dram:2GiB,slow=emulated:optane:8GiB)",
                     migration->first, format_tier_spec(configs), configs.size()));
   }
-  std::vector<std::unique_ptr<Tier>> tiers;
-  for (const TierConfig& config : configs) {
-    Result<std::unique_ptr<Tier>> tier = open_tier(config);
-    if (!tier) return tier.status();
-    spdlog::info("tier {}", tier.value()->describe());
-    tiers.push_back(std::move(tier).value());
+  Result<OpenedTiers> opened = open_runtime_tiers(configs, options.tier_provider);
+  if (!opened) return opened.status();
+  Result<profiler::ProfileOptions> profile = profile_for_tiers(std::move(resolved_profile).value(), *opened);
+  if (!profile) return profile.status();
+  std::unique_ptr<CopyEngine> provider_engine;
+  if (opened->provider != nullptr) {
+    Result<std::unique_ptr<CopyEngine>> engine = provider_copy_engine(*opened);
+    if (!engine) return engine.status();
+    provider_engine = std::move(engine).value();
   }
+  std::vector<std::unique_ptr<Tier>>& tiers = opened->tiers;
   if (tiers.size() == 1 && tiers.front()->cost_model() != nullptr) {
     spdlog::warn(
         "the only tier, '{}', is emulated slow memory: every object is charged as slow (a slow-only "
@@ -92,8 +96,8 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
         fmt::format("mover_cpu {}: give a CPU's number (0 or more), or -1 to leave the mover unbound",
                     options.mover_cpu));
   }
-  auto runtime = std::unique_ptr<Runtime>(
-      new Runtime(std::move(tiers), format_tier_spec(configs), source, std::move(profile).value()));
+  auto runtime = std::unique_ptr<Runtime>(new Runtime(
+      std::move(tiers), opened->provider, format_tier_spec(configs), source, std::move(profile).value()));
   runtime->layer_move_wait_ = options.layer_move_wait;
   runtime->policy_ = migration->first;
   runtime->fast_budget_ = migration->second;
@@ -109,6 +113,13 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
   runtime->ready_memory_ = options.ready_memory;
   if (const char* env = std::getenv("TENSORTIER_READY_MEMORY"); env != nullptr && *env != '\0')
     runtime->ready_memory_ = std::string_view(env) != "0";
+  if (provider_engine != nullptr) {  // GPU tiers: the provider's engine copies, on its own streams
+    runtime->copy_threads_note_ = fmt::format("copies through the {} copy engine ({})",
+                                              provider_engine->name(), opened->provider->name());
+    runtime->allocator_.set_copy_engine(std::move(provider_engine));
+    if (!runtime->policy_.empty()) spdlog::info("{}", runtime->copy_threads_note_);
+    return runtime;
+  }
   const CpuShare share = cpu_share();
   const std::string machine = fmt::format("{} CPUs, {} for the layers", share.cpus, share.training_threads);
   std::uint32_t copy_threads = 0;
@@ -144,9 +155,10 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
   return runtime;
 }
 
-Runtime::Runtime(std::vector<std::unique_ptr<Tier>> tiers, std::string spec, std::string source,
-                 profiler::ProfileOptions profile_options)
-    : allocator_(std::move(tiers)),
+Runtime::Runtime(std::vector<std::unique_ptr<Tier>> tiers, std::shared_ptr<TierProvider> provider,
+                 std::string spec, std::string source, profiler::ProfileOptions profile_options)
+    : tier_provider_(std::move(provider)),
+      allocator_(std::move(tiers)),
       spec_(std::move(spec)),
       spec_source_(std::move(source)),
       layer_move_wait_(RuntimeOptions{}.layer_move_wait),
@@ -574,6 +586,11 @@ Status Runtime::layer_end() {
   if (charged_ns > 0) {
     std::lock_guard lock(stats_mutex_);
     charge_ns_ += charged_ns;
+  }
+  if (tier_provider_ != nullptr) {  // a GPU's copies: ordered after this layer's kernels on these bytes
+    used_ranges_.clear();
+    for (const PinnedObject& o : pinned_objects_) used_ranges_.push_back({o.address, o.bytes});
+    allocator_.layer_used(used_ranges_);
   }
   allocator_.unpin(pinned_);
   pinned_.clear();

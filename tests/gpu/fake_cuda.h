@@ -7,13 +7,21 @@
 //   - stream_wait_event makes what is issued on a stream after it happen after that event.
 // Two operations on different streams that touch overlapping bytes, one of them writing, with
 // neither happening before the other, are a race: the fake records it (races()), naming both.
-// Host waits (stream_synchronize, event_synchronize) order the host after the work they wait for;
-// host accesses are not tracked.
+// Host waits (stream_synchronize, event_synchronize) order the host after the work they wait for,
+// and so every operation issued after them (on any stream, from any thread: one host clock);
+// host accesses to pinned memory are not tracked.
+// Device memory is what a GPU's is to the CPU: not there. Each device allocation is a memfd
+// mapped twice, once with no access at the address handed out (a CPU read or write of it is a
+// SIGSEGV, which fails the test) and once readable for the fake's own copies; read_device and
+// write_device are the tests' way in.
 //
 // One fake per process at a time (the table's functions are plain pointers): FakeCuda::install()
-// makes it and returns its table; the object lives until the next install. Not thread-safe: the
-// tests that use it issue from one thread.
+// makes it and returns its table; the object lives until the next install. Thread-safe (one lock):
+// a runtime's mover issues copies while the test's thread issues kernels.
 #pragma once
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -21,6 +29,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -46,17 +55,52 @@ class FakeCuda {
 
   // A kernel on `stream` that reads and writes these byte ranges (what a layer's cuDNN call does).
   void kernel(StreamHandle stream, std::vector<Range> reads, std::vector<Range> writes, std::string what) {
+    std::lock_guard lock(mutex_);
     issue(stream, std::move(reads), std::move(writes), std::move(what));
+  }
+  // The bytes at a device (or host) address, read or written the way a test's check would with a
+  // synchronous cudaMemcpy (nothing issued, no ordering recorded).
+  std::vector<std::byte> read_device(const void* p, std::size_t n) {
+    std::lock_guard lock(mutex_);
+    std::vector<std::byte> out(n);
+    std::memcpy(out.data(), view(p), n);
+    return out;
+  }
+  void write_device(void* p, int value, std::size_t n) {
+    std::lock_guard lock(mutex_);
+    std::memset(view(p), value, n);
   }
   static Range bytes(const void* p, std::size_t n) {
     const auto b = reinterpret_cast<std::uintptr_t>(p);
     return {b, b + n};
   }
 
-  const std::vector<std::string>& races() const { return races_; }
-  std::size_t operations() const { return ops_.size(); }
-  std::uint64_t live_allocations() const { return allocations_.size(); }
-  int waits() const { return waits_; }
+  std::vector<std::string> races() const {
+    std::lock_guard lock(mutex_);
+    return races_;
+  }
+  std::size_t operations() const {
+    std::lock_guard lock(mutex_);
+    return ops_.size();
+  }
+  std::uint64_t live_allocations() const {
+    std::lock_guard lock(mutex_);
+    return allocations_.size();
+  }
+  int waits() const {
+    std::lock_guard lock(mutex_);
+    return waits_;
+  }
+  // Copies issued each way so far.
+  int copies(CopyKind kind) const {
+    std::lock_guard lock(mutex_);
+    return copies_[static_cast<int>(kind)];
+  }
+  // Whether `p` is in device memory the fake handed out.
+  bool on_device(const void* p) const {
+    std::lock_guard lock(mutex_);
+    return device_alias(p) != nullptr;
+  }
 
  private:
   struct Op {
@@ -69,47 +113,79 @@ class FakeCuda {
     Clock clock;
     bool recorded = false;
   };
+  struct Allocation {
+    std::size_t bytes = 0;
+    std::byte* alias = nullptr;  // device memory: the readable view of it; null for pinned
+    std::size_t mapped = 0;      // bytes of each view
+  };
 
   FakeCuda(int devices, std::uint64_t memory_bytes) : devices_(devices), memory_bytes_(memory_bytes) {
     api_.device_count = [](int* count) -> CudaStatus {
+      const auto lock = get().guard();
       *count = get().devices_;
       return get().devices_ == 0 ? get().api_.no_device : 0;
     };
     api_.set_device = [](int device) -> CudaStatus { return device < get().devices_ ? 0 : 101; };
     api_.device_info = [](int, std::string* name, std::uint64_t* memory, int* capability) -> CudaStatus {
+      const auto lock = get().guard();
       *name = "Fake GPU";
       *memory = get().memory_bytes_;
       *capability = 90;
       return 0;
     };
     api_.mem_info = [](std::uint64_t* free_bytes, std::uint64_t* total_bytes) -> CudaStatus {
+      const auto lock = get().guard();
       *total_bytes = get().memory_bytes_;
       *free_bytes = get().memory_bytes_ - get().allocated_;
       return 0;
     };
-    api_.malloc_device = [](void** ptr, std::size_t n) -> CudaStatus { return get().allocate(ptr, n); };
-    api_.free_device = [](void* ptr) -> CudaStatus { return get().release(ptr); };
-    api_.malloc_pinned = [](void** ptr, std::size_t n) -> CudaStatus { return get().allocate(ptr, n); };
-    api_.free_pinned = [](void* ptr) -> CudaStatus { return get().release(ptr); };
-    api_.memcpy_async = [](void* dst, const void* src, std::size_t n, CopyKind,
+    api_.malloc_device = [](void** ptr, std::size_t n) -> CudaStatus {
+      const auto lock = get().guard();
+      return get().allocate(ptr, n, /*device=*/true);
+    };
+    api_.free_device = [](void* ptr) -> CudaStatus {
+      const auto lock = get().guard();
+      return get().release(ptr);
+    };
+    api_.malloc_pinned = [](void** ptr, std::size_t n) -> CudaStatus {
+      const auto lock = get().guard();
+      return get().allocate(ptr, n, /*device=*/false);
+    };
+    api_.free_pinned = [](void* ptr) -> CudaStatus {
+      const auto lock = get().guard();
+      return get().release(ptr);
+    };
+    api_.memcpy_async = [](void* dst, const void* src, std::size_t n, CopyKind kind,
                            StreamHandle s) -> CudaStatus {
-      std::memmove(dst, src, n);
-      get().issue(s, {bytes(src, n)}, {bytes(dst, n)}, fmt::format("copy of {} bytes", n));
+      const auto lock = get().guard();
+      std::memmove(get().view(dst), get().view(src), n);
+      ++get().copies_[static_cast<int>(kind)];
+      get().issue(s, {bytes(src, n)}, {bytes(dst, n)}, fmt::format("copy of {} bytes {} -> {}", n, src, dst));
       return 0;
     };
     api_.memset_async = [](void* dst, int value, std::size_t n, StreamHandle s) -> CudaStatus {
-      std::memset(dst, value, n);
+      const auto lock = get().guard();
+      std::memset(get().view(dst), value, n);
       get().issue(s, {}, {bytes(dst, n)}, "memset");
       return 0;
     };
     api_.stream_create = [](StreamHandle* s) -> CudaStatus {
+      const auto lock = get().guard();
       *s = ++get().next_handle_;
       get().streams_[*s] = {};
       return 0;
     };
-    api_.stream_destroy = [](StreamHandle s) -> CudaStatus { return get().streams_.erase(s) == 1 ? 0 : 400; };
-    api_.stream_synchronize = [](StreamHandle) -> CudaStatus { return 0; };
+    api_.stream_destroy = [](StreamHandle s) -> CudaStatus {
+      const auto lock = get().guard();
+      return get().streams_.erase(s) == 1 ? 0 : 400;
+    };
+    api_.stream_synchronize = [](StreamHandle s) -> CudaStatus {
+      const auto lock = get().guard();
+      get().host_waits_for(get().streams_[s]);
+      return 0;
+    };
     api_.stream_wait_event = [](StreamHandle s, EventHandle e) -> CudaStatus {
+      const auto lock = get().guard();
       auto it = get().events_.find(e);
       if (it == get().events_.end()) return 400;
       ++get().waits_;
@@ -118,20 +194,32 @@ class FakeCuda {
       return 0;
     };
     api_.event_create = [](EventHandle* e) -> CudaStatus {
+      const auto lock = get().guard();
       *e = ++get().next_handle_;
       get().events_[*e] = {};
       return 0;
     };
-    api_.event_destroy = [](EventHandle e) -> CudaStatus { return get().events_.erase(e) == 1 ? 0 : 400; };
+    api_.event_destroy = [](EventHandle e) -> CudaStatus {
+      const auto lock = get().guard();
+      return get().events_.erase(e) == 1 ? 0 : 400;
+    };
     api_.event_record = [](EventHandle e, StreamHandle s) -> CudaStatus {
+      const auto lock = get().guard();
       auto it = get().events_.find(e);
       if (it == get().events_.end()) return 400;
       it->second = {get().streams_[s], true};
       return 0;
     };
-    api_.event_synchronize = [](EventHandle) -> CudaStatus { return 0; };
+    api_.event_synchronize = [](EventHandle e) -> CudaStatus {
+      const auto lock = get().guard();
+      auto it = get().events_.find(e);
+      if (it == get().events_.end()) return 400;
+      get().host_waits_for(it->second.clock);
+      return 0;
+    };
     api_.event_query = [](EventHandle) -> CudaStatus { return 0; };  // work runs at once here
     api_.event_elapsed_ms = [](float* ms, EventHandle, EventHandle) -> CudaStatus {
+      const auto lock = get().guard();
       *ms = 0;
       return 0;
     };
@@ -142,21 +230,59 @@ class FakeCuda {
     static std::unique_ptr<FakeCuda> fake;
     return fake;
   }
-  CudaStatus allocate(void** ptr, std::size_t n) {
+  std::unique_lock<std::recursive_mutex> guard() { return std::unique_lock(mutex_); }
+  CudaStatus allocate(void** ptr, std::size_t n, bool device) {
     if (allocated_ + n > memory_bytes_) return 2;  // cudaErrorMemoryAllocation
-    *ptr = std::malloc(n);
-    if (*ptr == nullptr) return 2;
-    allocations_[*ptr] = n;
+    Allocation a{n, nullptr, 0};
+    if (device) {  // two views of one memfd: none for the CPU at *ptr, one for the fake's copies
+      const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+      a.mapped = (n + page - 1) / page * page;
+      const int fd = memfd_create("fake-cuda-device", 0);
+      if (fd < 0 || ftruncate(fd, static_cast<off_t>(a.mapped)) != 0) return 2;
+      void* hidden = mmap(nullptr, a.mapped, PROT_NONE, MAP_SHARED, fd, 0);
+      void* alias = mmap(nullptr, a.mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      close(fd);
+      if (hidden == MAP_FAILED || alias == MAP_FAILED) return 2;
+      *ptr = hidden;
+      a.alias = static_cast<std::byte*>(alias);
+    } else {
+      *ptr = std::malloc(n);
+      if (*ptr == nullptr) return 2;
+    }
+    allocations_[*ptr] = a;
     allocated_ += n;
     return 0;
   }
   CudaStatus release(void* ptr) {
     auto it = allocations_.find(ptr);
     if (it == allocations_.end()) return 1;
-    allocated_ -= it->second;
+    allocated_ -= it->second.bytes;
+    if (it->second.alias != nullptr) {
+      munmap(ptr, it->second.mapped);
+      munmap(it->second.alias, it->second.mapped);
+    } else {
+      std::free(ptr);
+    }
     allocations_.erase(it);
-    std::free(ptr);
     return 0;
+  }
+  // The fake's readable view of device address p; null where p is not device memory.
+  std::byte* device_alias(const void* p) const {
+    auto it =
+        allocations_.upper_bound(const_cast<void*>(p));  // NOLINT(cppcoreguidelines-pro-type-const-cast)
+    if (it == allocations_.begin()) return nullptr;
+    --it;
+    const auto offset =
+        static_cast<std::size_t>(static_cast<const std::byte*>(p) - static_cast<std::byte*>(it->first));
+    if (it->second.alias == nullptr || offset >= it->second.mapped) return nullptr;
+    return it->second.alias + offset;
+  }
+  void* view(const void* p) const {
+    std::byte* alias = device_alias(p);
+    return alias != nullptr ? alias : const_cast<void*>(p);  // NOLINT(cppcoreguidelines-pro-type-const-cast)
+  }
+  void host_waits_for(const Clock& clock) {
+    for (const auto& [stream, tick] : clock) host_[stream] = std::max(host_[stream], tick);
   }
   static bool overlap(const Range& a, const Range& b) { return a.begin < b.end && b.begin < a.end; }
   static bool conflict(const Op& a, const Op& b) {
@@ -179,6 +305,8 @@ class FakeCuda {
   }
   void issue(StreamHandle s, std::vector<Range> reads, std::vector<Range> writes, std::string what) {
     Clock& clock = streams_[s];
+    for (const auto& [stream, tick] : host_)
+      clock[stream] = std::max(clock[stream], tick);  // after host waits
     ++clock[s];
     Op op{s, clock, std::move(reads), std::move(writes), std::move(what)};
     for (const Op& earlier : ops_) {
@@ -197,10 +325,13 @@ class FakeCuda {
   std::uintptr_t next_handle_ = 0x1000;
   std::map<StreamHandle, Clock> streams_;
   std::map<EventHandle, Event> events_;
-  std::map<void*, std::size_t> allocations_;
+  std::map<void*, Allocation> allocations_;
   std::vector<Op> ops_;
   std::vector<std::string> races_;
   int waits_ = 0;
+  int copies_[4] = {0, 0, 0, 0};  // by CopyKind
+  Clock host_;                    // what host waits have seen completed
+  mutable std::recursive_mutex mutex_;
 };
 
 }  // namespace tensortier::gpu::testing

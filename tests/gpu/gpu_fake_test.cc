@@ -25,6 +25,28 @@ TierConfig tier(const std::string& spec) {
   return configs ? configs->front() : TierConfig{};
 }
 
+TEST(FakeCuda, DeviceMemoryIsNotTheCpusAndHostWaitsOrderWhatFollows) {
+  const CudaApi& api = FakeCuda::install();
+  FakeCuda& fake = FakeCuda::get();
+  void* device = nullptr;
+  ASSERT_EQ(api.malloc_device(&device, 3 * kMiB + 5), 0);
+  EXPECT_TRUE(fake.on_device(static_cast<std::byte*>(device) + 3 * kMiB));
+  EXPECT_DEATH((void)*static_cast<volatile unsigned char*>(device), "")
+      << "a CPU read of device memory faults";
+  fake.write_device(device, 9, kMiB);
+  StreamHandle compute = 0, copies = 0;
+  ASSERT_EQ(api.stream_create(&compute), 0);
+  ASSERT_EQ(api.stream_create(&copies), 0);
+  std::vector<std::byte> home(kMiB);
+  ASSERT_EQ(api.memcpy_async(home.data(), device, kMiB, CopyKind::kDeviceToHost, copies), 0);
+  EXPECT_EQ(home[kMiB - 1], std::byte{9});
+  EXPECT_EQ(fake.copies(CopyKind::kDeviceToHost), 1);
+  ASSERT_EQ(api.stream_synchronize(copies), 0);  // the host waits for the copy out
+  fake.kernel(compute, {}, {FakeCuda::bytes(device, kMiB)}, "a layer overwrites it");
+  EXPECT_TRUE(fake.races().empty()) << "issued after the host's wait for the copy: ordered after it";
+  ASSERT_EQ(api.free_device(device), 0);
+}
+
 TEST(FakeCuda, FindsACopyRacingAKernelAndNotOneOrderedAfterIt) {
   const CudaApi& api = FakeCuda::install();
   StreamHandle compute = 0, copies = 0;
@@ -113,7 +135,7 @@ TEST(CudaCopyEngine, MovesAreOrderedAfterTheirProducersAndBeforeTheirConsumers) 
     }
     fake.kernel(device->compute(), {FakeCuda::bytes(slot, kMiB)}, {}, "layer 7 reads y");
     EXPECT_TRUE(engine.done(y_in));
-    EXPECT_EQ(static_cast<const unsigned char*>(slot)[kMiB - 1], 7) << "y's bytes are in the slot";
+    EXPECT_EQ(fake.read_device(slot, kMiB)[kMiB - 1], std::byte{7}) << "y's bytes are in the slot";
     if (layer_waits) {
       EXPECT_TRUE(fake.races().empty()) << fake.races().front();
     } else {
@@ -159,7 +181,7 @@ TEST(CudaMoveEngine, CopiesEachWayByTheTiersAndReturnsWhenDone) {
   EXPECT_EQ(engine.kind_of({1, 2}), CopyKind::kHostToHost);
   std::memset(homes->at(0, kMiB), 5, kMiB);
   EXPECT_EQ(engine.copy(slots->at(0, kMiB), homes->at(0, kMiB), kMiB, {1, 0}), 1u);
-  EXPECT_EQ(static_cast<const unsigned char*>(slots->at(0, kMiB))[kMiB - 1], 5);
+  EXPECT_EQ(FakeCuda::get().read_device(slots->at(0, kMiB), kMiB)[kMiB - 1], std::byte{5});
   EXPECT_EQ(engine.copy(homes->at(kMiB, kMiB), slots->at(0, kMiB), kMiB, {0, 1}), 1u);
   EXPECT_EQ(static_cast<const unsigned char*>(homes->at(kMiB, kMiB))[0], 5);
   EXPECT_EQ(engine.name(), "cuda");

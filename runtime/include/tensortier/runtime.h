@@ -28,6 +28,7 @@
 
 #include "tensortier/allocator/object_allocator.h"
 #include "tensortier/allocator/tier.h"
+#include "tensortier/allocator/tier_provider.h"
 #include "tensortier/migrator/executor.h"
 #include "tensortier/migrator/plan.h"
 #include "tensortier/migrator/plan_trial.h"
@@ -44,6 +45,12 @@ struct RuntimeOptions {
   RuntimeOptions(std::string spec) : tier_spec(std::move(spec)) {}  // NOLINT(google-explicit-constructor)
 
   std::string tier_spec;  // empty: TENSORTIER_TIERS, else hwloc discovery
+  // Opens the spec's GPU tiers (cuda:N[:SIZE], pinned:SIZE) and gives the copy engine that moves
+  // objects to and from them (allocator/tier_provider.h). Null: the GPU backend's
+  // (gpu::CudaTierProvider on the CUDA runtime) where this build has one; a build without one
+  // refuses GPU tiers, saying so. Tests give one on a fake CUDA runtime. With a device tier, steps
+  // are profiled from declared accesses and copy_threads does not apply (the CUDA engine copies).
+  std::shared_ptr<TierProvider> tier_provider;
   profiler::ProfileOptions profile;
   // Longest a layer waits at layer_begin for a copying move of one of its objects already in
   // flight; past it the move fails and the object stays where it was. (A move_pages migration
@@ -294,8 +301,8 @@ class Runtime {
   double measured_mover_cpu_ns_per_byte() const { return measured_mover_cpu_ns_per_byte_; }
 
  private:
-  Runtime(std::vector<std::unique_ptr<Tier>> tiers, std::string spec, std::string source,
-          profiler::ProfileOptions profile_options);
+  Runtime(std::vector<std::unique_ptr<Tier>> tiers, std::shared_ptr<TierProvider> provider, std::string spec,
+          std::string source, profiler::ProfileOptions profile_options);
   bool profile_due() const;
   // Starts the profile of the coming step: at the end of the step before it, or at its begin
   // (where it was asked for since, or another runtime's profile held the fault tracker then).
@@ -317,6 +324,8 @@ class Runtime {
   template <typename Event>
   void notify(Event&& event);
 
+  // Before the allocator: its tiers and copy engine may borrow what the provider holds (a device).
+  std::shared_ptr<TierProvider> tier_provider_;
   ObjectAllocator allocator_;
   std::string spec_;
   std::string spec_source_;
@@ -331,6 +340,7 @@ class Runtime {
   std::uint64_t layer_start_ns_ = 0;
   std::vector<ObjectId> pinned_;                   // the running layer's objects
   std::vector<PinnedObject> pinned_objects_;       // what pin() found of them
+  std::vector<UsedRange> used_ranges_;             // layer_end's, for the copy engine (GPU tiers only)
   std::vector<std::uint64_t> slow_read_bytes_;     // by tier, the running layer's declared reads
   std::vector<std::uint64_t> slow_written_bytes_;  // by tier
   std::vector<ObjectKey> read_keys_, write_keys_;

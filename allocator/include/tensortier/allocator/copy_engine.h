@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <span>
 #include <string_view>
 
 #include "tensortier/ids.h"
@@ -24,6 +25,12 @@ struct CopyRoute {
   TierIndex to = 0;
 };
 
+// Bytes a layer used.
+struct UsedRange {
+  const void* address = nullptr;
+  std::size_t bytes = 0;
+};
+
 class CopyEngine {
  public:
   virtual ~CopyEngine() = default;
@@ -33,6 +40,11 @@ class CopyEngine {
   virtual unsigned copy(void* to, const void* from, std::size_t bytes, CopyRoute route) = 0;
   // The most threads one copy takes.
   virtual unsigned threads() const = 0;
+  // Called at each layer's end with the bytes it used (its objects, still pinned). An engine whose
+  // copies run beside layers that may still be running when layer_end returns (a GPU's kernels)
+  // orders later copies from or into these bytes after the layer's work. The CPU's layers are
+  // done by then: nothing to do.
+  virtual void layer_used(std::span<const UsedRange> /*ranges*/) {}
 };
 
 // The CPU's: a copy of kSplitBytes or more is cut into `threads` parts of whole pages, copied at

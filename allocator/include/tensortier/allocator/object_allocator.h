@@ -293,6 +293,8 @@ class ObjectAllocator {
   // The engine every move copies with (copy_engine.h): the CPU's by default (set_copy_threads
   // makes one). Same rules as set_copy_threads: before other threads use the allocator.
   void set_copy_engine(std::unique_ptr<CopyEngine> engine);
+  // Tells the engine the bytes a layer used, at its end (CopyEngine::layer_used). Any thread.
+  void layer_used(std::span<const UsedRange> ranges) { copy_engine_->layer_used(ranges); }
   unsigned copy_threads() const { return copy_threads_.load(std::memory_order_acquire); }
   // Drops the shadows of these objects (ids that are not live are skipped); with shadows off it
   // returns at once, taking no lock.

@@ -1,5 +1,5 @@
-// Tier: one place where bytes live (DRAM, a NUMA node, a memkind kind, an emulated slow tier),
-// with a capacity budget in bytes.
+// Tier: one place where bytes live (DRAM, a NUMA node, a memkind kind, an emulated slow tier, a
+// GPU's memory or page-locked host memory: gpu/gpu_tier.h), with a capacity budget in bytes.
 //
 // A Tier hands out page-aligned ranges whose size is a multiple of the page size, so that a
 // range owns its pages: protecting or moving it touches nothing else. It counts the bytes it has
@@ -40,7 +40,10 @@ constexpr std::size_t round_up(std::size_t bytes, std::size_t multiple) {
 enum class RangeKind {
   kAnonymous,  // private anonymous mappings (mmap): dram, numa, emulated; freed with munmap, so
                // another tier's pages may be remapped over them (the address stays)
-  kHeap,       // memory from a memkind heap (pmem directory, daxkmem): freed to that heap only
+  kHeap,       // memory from a memkind heap (pmem directory, daxkmem), or a GPU tier's page-locked
+               // host arena: freed to that heap only; an object moving off it gets a new address
+  kDevice,     // a GPU's memory (a cuda tier's arena): the CPU never reads or writes it; its objects
+               // move to a new address through the allocator's copy engine (the CUDA one)
 };
 
 // A busy-until clock for an emulated tier's bandwidth: layer traffic and moves both reserve

@@ -1,0 +1,38 @@
+// TierProvider: opens the tiers of kinds that open_tier() leaves to a backend (the GPU's: cuda,
+// pinned) and gives the copy engine that moves objects between them and the host's tiers. The
+// runtime asks it for every tier of those kinds in a spec, then sets its engine on the allocator.
+//
+//   spec "fast=cuda:0:8GiB,slow=pinned:32GiB"
+//     ├─ fast ─▶ provider.open ─▶ Tier (device memory, RangeKind::kDevice)
+//     ├─ slow ─▶ provider.open ─▶ Tier (page-locked host memory)
+//     └─ provider.copy_engine(tiers) ─▶ ObjectAllocator::set_copy_engine
+//
+// Ownership: the tiers and the engine it makes may borrow what the provider holds (a device, its
+// streams): whoever holds them keeps the provider alive longer (the runtime destroys its allocator
+// first). Thread safety: one caller at a time (the runtime calls it while it is being made).
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+
+#include "tensortier/allocator/copy_engine.h"
+#include "tensortier/allocator/tier.h"
+#include "tensortier/allocator/tier_spec.h"
+
+namespace tensortier {
+
+class TierProvider {
+ public:
+  virtual ~TierProvider() = default;
+  // "cuda (CUDA runtime 13000)", for people.
+  virtual std::string name() const = 0;
+  virtual bool opens(TierKind kind) const = 0;
+  // The tier `config` describes. Errors say what the machine lacks (no GPU: kUnavailable) or what
+  // in the config is wrong, and what to do.
+  virtual Result<std::unique_ptr<Tier>> open(const TierConfig& config) = 0;
+  // The engine that copies between `tiers` (all of a runtime's, fastest first, host ones too).
+  virtual Result<std::unique_ptr<CopyEngine>> copy_engine(std::span<const Tier* const> tiers) = 0;
+};
+
+}  // namespace tensortier

@@ -1,0 +1,124 @@
+// GpuTier and CudaTierProvider (see gpu_tier.h).
+#include "tensortier/gpu/gpu_tier.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "tensortier/gpu/copy_engine.h"
+
+namespace tensortier::gpu {
+namespace {
+
+// The CUDA move engine holding the device it copies on, so that it may outlive the provider.
+class SharedMoveEngine final : public CopyEngine {
+ public:
+  SharedMoveEngine(std::shared_ptr<Device> device, TierIndex device_tier)
+      : device_(std::move(device)), engine_(*device_, device_tier) {}
+  std::string_view name() const override { return engine_.name(); }
+  unsigned copy(void* to, const void* from, std::size_t bytes, CopyRoute route) override {
+    return engine_.copy(to, from, bytes, route);
+  }
+  unsigned threads() const override { return engine_.threads(); }
+  void layer_used(std::span<const UsedRange> ranges) override { engine_.layer_used(ranges); }
+
+ private:
+  std::shared_ptr<Device> device_;
+  CudaMoveEngine engine_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<GpuTier>> GpuTier::open(std::shared_ptr<Device> device, const TierConfig& config) {
+  Result<std::unique_ptr<GpuArena>> arena = GpuArena::open(*device, config);
+  if (!arena) return arena.status();
+  return std::unique_ptr<GpuTier>(new GpuTier(config, std::move(device), std::move(arena).value()));
+}
+
+GpuTier::GpuTier(const TierConfig& config, std::shared_ptr<Device> device, std::unique_ptr<GpuArena> arena)
+    : Tier(config.name, config.kind, arena->bytes()),
+      device_(std::move(device)),
+      arena_(std::move(arena)),
+      heap_(arena_->bytes()) {}
+
+GpuTier::~GpuTier() = default;
+
+Result<void*> GpuTier::map(std::size_t bytes, std::size_t alignment) {
+  std::lock_guard lock(mutex_);
+  const std::optional<std::uint64_t> offset = heap_.take(bytes, std::min(alignment, kHugePageBytes),
+                                                         reinterpret_cast<std::uintptr_t>(arena_->base()));
+  if (!offset) {
+    return out_of_memory(
+        fmt::format("{} of {}'s arena asked, and its largest free range is {} ({} free in {} "
+                    "pieces): give the tier more memory",
+                    format_bytes(bytes), name(), format_bytes(heap_.largest_free_bytes()),
+                    format_bytes(heap_.free_bytes()), heap_.free_blocks()));
+  }
+  return arena_->at(*offset, bytes);
+}
+
+void GpuTier::unmap(void* address, std::size_t bytes) {
+  std::lock_guard lock(mutex_);
+  const auto offset = static_cast<std::uint64_t>(static_cast<std::byte*>(address) - arena_->base());
+  [[maybe_unused]] const bool given = heap_.give_back(offset, bytes);
+}
+
+std::size_t GpuTier::ranges() const {
+  std::lock_guard lock(mutex_);
+  return heap_.taken_ranges();
+}
+
+std::string GpuTier::backend() const {
+  return fmt::format("{} memory, one arena at {} on {}",
+                     kind() == TierKind::kCuda ? "device" : "page-locked host",
+                     static_cast<const void*>(arena_->base()), device_->describe());
+}
+
+std::string CudaTierProvider::name() const {
+  return fmt::format("cuda ({})", api_.name);
+}
+
+Result<std::unique_ptr<Tier>> CudaTierProvider::open(const TierConfig& config) {
+  if (!opens(config.kind)) {
+    return invalid_argument(
+        fmt::format("tier '{}' is a {} tier: the cuda provider opens cuda and pinned tiers", config.name,
+                    to_string(config.kind)));
+  }
+  const int index = config.kind == TierKind::kCuda ? config.cuda_device : (device_ ? device_->index() : 0);
+  if (device_ && device_->index() != index) {
+    return invalid_argument(
+        fmt::format("tier '{}' is on cuda:{}, and this runtime's tiers are on cuda:{}: "
+                    "one device per runtime",
+                    config.name, index, device_->index()));
+  }
+  if (!device_) {
+    Result<std::unique_ptr<Device>> device = Device::open(api_, index);
+    if (!device) {
+      return Status(device.status().code(), fmt::format("tier '{}' ({}): {}", config.name,
+                                                        to_string(config.kind), device.status().message()));
+    }
+    device_ = std::move(device).value();
+  }
+  Result<std::unique_ptr<GpuTier>> tier = GpuTier::open(device_, config);
+  if (!tier) return tier.status();
+  return std::unique_ptr<Tier>(std::move(tier).value());
+}
+
+Result<std::unique_ptr<CopyEngine>> CudaTierProvider::copy_engine(std::span<const Tier* const> tiers) {
+  if (!device_)
+    return failed_precondition("the cuda provider has opened no tier, so it has no device to copy on");
+  auto device_tier = static_cast<TierIndex>(tiers.size());  // none: every copy is between host tiers
+  for (std::size_t t = 0; t < tiers.size(); ++t) {
+    if (tiers[t]->range_kind() != RangeKind::kDevice) continue;
+    if (device_tier != tiers.size()) {
+      return invalid_argument(
+          fmt::format("tiers '{}' and '{}' are both device memory: give one cuda tier, with "
+                      "host tiers (pinned, dram) beside it",
+                      tiers[device_tier]->name(), tiers[t]->name()));
+    }
+    device_tier = static_cast<TierIndex>(t);
+  }
+  return std::unique_ptr<CopyEngine>(new SharedMoveEngine(device_, device_tier));
+}
+
+}  // namespace tensortier::gpu

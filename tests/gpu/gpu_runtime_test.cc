@@ -1,0 +1,253 @@
+// GPU tiers in the runtime, on the fake CUDA runtime (fake_cuda.h): no GPU needed. A spec of
+// `cuda` and `pinned` tiers opens through the CUDA tier provider; objects live in device memory
+// that the CPU cannot touch (the fake maps it with no access: a CPU read or write would fault and
+// fail the test); moves go through the CUDA copy engine; a policy runs with steps profiled from
+// declared accesses; and the fake's happens-before graph finds no copy racing a layer's kernel.
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "fake_cuda.h"
+#include "tensortier/gpu/copy_engine.h"
+#include "tensortier/gpu/gpu_tier.h"
+#include "tensortier/runtime.h"
+
+namespace tensortier::gpu {
+namespace {
+
+using testing::FakeCuda;
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+
+struct FakeRuntime {
+  std::shared_ptr<CudaTierProvider> provider;
+  std::unique_ptr<Runtime> runtime;
+};
+
+Result<FakeRuntime> fake_runtime(const std::string& spec, RuntimeOptions options = {}, int devices = 1) {
+  FakeRuntime r;
+  r.provider = std::make_shared<CudaTierProvider>(FakeCuda::install(devices, std::uint64_t{1} << 30));
+  options.tier_spec = spec;
+  options.tier_provider = r.provider;
+  Result<std::unique_ptr<Runtime>> runtime = Runtime::create(options);
+  if (!runtime) return runtime.status();
+  r.runtime = std::move(runtime).value();
+  return r;
+}
+
+bool holds(const void* p, std::size_t n, int value) {
+  const std::vector<std::byte> bytes = FakeCuda::get().read_device(p, n);
+  for (std::byte b : bytes) {
+    if (b != static_cast<std::byte>(value)) return false;
+  }
+  return true;
+}
+
+TEST(GpuTiers, AreOpenedByTheProviderAsDeviceAndPageLockedMemory) {
+  auto r = fake_runtime("fast=cuda:0:64MiB,slow=pinned:256MiB");
+  ASSERT_TRUE(r) << r.status().to_string();
+  Runtime& rt = *r->runtime;
+  ASSERT_EQ(rt.tier_count(), 2u);
+  EXPECT_EQ(rt.tier(0).range_kind(), RangeKind::kDevice);
+  EXPECT_EQ(rt.tier(1).range_kind(), RangeKind::kHeap);
+  EXPECT_EQ(rt.tier(0).budget_bytes(), 64 * kMiB);
+  EXPECT_NE(rt.describe().find("device memory, one arena"), std::string::npos) << rt.describe();
+  EXPECT_NE(rt.describe().find("page-locked host memory"), std::string::npos) << rt.describe();
+  EXPECT_EQ(rt.profile_options().accesses, profiler::AccessSource::kDeclared)
+      << "page protection cannot see device memory";
+  EXPECT_NE(rt.copy_threads_note().find("cuda copy engine"), std::string::npos) << rt.copy_threads_note();
+  EXPECT_EQ(FakeCuda::get().live_allocations(), 2u) << "one arena a tier";
+}
+
+TEST(GpuTiers, ObjectsMoveBetweenDeviceAndPinnedThroughTheCopyEngineWithEveryByte) {
+  auto r = fake_runtime("fast=cuda:0:64MiB,slow=pinned:256MiB");
+  ASSERT_TRUE(r) << r.status().to_string();
+  Runtime& rt = *r->runtime;
+  FakeCuda& fake = FakeCuda::get();
+  std::vector<ObjectInfo> objects;
+  for (const std::size_t bytes : {3 * kMiB + 5, 10 * kMiB, 4096 * std::size_t{3}}) {
+    auto o = rt.allocate("x", bytes);
+    ASSERT_TRUE(o) << o.status().to_string();
+    EXPECT_EQ(o->tier, 0u);
+    EXPECT_TRUE(fake.on_device(o->address)) << "born in the device arena";
+    fake.write_device(o->address, static_cast<int>(objects.size() + 1), bytes);
+    objects.push_back(*o);
+  }
+  for (std::size_t i = 0; i < objects.size(); ++i) {
+    const ObjectInfo& o = objects[i];
+    const int value = static_cast<int>(i + 1);
+    auto out = rt.move(o.id, 1);
+    ASSERT_TRUE(out) << out.status().to_string();
+    EXPECT_EQ(out->method, MoveMethod::kNewAddress);
+    void* home = rt.address_of(o.id).value();
+    EXPECT_FALSE(fake.on_device(home));
+    EXPECT_EQ(static_cast<const unsigned char*>(home)[o.bytes - 1], value) << "pinned memory is the host's";
+    auto in = rt.move(o.id, 0);
+    ASSERT_TRUE(in) << in.status().to_string();
+    void* back = rt.address_of(o.id).value();
+    EXPECT_TRUE(fake.on_device(back));
+    EXPECT_TRUE(holds(back, o.bytes, value)) << "object " << i;
+  }
+  EXPECT_EQ(fake.copies(CopyKind::kDeviceToHost), 3);
+  EXPECT_EQ(fake.copies(CopyKind::kHostToDevice), 3);
+  EXPECT_TRUE(fake.races().empty()) << fake.races().front();
+  // A small object shares its chunk's range, which cannot move to a new address: refused, intact.
+  auto small = rt.allocate("s", 100);
+  ASSERT_TRUE(small);
+  fake.write_device(small->address, 7, 100);
+  EXPECT_EQ(rt.move(small->id, 1).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(holds(rt.address_of(small->id).value(), 100, 7));
+  for (const ObjectInfo& o : objects) EXPECT_TRUE(rt.free(o.id).is_ok());
+}
+
+TEST(GpuTiers, BirthsPastTheDeviceBudgetGoToPinnedMemory) {
+  auto r = fake_runtime("fast=cuda:0:8MiB,slow=pinned:64MiB");
+  ASSERT_TRUE(r) << r.status().to_string();
+  Runtime& rt = *r->runtime;
+  std::vector<TierIndex> tiers;
+  for (int i = 0; i < 3; ++i) tiers.push_back(rt.allocate("a", 3 * kMiB).value().tier);
+  EXPECT_EQ(tiers, (std::vector<TierIndex>{0, 0, 1})) << "the third does not fit in 8 MiB";
+}
+
+TEST(GpuTiers, WhatCannotBeOpenedIsOneClearLine) {
+  auto none = fake_runtime("fast=cuda:0:64MiB,slow=pinned:256MiB", {}, /*devices=*/0);
+  ASSERT_FALSE(none);
+  EXPECT_EQ(none.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(none.status().message().find("tier 'fast' (cuda): no CUDA device to use on this machine"),
+            std::string::npos)
+      << none.status().message();
+  auto second = fake_runtime("fast=cuda:1:64MiB");
+  ASSERT_FALSE(second);
+  EXPECT_NE(second.status().message().find("no CUDA device 1"), std::string::npos)
+      << second.status().message();
+  auto two = fake_runtime("fast=cuda:0:64MiB,slow=cuda:0:64MiB");
+  ASSERT_FALSE(two);
+  EXPECT_EQ(two.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(two.status().message().find("both device memory"), std::string::npos) << two.status().message();
+  auto too_big = fake_runtime("fast=cuda:0:4GiB");
+  ASSERT_FALSE(too_big);
+  EXPECT_EQ(too_big.status().code(), StatusCode::kOutOfMemory) << too_big.status().to_string();
+  setenv("TENSORTIER_PROFILE_ACCESSES", "protection", 1);
+  auto protect = fake_runtime("fast=cuda:0:64MiB");
+  unsetenv("TENSORTIER_PROFILE_ACCESSES");
+  ASSERT_FALSE(protect);
+  EXPECT_NE(protect.status().message().find("tier 'fast' is device memory, which page protection cannot see"),
+            std::string::npos)
+      << protect.status().message();
+}
+
+// The real CUDA runtime through the default provider: on a machine without a GPU, one line that
+// names the tier; with one, the tiers open.
+TEST(GpuTiers, TheRealRuntimeOpensThemOrSaysThereIsNoGpu) {
+  auto rt = Runtime::create({"fast=cuda:0:64MiB,slow=pinned:64MiB"});
+  if (rt) {
+    EXPECT_EQ(rt.value()->tier(0).range_kind(), RangeKind::kDevice);
+    return;
+  }
+  EXPECT_EQ(rt.status().code(), StatusCode::kUnavailable) << rt.status().to_string();
+  EXPECT_NE(rt.status().message().find("tier 'fast' (cuda): no CUDA device"), std::string::npos)
+      << rt.status().message();
+}
+
+// A policy on device tiers: weights used in turn (each by three layers in a row, so that a move in
+// costs less than three uses over the link), activations born and freed each layer; the plan
+// moves weights between the device and pinned memory through the copy engine. Every layer finds
+// the bytes the last one wrote, and no copy races a layer's kernel (each layer's kernel is issued
+// on the compute stream and the copies on the copy streams, ordered only by the events the
+// engine takes from layer_used).
+void train_on_device_tiers(const std::string& policy) {
+  SCOPED_TRACE(policy);
+  RuntimeOptions options;
+  options.policy = policy;
+  options.fast_budget = "40%";
+  options.trial_steps = 0;
+  auto r = fake_runtime("fast=cuda:0:64MiB,slow=pinned:256MiB", options);
+  ASSERT_TRUE(r) << r.status().to_string();
+  Runtime& rt = *r->runtime;
+  FakeCuda& fake = FakeCuda::get();
+  const StreamHandle compute = r->provider->device()->compute();
+  constexpr int kWeights = 6, kUses = 3;
+  constexpr std::size_t kBytes = 4 * kMiB;
+  std::vector<ObjectId> weights;
+  std::vector<int> value(kWeights);
+  for (int i = 0; i < kWeights; ++i) {
+    auto w = rt.allocate("w", kBytes);
+    ASSERT_TRUE(w);
+    value[static_cast<std::size_t>(i)] = i + 1;
+    fake.write_device(w->address, i + 1, kBytes);
+    weights.push_back(w->id);
+  }
+  for (int step = 0; step < 6; ++step) {
+    ASSERT_TRUE(rt.step_begin().is_ok());
+    for (int layer = 0; layer < kUses * kWeights; ++layer) {  // weight i in kUses layers in a row
+      const auto i = static_cast<std::size_t>(layer / kUses);
+      auto act = rt.allocate("a", kBytes / 2);
+      ASSERT_TRUE(act);
+      const ObjectId ids[2] = {weights[i], act->id};
+      std::vector<void*> at(3);
+      ASSERT_TRUE(
+          rt.layer_begin("layer", std::span<const ObjectId>(ids, 1), std::span<const ObjectId>(ids, 2), at)
+              .is_ok());
+      ASSERT_TRUE(holds(at[0], kBytes, value[i])) << "step " << step << " layer " << layer;
+      fake.kernel(compute, {FakeCuda::bytes(at[0], kBytes)},
+                  {FakeCuda::bytes(at[1], kBytes), FakeCuda::bytes(at[2], kBytes / 2)},
+                  fmt::format("step {} layer {}: w {} a {}", step, layer, at[0], at[2]));
+      value[i] = value[i] % 250 + 1;
+      fake.write_device(at[1], value[i], kBytes);
+      ASSERT_TRUE(rt.layer_end().is_ok());
+      ASSERT_TRUE(rt.free(act->id).is_ok());
+    }
+    ASSERT_TRUE(rt.step_end().is_ok());
+  }
+  ASSERT_NE(rt.plan(), nullptr) << rt.policy_failure();
+  EXPECT_FALSE(rt.plan()->moves.empty()) << "a budget of 40% must move weights";
+  EXPECT_EQ(rt.stats().failed_moves, 0u);
+  EXPECT_TRUE(fake.races().empty()) << fake.races().size() << " races, e.g. " << fake.races().front();
+}
+
+TEST(GpuTiers, SentinelMovesDeviceObjectsAndNoCopyRacesALayer) {
+  train_on_device_tiers("sentinel");
+}
+
+TEST(GpuTiers, AutoswapMovesDeviceObjectsAndNoCopyRacesALayer) {
+  train_on_device_tiers("autoswap");
+}
+
+// The engine's own account of last uses: a copy from bytes a layer used waits for that layer's
+// event; a range used again takes the new layer's event; parts of a range outside a new use keep
+// the old one.
+TEST(CudaMoveEngine, CopiesWaitForTheLastLayerThatUsedTheirBytes) {
+  const CudaApi& api = FakeCuda::install();
+  FakeCuda& fake = FakeCuda::get();
+  auto device = Device::open(api).value();
+  void* slots = nullptr;
+  ASSERT_EQ(api.malloc_device(&slots, 8 * kMiB), 0);
+  std::vector<std::byte> home(8 * kMiB);
+  auto* x = static_cast<std::byte*>(slots);
+  {
+    CudaMoveEngine engine(*device, 0);
+    fake.kernel(device->compute(), {}, {FakeCuda::bytes(x, 4 * kMiB)}, "layer writes x");
+    const UsedRange used[] = {{x, 4 * kMiB}};
+    engine.layer_used(used);
+    const UsedRange part[] = {{x + kMiB, kMiB}};
+    engine.layer_used(part);
+    EXPECT_EQ(engine.tracked_ranges(), 3u) << "x's first and last MiBs, and the part used again";
+    const int waits = fake.waits();
+    EXPECT_EQ(engine.copy(home.data(), x, 4 * kMiB, {0, 1}), 1u);
+    EXPECT_EQ(fake.waits(), waits + 3) << "one wait per range the copy's bytes overlap";
+    EXPECT_TRUE(fake.races().empty()) << fake.races().front();
+  }
+  // Without layer_used, the same copy races the kernel.
+  CudaMoveEngine engine(*device, 0);
+  fake.kernel(device->compute(), {}, {FakeCuda::bytes(x + 4 * kMiB, kMiB)}, "layer writes y");
+  EXPECT_EQ(engine.copy(home.data(), x + 4 * kMiB, kMiB, {0, 1}), 1u);
+  EXPECT_EQ(fake.races().size(), 1u);
+  ASSERT_EQ(api.free_device(slots), 0);
+}
+
+}  // namespace
+}  // namespace tensortier::gpu
