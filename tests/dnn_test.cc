@@ -218,6 +218,7 @@ TEST(Training, InPlaceLayersChangeNoResultAndHoldLess) {
     std::vector<double> losses;
     std::vector<float> params;
     std::uint64_t peak_bytes = 0;
+    std::uint64_t loss_live_bytes = 0;          // live at the loss layer of the profiled step
     std::size_t relus = 0, relus_in_place = 0;  // in the last step; in place: writes what it reads
     std::size_t adds = 0, adds_in_place = 0;
   };
@@ -229,6 +230,11 @@ TEST(Training, InPlaceLayersChangeNoResultAndHoldLess) {
     r.losses = t.losses;
     r.params = t.params;
     r.peak_bytes = f.rt->stats().peak_live_bytes;
+    if (f.rt->profile() != nullptr) {
+      for (const profiler::LayerProfile& l : f.rt->profile()->layers) {
+        if (l.name == "loss") r.loss_live_bytes = l.live_bytes;
+      }
+    }
     for (const LayerRecord& l : f.rt->last_step_layers()) {
       if (l.name.ends_with("relu.fwd")) {
         ++r.relus;
@@ -251,7 +257,13 @@ TEST(Training, InPlaceLayersChangeNoResultAndHoldLess) {
   EXPECT_EQ(apart.adds, 8u);
   EXPECT_EQ(apart.adds_in_place, 0u);
   EXPECT_EQ(in_place.adds_in_place, 8u);  // each over its branch's batch-norm output
-  EXPECT_LT(in_place.peak_bytes, apart.peak_bytes);
+  // At the loss every forward output kept for the backward pass is alive, and in place the ReLUs'
+  // and adds' outputs are their inputs' objects: less is held there. The step's peak may be
+  // elsewhere and is no higher (on an AVX-512 host oneDNN's backward convolutions set it, the
+  // same both ways; on an AVX2 host it is at the loss).
+  EXPECT_GT(in_place.loss_live_bytes, 0u) << "no profiled loss layer";
+  EXPECT_LT(in_place.loss_live_bytes, apart.loss_live_bytes);
+  EXPECT_LE(in_place.peak_bytes, apart.peak_bytes);
 }
 
 // One profiled training step of `model` (the second step: the first allocates what persists).

@@ -173,8 +173,8 @@ TEST_P(PolicyTest, TrainsBitIdenticallyToFastOnlyWithinTheBudget) {
   const TrainRun reference = train(model, "fast-only", "");
   ASSERT_EQ(reference.losses.size(), static_cast<std::size_t>(kSteps));
   EXPECT_LT(reference.losses.back(), reference.losses.front() * 1.5);  // a real run
-  int budgets_with_moves = 0, budgets_with_clean_outs = 0, budgets_with_dead_moves = 0,
-      budgets_with_discards = 0;
+  int budgets_with_moves = 0, budgets_with_clean_outs = 0, budgets_with_late_clean_outs = 0,
+      budgets_with_dead_moves = 0, budgets_with_discards = 0;
   // Two kinds of step. The engine's default (autograd's lifetimes: forward tensors freed after
   // their last reader, parameters' gradients by their updates) at 20%; every tensor kept (each
   // forward tensor to its backward, gradients across steps, overwritten: dead until their
@@ -226,12 +226,25 @@ TEST_P(PolicyTest, TrainsBitIdenticallyToFastOnlyWithinTheBudget) {
       // shadows are remapped, and the losses above stay identical only if every write dropped its
       // shadow. A clean move out needs the move in before it to have come in time, and a plan with
       // a handful of them may lose them all to late moves in a run: some budget must have them.
+      // The mover's own counts say whether any move came late or was dropped: only then may a
+      // run have no clean out (the verdict follows what the mover did, not the machine's load).
+      const migrator::ExecutorStats& m = run.stats.migration;
+      const bool all_in_time = m.late_moves + m.late_dropped + m.stale_dropped + m.failed_moves == 0;
       if (run.planned_clean_out_bytes > 0 && clean > 0) ++budgets_with_clean_outs;
+      if (run.planned_clean_out_bytes > 0 && clean == 0 && !all_in_time) ++budgets_with_late_clean_outs;
+      if (run.planned_clean_out_bytes > 0 && all_in_time) {
+        EXPECT_GT(clean, 0u) << "every move came in time, and nothing planned out clean went out clean";
+      }
     }
   }
   if (std::string(policy) == "sentinel") {
     EXPECT_GT(budgets_with_moves, 0) << "no sentinel plan at 50, 20 or 10% moved";
-    EXPECT_GT(budgets_with_clean_outs, 0) << "no sentinel run at 50, 20 or 10% sent an object out clean";
+    EXPECT_GT(budgets_with_clean_outs + budgets_with_late_clean_outs, 0)
+        << "no sentinel plan at 50, 20 or 10% sends an object out clean";
+    if (budgets_with_clean_outs == 0) {
+      std::printf("sentinel: every clean out was lost to late moves in this run (%d budgets)\n",
+                  budgets_with_late_clean_outs);
+    }
   }
   if (std::string(policy) == "sentinel" || std::string(policy) == "oracle") {
     EXPECT_GT(budgets_with_dead_moves, 0) << "no " << policy << " plan at any budget moved dead bytes";
