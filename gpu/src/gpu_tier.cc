@@ -4,8 +4,10 @@
 #include <algorithm>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "tensortier/gpu/copy_engine.h"
+#include "tensortier/gpu/link.h"
 
 namespace tensortier::gpu {
 namespace {
@@ -117,6 +119,17 @@ Result<std::unique_ptr<CopyEngine>> CudaTierProvider::copy_engine(std::span<cons
                       tiers[device_tier]->name(), tiers[t]->name()));
     }
     device_tier = static_cast<TierIndex>(t);
+  }
+  if (device_tier != tiers.size()) {
+    const LinkRates rates = measure_link(*device_);
+    link_ = {rates.to_device_gbps, rates.to_host_gbps};
+    if (link_.to_device > 0 && link_.to_host > 0) {
+      spdlog::info("{}: the link moves {:.1f} GB/s to the device, {:.1f} GB/s to the host (16 MiB copies); plans "
+                   "weigh moves and slow accesses by it",
+                   device_->describe(), link_.to_device, link_.to_host);
+    } else {
+      spdlog::info("{}: the link's rates could not be measured; plans keep their default rates", device_->describe());
+    }
   }
   return std::unique_ptr<CopyEngine>(new SharedMoveEngine(device_, device_tier));
 }

@@ -96,6 +96,13 @@ class FakeCuda {
     std::lock_guard lock(mutex_);
     return copies_[static_cast<int>(kind)];
   }
+  // Copies `kind` take bytes / gbps of virtual time on their stream, which events record and
+  // event_elapsed_ms reads (0, the default: no time passes, as if unmeasurable). Work issued
+  // after a host wait starts no earlier than what the wait saw end.
+  void set_copy_gbps(CopyKind kind, double gbps) {
+    std::lock_guard lock(mutex_);
+    gbps_[static_cast<int>(kind)] = gbps;
+  }
   // Whether `p` is in device memory the fake handed out.
   bool on_device(const void* p) const {
     std::lock_guard lock(mutex_);
@@ -112,6 +119,7 @@ class FakeCuda {
   struct Event {
     Clock clock;
     bool recorded = false;
+    double time_ms = 0;  // its stream's virtual time when recorded
   };
   struct Allocation {
     std::size_t bytes = 0;
@@ -160,6 +168,10 @@ class FakeCuda {
       const auto lock = get().guard();
       std::memmove(get().view(dst), get().view(src), n);
       ++get().copies_[static_cast<int>(kind)];
+      if (const double gbps = get().gbps_[static_cast<int>(kind)]; gbps > 0) {
+        double& now = get().time_ms_[s];
+        now = std::max(now, get().host_time_ms_) + static_cast<double>(n) / (gbps * 1e6);
+      }
       get().issue(s, {bytes(src, n)}, {bytes(dst, n)}, fmt::format("copy of {} bytes {} -> {}", n, src, dst));
       return 0;
     };
@@ -182,6 +194,7 @@ class FakeCuda {
     api_.stream_synchronize = [](StreamHandle s) -> CudaStatus {
       const auto lock = get().guard();
       get().host_waits_for(get().streams_[s]);
+      get().host_time_ms_ = std::max(get().host_time_ms_, get().time_ms_[s]);
       return 0;
     };
     api_.stream_wait_event = [](StreamHandle s, EventHandle e) -> CudaStatus {
@@ -189,6 +202,7 @@ class FakeCuda {
       auto it = get().events_.find(e);
       if (it == get().events_.end()) return 400;
       ++get().waits_;
+      get().time_ms_[s] = std::max(get().time_ms_[s], it->second.time_ms);
       Clock& clock = get().streams_[s];
       for (const auto& [stream, tick] : it->second.clock) clock[stream] = std::max(clock[stream], tick);
       return 0;
@@ -207,7 +221,9 @@ class FakeCuda {
       const auto lock = get().guard();
       auto it = get().events_.find(e);
       if (it == get().events_.end()) return 400;
-      it->second = {get().streams_[s], true};
+      double& now = get().time_ms_[s];
+      now = std::max(now, get().host_time_ms_);  // an idle stream is at the host's time
+      it->second = {get().streams_[s], true, now};
       return 0;
     };
     api_.event_synchronize = [](EventHandle e) -> CudaStatus {
@@ -215,12 +231,15 @@ class FakeCuda {
       auto it = get().events_.find(e);
       if (it == get().events_.end()) return 400;
       get().host_waits_for(it->second.clock);
+      get().host_time_ms_ = std::max(get().host_time_ms_, it->second.time_ms);
       return 0;
     };
     api_.event_query = [](EventHandle) -> CudaStatus { return 0; };  // work runs at once here
-    api_.event_elapsed_ms = [](float* ms, EventHandle, EventHandle) -> CudaStatus {
+    api_.event_elapsed_ms = [](float* ms, EventHandle start, EventHandle end) -> CudaStatus {
       const auto lock = get().guard();
-      *ms = 0;
+      auto a = get().events_.find(start), b = get().events_.find(end);
+      if (a == get().events_.end() || b == get().events_.end()) return 400;
+      *ms = static_cast<float>(b->second.time_ms - a->second.time_ms);
       return 0;
     };
     api_.error_string = [](CudaStatus s) -> const char* { return s == 0 ? "no error" : "fake error"; };
@@ -329,8 +348,11 @@ class FakeCuda {
   std::vector<Op> ops_;
   std::vector<std::string> races_;
   int waits_ = 0;
-  int copies_[4] = {0, 0, 0, 0};  // by CopyKind
-  Clock host_;                    // what host waits have seen completed
+  int copies_[4] = {0, 0, 0, 0};            // by CopyKind
+  Clock host_;                              // what host waits have seen completed
+  double gbps_[4] = {0, 0, 0, 0};           // by CopyKind: set_copy_gbps
+  std::map<StreamHandle, double> time_ms_;  // each stream's virtual time
+  double host_time_ms_ = 0;                 // the latest virtual time a host wait has seen
   mutable std::recursive_mutex mutex_;
 };
 

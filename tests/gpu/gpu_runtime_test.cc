@@ -31,6 +31,8 @@ struct FakeRuntime {
 Result<FakeRuntime> fake_runtime(const std::string& spec, RuntimeOptions options = {}, int devices = 1) {
   FakeRuntime r;
   r.provider = std::make_shared<CudaTierProvider>(FakeCuda::install(devices, std::uint64_t{1} << 30));
+  FakeCuda::get().set_copy_gbps(CopyKind::kHostToDevice, 50);  // the fake link, as the provider measures it
+  FakeCuda::get().set_copy_gbps(CopyKind::kDeviceToHost, 25);
   options.tier_spec = spec;
   options.tier_provider = r.provider;
   Result<std::unique_ptr<Runtime>> runtime = Runtime::create(options);
@@ -60,7 +62,28 @@ TEST(GpuTiers, AreOpenedByTheProviderAsDeviceAndPageLockedMemory) {
   EXPECT_EQ(rt.profile_options().accesses, profiler::AccessSource::kDeclared)
       << "page protection cannot see device memory";
   EXPECT_NE(rt.copy_threads_note().find("cuda copy engine"), std::string::npos) << rt.copy_threads_note();
-  EXPECT_EQ(FakeCuda::get().live_allocations(), 2u) << "one arena a tier";
+  EXPECT_EQ(FakeCuda::get().live_allocations(), 2u) << "one arena a tier (the link's buffers are gone)";
+  EXPECT_NEAR(r->provider->link_gbps().to_device, 50, 0.1) << "measured on the fake's link";
+  EXPECT_NEAR(r->provider->link_gbps().to_host, 25, 0.1);
+}
+
+TEST(GpuTiers, ALinkThatGivesNoTimeIsNotMeasured) {
+  auto provider = std::make_shared<CudaTierProvider>(FakeCuda::install());
+  RuntimeOptions options("fast=cuda:0:64MiB,slow=pinned:64MiB");
+  options.tier_provider = provider;
+  auto rt = Runtime::create(options);
+  ASSERT_TRUE(rt) << rt.status().to_string();
+  EXPECT_EQ(provider->link_gbps().to_device, 0) << "events gave no time: plans keep their defaults";
+  rt.value().reset();  // the runtime and the provider's device before the fake they live on goes
+  provider.reset();
+  options.tier_provider.reset();
+  auto pinned_only = std::make_shared<CudaTierProvider>(FakeCuda::install());
+  FakeCuda::get().set_copy_gbps(CopyKind::kHostToDevice, 50);
+  options.tier_spec = "fast=dram:64MiB,slow=pinned:64MiB";
+  options.tier_provider = pinned_only;
+  ASSERT_TRUE(Runtime::create(options));
+  EXPECT_EQ(pinned_only->link_gbps().to_device, 0) << "no device tier: no link to measure";
+  EXPECT_EQ(FakeCuda::get().copies(CopyKind::kHostToDevice), 0);
 }
 
 TEST(GpuTiers, ObjectsMoveBetweenDeviceAndPinnedThroughTheCopyEngineWithEveryByte) {
@@ -77,6 +100,7 @@ TEST(GpuTiers, ObjectsMoveBetweenDeviceAndPinnedThroughTheCopyEngineWithEveryByt
     fake.write_device(o->address, static_cast<int>(objects.size() + 1), bytes);
     objects.push_back(*o);
   }
+  const int outs = fake.copies(CopyKind::kDeviceToHost), ins = fake.copies(CopyKind::kHostToDevice);
   for (std::size_t i = 0; i < objects.size(); ++i) {
     const ObjectInfo& o = objects[i];
     const int value = static_cast<int>(i + 1);
@@ -92,8 +116,8 @@ TEST(GpuTiers, ObjectsMoveBetweenDeviceAndPinnedThroughTheCopyEngineWithEveryByt
     EXPECT_TRUE(fake.on_device(back));
     EXPECT_TRUE(holds(back, o.bytes, value)) << "object " << i;
   }
-  EXPECT_EQ(fake.copies(CopyKind::kDeviceToHost), 3);
-  EXPECT_EQ(fake.copies(CopyKind::kHostToDevice), 3);
+  EXPECT_EQ(fake.copies(CopyKind::kDeviceToHost), outs + 3);
+  EXPECT_EQ(fake.copies(CopyKind::kHostToDevice), ins + 3);
   EXPECT_TRUE(fake.races().empty()) << fake.races().front();
   // A small object shares its chunk's range, which cannot move to a new address: refused, intact.
   auto small = rt.allocate("s", 100);

@@ -6,6 +6,19 @@ namespace {
 
 // The profile's evidence for an overwrite: declared written and not read, every page written and
 // none read first. Host code or an undeclaring layer touching an object marks it undeclared.
+TEST(PlanInputs, ALinksRatesPriceMovesAndSlowAccessesAlike) {
+  migrator::PlanInputs inputs;
+  inputs.mover_cpu_ns_per_byte = 0.3;
+  inputs.set_link_rates(0, 25);  // not measured: nothing changes
+  EXPECT_EQ(inputs.move_in_gbps, 10);
+  EXPECT_EQ(inputs.mover_cpu_ns_per_byte, 0.3);
+  inputs.set_link_rates(50, 25);
+  EXPECT_EQ(inputs.move_in_gbps, 50);
+  EXPECT_EQ(inputs.move_out_gbps, 25);
+  EXPECT_DOUBLE_EQ(inputs.slow_access_ns_per_byte, (1.0 / 50 + 1.0 / 25) / 2) << "a crossing at the mean";
+  EXPECT_EQ(inputs.mover_cpu_ns_per_byte, 0) << "the GPU's copy engines copy, not the CPU";
+}
+
 TEST(Plan, OverwritesComeFromDeclarationsAndThePagesTheProfileSaw) {
   profiler::StepProfile p;
   constexpr std::uint64_t kPage = 4096;

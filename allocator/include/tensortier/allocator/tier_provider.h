@@ -22,6 +22,13 @@
 
 namespace tensortier {
 
+// What the link between a provider's device tier and the host moves, measured when its copy
+// engine was made; 0: not measured.
+struct LinkGbps {
+  double to_device = 0;
+  double to_host = 0;
+};
+
 class TierProvider {
  public:
   virtual ~TierProvider() = default;
@@ -33,6 +40,8 @@ class TierProvider {
   virtual Result<std::unique_ptr<Tier>> open(const TierConfig& config) = 0;
   // The engine that copies between `tiers` (all of a runtime's, fastest first, host ones too).
   virtual Result<std::unique_ptr<CopyEngine>> copy_engine(std::span<const Tier* const> tiers) = 0;
+  // The link's rates, for plans (PlanInputs::set_link_rates); zeros where not measured.
+  virtual LinkGbps link_gbps() const { return {}; }
 };
 
 }  // namespace tensortier

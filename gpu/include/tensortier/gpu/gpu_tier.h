@@ -70,14 +70,17 @@ class CudaTierProvider final : public TierProvider {
   // Opens the device on the first call (a pinned tier uses device 0); kUnavailable with one
   // line where the machine has no GPU to use.
   Result<std::unique_ptr<Tier>> open(const TierConfig& config) override;
-  // The CUDA copy engine for these tiers. Errors: more than one cuda tier.
+  // The CUDA copy engine for these tiers; with a cuda tier among them, the link is measured
+  // first (gpu/link.h: 16 MiB each way, a few ms), said in one line. Errors: more than one cuda tier.
   Result<std::unique_ptr<CopyEngine>> copy_engine(std::span<const Tier* const> tiers) override;
+  LinkGbps link_gbps() const override { return link_; }
   // The device the tiers are on (null before the first open).
   const std::shared_ptr<Device>& device() const { return device_; }
 
  private:
   const CudaApi& api_;
   std::shared_ptr<Device> device_;
+  LinkGbps link_;
 };
 
 }  // namespace tensortier::gpu

@@ -109,6 +109,18 @@ struct PlanInputs {
   // What one byte of a layer's slow-tier traffic holds the slow tier for (a read or a write, at
   // the mean of the two rates): simulate() and the exact model both count it so.
   double slow_traffic_ns_per_byte() const { return (1.0 / move_in_gbps + 1.0 / move_out_gbps) / 2.0; }
+  // The rates of a link that moves and slow accesses both cross (a GPU's: its kernels read and
+  // write pinned memory over the link its copies take): moves in at `to_fast_gbps`, out at
+  // `to_slow_gbps`, and a byte declared on the slow tier costs one crossing at their mean, as
+  // slow_traffic_ns_per_byte counts it. Copies take no CPU (the GPU's copy engines make them).
+  // Rates of 0 or below (not measured) change nothing.
+  void set_link_rates(double to_fast_gbps, double to_slow_gbps) {
+    if (!(to_fast_gbps > 0) || !(to_slow_gbps > 0)) return;
+    move_in_gbps = to_fast_gbps;
+    move_out_gbps = to_slow_gbps;
+    slow_access_ns_per_byte = slow_traffic_ns_per_byte();
+    mover_cpu_ns_per_byte = 0;
+  }
 };
 
 // The key a plan names an object by: its own, or its id where it was made in an earlier step than
