@@ -94,8 +94,8 @@ grep -E "GPU backend" "$out/configure.log"
 targets=(tensortier-train reliability_test runtime_test)
 gpu_tests=()
 if grep -q "GPU backend: CUDA" "$out/configure.log"; then
-  targets+=(gpu_fake_test gpu_device_test cudnn_descriptors_test bench_gpu_link)
-  gpu_tests=(gpu_fake_test gpu_device_test cudnn_descriptors_test)
+  targets+=(gpu_fake_test gpu_runtime_test gpu_device_test cudnn_descriptors_test bench_gpu_link)
+  gpu_tests=(gpu_fake_test gpu_runtime_test gpu_device_test cudnn_descriptors_test)
 else
   fail "the GPU backend was not configured: $(grep 'GPU backend' "$out/configure.log")"
 fi
@@ -113,6 +113,7 @@ for t in "${gpu_tests[@]}" runtime_test reliability_test; do
   fi
 done
 grep -hs '^device: ' "$out/gpu_device_test.log" | head -1
+grep -hs 'the link moves\|^runtime on GPU tiers' "$out/gpu_device_test.log" | head -2
 
 step "the GPU's links through the CUDA copy engine"
 if [[ -x $build/bench/bench_gpu_link ]]; then

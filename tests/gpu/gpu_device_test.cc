@@ -1,6 +1,7 @@
 // The GPU backend's device layer on a real GPU: arenas of device and pinned memory, kernels of our
-// own writing and checking a pattern, and moves through the CUDA copy engine ordered by events,
-// every byte checked on the device. Where this machine has no GPU, every test skips and says why.
+// own writing and checking a pattern, moves through the CUDA copy engine ordered by events, and the
+// runtime on GPU tiers, every byte checked on the device. Where this machine has no GPU, every test skips and
+// says why.
 #include <cstring>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "tensortier/gpu/arena.h"
 #include "tensortier/gpu/copy_engine.h"
 #include "tensortier/gpu/device.h"
+#include "tensortier/runtime.h"
 
 namespace tensortier::gpu {
 namespace {
@@ -88,6 +90,37 @@ TEST_F(GpuDeviceTest, MovesOutAndInThroughTheCopyEngineKeepEveryByte) {
   for (std::vector<EventHandle>* v : {&written, &out, &in}) {
     for (EventHandle e : *v) device_->release(e);
   }
+}
+
+// The runtime on real GPU tiers: objects born in the device arena, written by a kernel, moved to
+// pinned memory (read there on the host) and back by the runtime's CUDA copy engine, checked on
+// the device; the link the provider measured is printed.
+TEST_F(GpuDeviceTest, TheRuntimesGpuTiersKeepEveryByteThroughMoves) {
+  auto created = Runtime::create({"fast=cuda:0:1GiB,slow=pinned:1GiB"});
+  ASSERT_TRUE(created) << created.status().to_string();
+  Runtime& rt = *created.value();
+  auto scratch = arena("scratch=cuda:0:1MiB");
+  ASSERT_TRUE(scratch);
+  constexpr std::size_t kObject = 64 * kMiB + 4096;
+  std::vector<ObjectInfo> objects;
+  for (unsigned k = 0; k < 6; ++k) {
+    auto o = rt.allocate("x", kObject);
+    ASSERT_TRUE(o) << o.status().to_string();
+    ASSERT_EQ(o->tier, 0u);
+    ASSERT_EQ(launch_fill(o->address, kObject / 4, 2000U + k, device_->compute()), 0);
+    objects.push_back(*o);
+  }
+  ASSERT_TRUE(device_->synchronize_stream(device_->compute()).is_ok());  // the writers are done
+  for (unsigned k = 0; k < objects.size(); ++k) {
+    ASSERT_TRUE(rt.move(objects[k].id, 1)) << "object " << k;
+    const auto* home = static_cast<const std::uint32_t*>(rt.address_of(objects[k].id).value());
+    for (std::size_t i = 0; i < kObject / 4; i += 4099) ASSERT_EQ(home[i], expected_word(i, 2000U + k)) << i;
+  }
+  for (unsigned k = 0; k < objects.size(); ++k) {
+    ASSERT_TRUE(rt.move(objects[k].id, 0)) << "object " << k;
+    EXPECT_EQ(mismatches(rt.address_of(objects[k].id).value(), kObject, 2000U + k, *scratch), 0u) << k;
+  }
+  std::printf("runtime on GPU tiers: %s\n", rt.copy_threads_note().c_str());
 }
 
 TEST_F(GpuDeviceTest, ATooLargeArenaIsAnOutOfMemoryNamingWhatIsFree) {
