@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "tensortier/gpu/copy_engine.h"
+#include "tensortier/gpu/layer_clock.h"
 #include "tensortier/gpu/link.h"
 
 namespace tensortier::gpu {
@@ -124,14 +125,21 @@ Result<std::unique_ptr<CopyEngine>> CudaTierProvider::copy_engine(std::span<cons
     const LinkRates rates = measure_link(*device_);
     link_ = {rates.to_device_gbps, rates.to_host_gbps};
     if (link_.to_device > 0 && link_.to_host > 0) {
-      spdlog::info("{}: the link moves {:.1f} GB/s to the device, {:.1f} GB/s to the host (16 MiB copies); plans "
-                   "weigh moves and slow accesses by it",
-                   device_->describe(), link_.to_device, link_.to_host);
+      spdlog::info(
+          "{}: the link moves {:.1f} GB/s to the device, {:.1f} GB/s to the host (16 MiB copies); plans "
+          "weigh moves and slow accesses by it",
+          device_->describe(), link_.to_device, link_.to_host);
     } else {
-      spdlog::info("{}: the link's rates could not be measured; plans keep their default rates", device_->describe());
+      spdlog::info("{}: the link's rates could not be measured; plans keep their default rates",
+                   device_->describe());
     }
   }
   return std::unique_ptr<CopyEngine>(new SharedMoveEngine(device_, device_tier));
+}
+
+std::unique_ptr<LayerClock> CudaTierProvider::layer_clock() {
+  if (!device_) return nullptr;
+  return std::make_unique<EventLayerClock>(device_);
 }
 
 }  // namespace tensortier::gpu

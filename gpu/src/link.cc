@@ -22,7 +22,8 @@ double link_gbps(Device& device, CudaCopyEngine& engine, std::size_t bytes, int 
         continue;
       }
       float ms = 0;
-      failed |= !device.synchronize(end.value()).is_ok() || api.event_elapsed_ms(&ms, start.value(), end.value()) != 0;
+      failed |= !device.synchronize(end.value()).is_ok() ||
+                api.event_elapsed_ms(&ms, start.value(), end.value()) != 0;
       longest_ms = std::max(longest_ms, ms);
       device.release(end.value());
     }
@@ -43,8 +44,10 @@ LinkRates measure_link(Device& device, std::size_t bytes, int reps) {
   LinkRates rates;
   if (api.malloc_device(&on_device, bytes) == 0 && api.malloc_pinned(&pinned, bytes) == 0) {
     CudaCopyEngine engine(device);
-    rates.to_device_gbps = link_gbps(device, engine, bytes, reps, {{on_device, pinned, CopyKind::kHostToDevice}});
-    rates.to_host_gbps = link_gbps(device, engine, bytes, reps, {{pinned, on_device, CopyKind::kDeviceToHost}});
+    rates.to_device_gbps =
+        link_gbps(device, engine, bytes, reps, {{on_device, pinned, CopyKind::kHostToDevice}});
+    rates.to_host_gbps =
+        link_gbps(device, engine, bytes, reps, {{pinned, on_device, CopyKind::kDeviceToHost}});
   }
   if (pinned != nullptr) (void)api.free_pinned(pinned);
   if (on_device != nullptr) (void)api.free_device(on_device);

@@ -233,6 +233,11 @@ void StepProfiler::on_layer_end(const LayerEndEvent& event) {
   layer.emulated_charge_ns = event.emulated_charge_ns;
 }
 
+void StepProfiler::set_layer_durations(std::span<const std::uint64_t> durations_ns) {
+  if (durations_ns.size() != profile_.layers.size()) return;
+  for (std::size_t i = 0; i < durations_ns.size(); ++i) profile_.layers[i].duration_ns = durations_ns[i];
+}
+
 // Each declared object's every page, read where declared read, written where declared written
 // (written only: no page read first, which plans take as an overwrite), in kSmallPageBytes units.
 std::vector<SpanAccessProfile> StepProfiler::declared_accesses(const LayerProfile& layer) {

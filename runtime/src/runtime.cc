@@ -117,6 +117,10 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
     runtime->copy_threads_note_ = fmt::format("copies through the {} copy engine ({})",
                                               provider_engine->name(), opened->provider->name());
     runtime->allocator_.set_copy_engine(std::move(provider_engine));
+    for (TierIndex t = 0; t < runtime->allocator_.tier_count(); ++t) {  // layers run on the device
+      if (runtime->allocator_.tier(t).range_kind() == RangeKind::kDevice && runtime->layer_clock_ == nullptr)
+        runtime->layer_clock_ = opened->provider->layer_clock();
+    }
     if (!runtime->policy_.empty()) spdlog::info("{}", runtime->copy_threads_note_);
     return runtime;
   }
@@ -413,6 +417,7 @@ Status Runtime::step_end() {
   last_step_on_plan_ = executor_ == nullptr || step_profiled_ ||
                        (matches_plan_ && layer_signatures_.size() == plan_signatures_.size());
   last_signature_ = signature_;
+  take_device_layer_times();
   if (profiler_ != nullptr) finish_profile(duration_ns);
   trial_step(duration_ns);
   replan_step();
@@ -429,6 +434,16 @@ Status Runtime::step_end() {
   // filling the batch) is profiled too, and a plan leaves what it touches unpinned in place.
   if (profile_due()) begin_profile_window(/*at_step_begin=*/false);
   return Status::ok();
+}
+
+// Layers whose work runs on a device: their times as the device measured them, in the step's records
+// and its profile (observers saw the host's at each layer_end).
+void Runtime::take_device_layer_times() {
+  if (layer_clock_ == nullptr) return;
+  const std::vector<std::uint64_t> times = layer_clock_->layer_ns();
+  if (times.size() != current_step_.size()) return;
+  for (std::size_t i = 0; i < times.size(); ++i) current_step_[i].duration_ns = times[i];
+  if (profiler_ != nullptr) profiler_->set_layer_durations(times);
 }
 
 Status Runtime::layer_begin(std::string_view name, std::span<const void* const> reads,
@@ -531,6 +546,7 @@ Status Runtime::layer_begin(std::string_view name, std::span<const ObjectId> rea
   layers_begun_.store(static_cast<std::uint32_t>(current_step_.size()), std::memory_order_release);
   in_layer_ = true;
   notify([&](StepObserver& o) { o.on_layer_begin(event); });
+  if (layer_clock_ != nullptr) layer_clock_->layer_begin();
   layer_start_ns_ = now_ns();
   return Status::ok();
 }
@@ -567,6 +583,7 @@ void Runtime::unpin_objects(std::span<const ObjectId> ids) {
 Status Runtime::layer_end() {
   TENSORTIER_RETURN_IF_ERROR(not_forked("layer_end"));
   if (!in_layer_) return failed_precondition("layer_end without layer_begin");
+  if (layer_clock_ != nullptr) layer_clock_->layer_end();
   // The emulated charge (allocator/layer_charge.h): the thread waits out the layer's slow traffic.
   const LayerCharge charge = charge_layer(allocator_, slow_read_bytes_, slow_written_bytes_);
   const std::uint64_t charged_ns = charge.charged_ns;

@@ -31,6 +31,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -53,9 +54,13 @@ class FakeCuda {
   }
   static FakeCuda& get() { return *instance(); }
 
-  // A kernel on `stream` that reads and writes these byte ranges (what a layer's cuDNN call does).
-  void kernel(StreamHandle stream, std::vector<Range> reads, std::vector<Range> writes, std::string what) {
+  // A kernel on `stream` that reads and writes these byte ranges (what a layer's cuDNN call does)
+  // and takes `ms` of the stream's virtual time.
+  void kernel(StreamHandle stream, std::vector<Range> reads, std::vector<Range> writes, std::string what,
+              double ms = 0) {
     std::lock_guard lock(mutex_);
+    double& now = time_ms_[stream];
+    now = std::max(now, host_time()) + ms;
     issue(stream, std::move(reads), std::move(writes), std::move(what));
   }
   // The bytes at a device (or host) address, read or written the way a test's check would with a
@@ -97,8 +102,8 @@ class FakeCuda {
     return copies_[static_cast<int>(kind)];
   }
   // Copies `kind` take bytes / gbps of virtual time on their stream, which events record and
-  // event_elapsed_ms reads (0, the default: no time passes, as if unmeasurable). Work issued
-  // after a host wait starts no earlier than what the wait saw end.
+  // event_elapsed_ms reads (0, the default: no time passes, as if unmeasurable). Work a thread
+  // issues after its host wait starts no earlier than what the wait saw end.
   void set_copy_gbps(CopyKind kind, double gbps) {
     std::lock_guard lock(mutex_);
     gbps_[static_cast<int>(kind)] = gbps;
@@ -170,7 +175,7 @@ class FakeCuda {
       ++get().copies_[static_cast<int>(kind)];
       if (const double gbps = get().gbps_[static_cast<int>(kind)]; gbps > 0) {
         double& now = get().time_ms_[s];
-        now = std::max(now, get().host_time_ms_) + static_cast<double>(n) / (gbps * 1e6);
+        now = std::max(now, get().host_time()) + static_cast<double>(n) / (gbps * 1e6);
       }
       get().issue(s, {bytes(src, n)}, {bytes(dst, n)}, fmt::format("copy of {} bytes {} -> {}", n, src, dst));
       return 0;
@@ -194,7 +199,7 @@ class FakeCuda {
     api_.stream_synchronize = [](StreamHandle s) -> CudaStatus {
       const auto lock = get().guard();
       get().host_waits_for(get().streams_[s]);
-      get().host_time_ms_ = std::max(get().host_time_ms_, get().time_ms_[s]);
+      get().host_time() = std::max(get().host_time(), get().time_ms_[s]);
       return 0;
     };
     api_.stream_wait_event = [](StreamHandle s, EventHandle e) -> CudaStatus {
@@ -222,7 +227,7 @@ class FakeCuda {
       auto it = get().events_.find(e);
       if (it == get().events_.end()) return 400;
       double& now = get().time_ms_[s];
-      now = std::max(now, get().host_time_ms_);  // an idle stream is at the host's time
+      now = std::max(now, get().host_time());  // an idle stream is at the host's time
       it->second = {get().streams_[s], true, now};
       return 0;
     };
@@ -231,7 +236,7 @@ class FakeCuda {
       auto it = get().events_.find(e);
       if (it == get().events_.end()) return 400;
       get().host_waits_for(it->second.clock);
-      get().host_time_ms_ = std::max(get().host_time_ms_, it->second.time_ms);
+      get().host_time() = std::max(get().host_time(), it->second.time_ms);
       return 0;
     };
     api_.event_query = [](EventHandle) -> CudaStatus { return 0; };  // work runs at once here
@@ -352,7 +357,10 @@ class FakeCuda {
   Clock host_;                              // what host waits have seen completed
   double gbps_[4] = {0, 0, 0, 0};           // by CopyKind: set_copy_gbps
   std::map<StreamHandle, double> time_ms_;  // each stream's virtual time
-  double host_time_ms_ = 0;                 // the latest virtual time a host wait has seen
+  // Each host thread's virtual time: the latest its waits have seen end (another thread's wait
+  // does not delay what this one issues).
+  std::map<std::thread::id, double> host_time_ms_;
+  double& host_time() { return host_time_ms_[std::this_thread::get_id()]; }
   mutable std::recursive_mutex mutex_;
 };
 

@@ -177,12 +177,18 @@ TEST(GpuTiers, TheRealRuntimeOpensThemOrSaysThereIsNoGpu) {
       << rt.status().message();
 }
 
+// Layer i's kernel takes this long on the fake device.
+double kernel_ms(int layer) {
+  return 0.5 + 0.25 * layer;
+}
+
 // A policy on device tiers: weights used in turn (each by three layers in a row, so that a move in
 // costs less than three uses over the link), activations born and freed each layer; the plan
 // moves weights between the device and pinned memory through the copy engine. Every layer finds
 // the bytes the last one wrote, and no copy races a layer's kernel (each layer's kernel is issued
 // on the compute stream and the copies on the copy streams, ordered only by the events the
-// engine takes from layer_used).
+// engine takes from layer_used). Each layer's time in the records and the profile is its kernel's
+// on the device.
 void train_on_device_tiers(const std::string& policy) {
   SCOPED_TRACE(policy);
   RuntimeOptions options;
@@ -219,7 +225,7 @@ void train_on_device_tiers(const std::string& policy) {
       ASSERT_TRUE(holds(at[0], kBytes, value[i])) << "step " << step << " layer " << layer;
       fake.kernel(compute, {FakeCuda::bytes(at[0], kBytes)},
                   {FakeCuda::bytes(at[1], kBytes), FakeCuda::bytes(at[2], kBytes / 2)},
-                  fmt::format("step {} layer {}: w {} a {}", step, layer, at[0], at[2]));
+                  fmt::format("step {} layer {}: w {} a {}", step, layer, at[0], at[2]), kernel_ms(layer));
       value[i] = value[i] % 250 + 1;
       fake.write_device(at[1], value[i], kBytes);
       ASSERT_TRUE(rt.layer_end().is_ok());
@@ -227,6 +233,15 @@ void train_on_device_tiers(const std::string& policy) {
     }
     ASSERT_TRUE(rt.step_end().is_ok());
   }
+  // Layer times are the device's: each layer's kernel time, not the host's time to issue it.
+  for (const LayerRecord& l : rt.last_step_layers())
+    EXPECT_NEAR(static_cast<double>(l.duration_ns), kernel_ms(static_cast<int>(l.index)) * 1e6, 1e3)
+        << l.index;
+  ASSERT_NE(rt.profile(), nullptr);
+  ASSERT_EQ(rt.profile()->layers.size(), static_cast<std::size_t>(kUses * kWeights));
+  for (const profiler::LayerProfile& l : rt.profile()->layers)
+    EXPECT_NEAR(static_cast<double>(l.duration_ns), kernel_ms(static_cast<int>(l.index)) * 1e6, 1e3)
+        << l.index;
   ASSERT_NE(rt.plan(), nullptr) << rt.policy_failure();
   EXPECT_FALSE(rt.plan()->moves.empty()) << "a budget of 40% must move weights";
   EXPECT_EQ(rt.stats().failed_moves, 0u);

@@ -49,7 +49,9 @@ struct RuntimeOptions {
   // objects to and from them (allocator/tier_provider.h). Null: the GPU backend's
   // (gpu::CudaTierProvider on the CUDA runtime) where this build has one; a build without one
   // refuses GPU tiers, saying so. Tests give one on a fake CUDA runtime. With a device tier, steps
-  // are profiled from declared accesses and copy_threads does not apply (the CUDA engine copies).
+  // are profiled from declared accesses, layer times are the device's (its LayerClock: the step's
+  // records and profile; observers see the host's at layer_end), and copy_threads does not apply
+  // (the CUDA engine copies).
   std::shared_ptr<TierProvider> tier_provider;
   profiler::ProfileOptions profile;
   // Longest a layer waits at layer_begin for a copying move of one of its objects already in
@@ -318,6 +320,8 @@ class Runtime {
   void set_plan_rates(migrator::PlanInputs& inputs) const;
   void prepare_allocator(std::uint64_t budget);
   void log_plan(std::uint64_t budget, std::uint64_t footprint, std::uint64_t failed) const;
+  // At step_end, with a device tier: the layers' times on the device into the records and profile.
+  void take_device_layer_times();
   // Records and logs why the policy does not run (policy_failure()).
   void fail_policy(std::string_view why);
   std::string policy_failure_;
@@ -341,6 +345,7 @@ class Runtime {
   std::vector<ObjectId> pinned_;                   // the running layer's objects
   std::vector<PinnedObject> pinned_objects_;       // what pin() found of them
   std::vector<UsedRange> used_ranges_;             // layer_end's, for the copy engine (GPU tiers only)
+  std::unique_ptr<LayerClock> layer_clock_;        // with a device tier: the layers' times on the device
   std::vector<std::uint64_t> slow_read_bytes_;     // by tier, the running layer's declared reads
   std::vector<std::uint64_t> slow_written_bytes_;  // by tier
   std::vector<ObjectKey> read_keys_, write_keys_;

@@ -1,6 +1,7 @@
 // TierProvider: opens the tiers of kinds that open_tier() leaves to a backend (the GPU's: cuda,
-// pinned) and gives the copy engine that moves objects between them and the host's tiers. The
-// runtime asks it for every tier of those kinds in a spec, then sets its engine on the allocator.
+// pinned) and gives the copy engine that moves objects between them and the host's tiers, the
+// link's rates and the layers' clock. The runtime asks it for every tier of those kinds in a spec,
+// then sets its engine on the allocator.
 //
 //   spec "fast=cuda:0:8GiB,slow=pinned:32GiB"
 //     ├─ fast ─▶ provider.open ─▶ Tier (device memory, RangeKind::kDevice)
@@ -12,9 +13,11 @@
 // first). Thread safety: one caller at a time (the runtime calls it while it is being made).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "tensortier/allocator/copy_engine.h"
 #include "tensortier/allocator/tier.h"
@@ -27,6 +30,21 @@ namespace tensortier {
 struct LinkGbps {
   double to_device = 0;
   double to_host = 0;
+};
+
+// LayerClock: the times of layers whose work runs beside the host (a GPU's kernels, queued on its
+// compute stream), which the host's clock cannot see. The runtime marks each layer's begin and end
+// as the program issues them, and at the step's end reads each layer's time on the device.
+// Thread safety: the training thread's (the runtime calls it from step and layer marks).
+class LayerClock {
+ public:
+  virtual ~LayerClock() = default;
+  virtual void layer_begin() = 0;
+  virtual void layer_end() = 0;
+  // Each layer's time (ns) between its marks, in marking order, for every layer marked since the
+  // last call; waits for the last mark's work to end. Empty where they cannot be read (the runtime
+  // then keeps its host times).
+  virtual std::vector<std::uint64_t> layer_ns() = 0;
 };
 
 class TierProvider {
@@ -42,6 +60,8 @@ class TierProvider {
   virtual Result<std::unique_ptr<CopyEngine>> copy_engine(std::span<const Tier* const> tiers) = 0;
   // The link's rates, for plans (PlanInputs::set_link_rates); zeros where not measured.
   virtual LinkGbps link_gbps() const { return {}; }
+  // The clock of the layers on the device its tiers are on; null: the host's clock is right.
+  virtual std::unique_ptr<LayerClock> layer_clock() { return nullptr; }
 };
 
 }  // namespace tensortier

@@ -74,6 +74,8 @@ class CudaTierProvider final : public TierProvider {
   // first (gpu/link.h: 16 MiB each way, a few ms), said in one line. Errors: more than one cuda tier.
   Result<std::unique_ptr<CopyEngine>> copy_engine(std::span<const Tier* const> tiers) override;
   LinkGbps link_gbps() const override { return link_; }
+  // Events on the device's compute stream (gpu/layer_clock.h); null before the first open.
+  std::unique_ptr<LayerClock> layer_clock() override;
   // The device the tiers are on (null before the first open).
   const std::shared_ptr<Device>& device() const { return device_; }
 

@@ -96,6 +96,10 @@ class StepProfiler final : public StepObserver {
   void on_host_pin(std::span<const ObjectId> ids) override;
   void on_layer_begin(const LayerEvent& event) override;
   void on_layer_end(const LayerEndEvent& event) override;
+  // The layers' times as a device measured them (their work ran beside the host: a GPU's), in
+  // the order they began, replacing the host's from on_layer_end; a count other than the layers'
+  // changes nothing. Before finish().
+  void set_layer_durations(std::span<const std::uint64_t> durations_ns);
   // Ends the profile: unprotects everything and returns it.
   StepProfile finish(std::uint64_t signature, std::uint64_t duration_ns,
                      std::uint64_t allocator_peak_live_bytes);
