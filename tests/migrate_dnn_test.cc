@@ -5,6 +5,7 @@
 // planner packs the short-lived objects of those steps within 2% of their max-live bytes.
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <random>
@@ -397,14 +398,21 @@ TEST(Policies, TheTrialRunsItsPhasesAndSwitchingPlansChangesNoResult) {
   EXPECT_EQ(run.variant.find("chosen by the trial") != std::string::npos,
             run.trial_result.find("runs as made") == std::string::npos)
       << run.trial_result << " / " << run.variant;
-  // At 15% on optane-server the plan has late moves: the phase without them runs too. (Not under
-  // 12.4%: the small objects' chunks need that much of this footprint where two threads allocate
-  // them.)
+  // At 15% on optane-server the plan has late moves where the profile's layer times predict them
+  // (they do on an idle machine; a loaded one's may not): the phase without them runs too. (Not
+  // under 12.4%: the small objects' chunks need that much of this footprint where two threads
+  // allocate them.)
   const TrainRun late = train("resnet18", "sentinel", "15%", 0, nullptr, 0, 2, 18,
                               "fast=dram:1GiB,slow=emulated:optane-server:4GiB");
   EXPECT_EQ(late.losses, train("resnet18", "fast-only", "", 0, nullptr, 0, 2, 18).losses);
   ASSERT_FALSE(late.trial_result.empty()) << "the trial did not end within 18 steps";
-  EXPECT_NE(late.trial_result.find("with its late moves left out"), std::string::npos) << late.trial_result;
+  const bool left_out = late.trial_result.find("with its late moves left out") != std::string::npos;
+  const bool predicted_late = std::any_of(late.moves.begin(), late.moves.end(),
+                                          [](const migrator::PlannedMove& m) { return m.predicted_late; });
+  EXPECT_TRUE(left_out || !predicted_late)
+      << "the plan predicts late moves, and the trial kept them: " << late.trial_result;
+  if (!left_out)
+    std::printf("the 15%% plan predicted no late move in this run: %s\n", late.trial_result.c_str());
   // No trial: the plan runs as made.
   const TrainRun untried = train("resnet18", "sentinel", "20%", 0, nullptr, 0, /*trial_steps=*/0);
   EXPECT_TRUE(untried.trial_result.empty());
