@@ -1,7 +1,7 @@
 // The GPU's links as the CUDA copy engine uses them: host to device, device to host, both at once
 // (one copy stream each way), and device to device, between a cuda arena and a pinned one. Medians
-// of several copies of each size, timed by CUDA events on the copy streams (gpu/link.h). Prints a table and one
-// JSON line per row. Needs a GPU: without one it says why in one line and exits 0.
+// of several copies of each size, timed by CUDA events on the copy streams (gpu/link.h). Prints a
+// table and one JSON line per row. Needs a GPU: without one it says why in one line and exits 0.
 //   bench_gpu_link [--mib N] [--reps N]
 #include <algorithm>
 #include <cstdio>
@@ -62,8 +62,9 @@ int main(int argc, char** argv) {
   const std::vector<Row> rows = {
       {"host to device", link_gbps(**device, engine, bytes, reps, {{d0, h0, CopyKind::kHostToDevice}})},
       {"device to host", link_gbps(**device, engine, bytes, reps, {{h1, d1, CopyKind::kDeviceToHost}})},
-      {"both at once (sum)", link_gbps(**device, engine, bytes, reps,
-                                     {{d0, h0, CopyKind::kHostToDevice}, {h1, d1, CopyKind::kDeviceToHost}})},
+      {"both at once (sum)",
+       link_gbps(**device, engine, bytes, reps,
+                 {{d0, h0, CopyKind::kHostToDevice}, {h1, d1, CopyKind::kDeviceToHost}})},
       {"device to device", link_gbps(**device, engine, bytes, reps, {{d2, d1, CopyKind::kDeviceToDevice}})},
   };
   fmt::print("GPU links through the CUDA copy engine: {}; {} MiB copies, median of {}\n",
