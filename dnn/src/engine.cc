@@ -88,6 +88,14 @@ Result<Tensor> Engine::allocate(std::string_view name, const dnnl::memory::desc&
     tensor.relocations_seen_ = runtime_->relocations();
     auto object = runtime_->allocate(name, bytes, group);
     if (!object) return object.status();
+    if (const Tier& tier = runtime_->tier(object->tier);
+        tier.range_kind() == RangeKind::kDevice && !backend_->uses_device_memory()) {
+      (void)runtime_->free(object->id);
+      return failed_precondition(fmt::format(
+          "'{}' was placed on tier '{}', device memory, and the {} backend's layers run on the host, which "
+          "cannot read it: give host tiers (dram, numa, emulated, pinned) for this backend",
+          name, tier.name(), backend_->name()));
+    }
     tensor.address_ = object->address;
     tensor.id_ = object->id;
     if (group != kScratchpads) {  // no scratchpad lives outside run(), which frees its own

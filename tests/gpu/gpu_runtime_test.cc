@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "fake_cuda.h"
+#include "tensortier/dnn/engine.h"
 #include "tensortier/gpu/copy_engine.h"
 #include "tensortier/gpu/gpu_tier.h"
 #include "tensortier/runtime.h"
@@ -162,6 +163,27 @@ TEST(GpuTiers, WhatCannotBeOpenedIsOneClearLine) {
   EXPECT_NE(protect.status().message().find("tier 'fast' is device memory, which page protection cannot see"),
             std::string::npos)
       << protect.status().message();
+}
+
+// The CPU backend's layers cannot read device memory: the engine refuses it a tensor there, saying
+// so, and leaves nothing behind; pinned memory is the host's, and its tensors are made.
+TEST(GpuTiers, TheCpuBackendRefusesTensorsInDeviceMemory) {
+  auto r = fake_runtime("fast=cuda:0:64MiB,slow=pinned:64MiB");
+  ASSERT_TRUE(r) << r.status().to_string();
+  dnn::Engine engine(*r->runtime);
+  const dnnl::memory::desc desc({256, 256}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::ab);
+  auto tensor = engine.allocate("w", desc, dnn::kParams);
+  ASSERT_FALSE(tensor);
+  EXPECT_EQ(tensor.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(tensor.status().message().find("tier 'fast', device memory"), std::string::npos)
+      << tensor.status().message();
+  EXPECT_EQ(r->runtime->stats().live_objects, 0u);
+  auto host = fake_runtime("fast=pinned:64MiB");
+  ASSERT_TRUE(host) << host.status().to_string();
+  dnn::Engine on_pinned(*host->runtime);
+  auto pinned = on_pinned.allocate("w", desc, dnn::kParams);
+  ASSERT_TRUE(pinned) << pinned.status().to_string();
+  EXPECT_EQ(pinned->data()[desc.get_size() / 4 - 1], 0.0F) << "zero-filled on the host";
 }
 
 // The real CUDA runtime through the default provider: on a machine without a GPU, one line that

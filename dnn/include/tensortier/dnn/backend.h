@@ -41,6 +41,9 @@ class Backend {
   virtual ~Backend() = default;
   // "cpu (oneDNN 2.6)".
   virtual std::string_view name() const = 0;
+  // Whether its layers run where device memory is theirs to read and write (a GPU's). The CPU
+  // backend's do not: the Engine refuses its tensors a runtime's device tier.
+  virtual bool uses_device_memory() const { return false; }
   // A layer for `spec`, not built yet (Layer::build sizes it).
   virtual Result<std::unique_ptr<Layer>> make_layer(const LayerSpec& spec) = 0;
   // Softmax cross-entropy of `logits` (N x classes, plain) against `labels` (N int32) as one
