@@ -113,8 +113,9 @@ Result<std::unique_ptr<Tier>> open_tier(const TierConfig& config) {
     case TierKind::kCuda:
     case TierKind::kPinned:
       return unavailable(fmt::format(
-          "tier '{}': a {} tier holds memory for a CUDA device: the GPU backend (gpu/) opens it, not the "
-          "host runtime; give host tiers here (dram, numa, daxkmem, pmem, emulated)",
+          "tier '{}': a {} tier holds memory for a CUDA device: the GPU backend (gpu/) opens it, for a "
+          "runtime through its tier provider (RuntimeOptions::tier_provider), not open_tier; give host tiers "
+          "here (dram, numa, daxkmem, pmem, emulated)",
           config.name, to_string(config.kind)));
   }
   return invalid_argument("unknown tier kind");
