@@ -577,6 +577,13 @@ Status Runtime::pin_objects(std::span<const ObjectId> ids, std::span<void*> addr
 }
 
 void Runtime::unpin_objects(std::span<const ObjectId> ids) {
+  if (layer_clock_ != nullptr) {  // a device tier: what was queued on these bytes precedes their copies
+    std::vector<UsedRange> used;
+    for (ObjectId id : ids) {
+      if (Result<ObjectInfo> o = allocator_.info_by_id(id); o) used.push_back({o->address, o->bytes});
+    }
+    allocator_.layer_used(used);
+  }
   allocator_.unpin(ids);
 }
 

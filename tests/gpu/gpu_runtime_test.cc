@@ -129,6 +129,25 @@ TEST(GpuTiers, ObjectsMoveBetweenDeviceAndPinnedThroughTheCopyEngineWithEveryByt
   for (const ObjectInfo& o : objects) EXPECT_TRUE(rt.free(o.id).is_ok());
 }
 
+// Host code that pins an object and queues a kernel on it (on device_stream()) before unpinning:
+// a later move of the object is ordered after that kernel, as after a layer's.
+TEST(GpuTiers, WorkQueuedOnPinnedObjectsComesBeforeTheirMoves) {
+  auto r = fake_runtime("fast=cuda:0:64MiB,slow=pinned:64MiB");
+  ASSERT_TRUE(r) << r.status().to_string();
+  Runtime& rt = *r->runtime;
+  FakeCuda& fake = FakeCuda::get();
+  ASSERT_NE(rt.device_stream(), 0u);
+  auto o = rt.allocate("batch", 4 * kMiB);
+  ASSERT_TRUE(o);
+  const ObjectId ids[] = {o->id};
+  void* at[1] = {nullptr};
+  ASSERT_TRUE(rt.pin_objects(ids, at).is_ok());
+  fake.kernel(rt.device_stream(), {}, {FakeCuda::bytes(at[0], 4 * kMiB)}, "the loader fills the batch");
+  rt.unpin_objects(ids);
+  ASSERT_TRUE(rt.move(o->id, 1));
+  EXPECT_TRUE(fake.races().empty()) << fake.races().front();
+}
+
 TEST(GpuTiers, BirthsPastTheDeviceBudgetGoToPinnedMemory) {
   auto r = fake_runtime("fast=cuda:0:8MiB,slow=pinned:64MiB");
   ASSERT_TRUE(r) << r.status().to_string();
@@ -183,6 +202,7 @@ TEST(GpuTiers, TheCpuBackendRefusesTensorsInDeviceMemory) {
   auto host = fake_runtime("fast=pinned:64MiB");
   ASSERT_TRUE(host) << host.status().to_string();
   dnn::Engine on_pinned(*host->runtime);
+  EXPECT_EQ(host->runtime->device_stream(), 0u) << "no device tier, no layers on the device";
   auto pinned = on_pinned.allocate("w", desc, dnn::kParams);
   ASSERT_TRUE(pinned) << pinned.status().to_string();
   EXPECT_EQ(pinned->data()[desc.get_size() / 4 - 1], 0.0F) << "zero-filled on the host";
@@ -223,7 +243,8 @@ void train_on_device_tiers(const std::string& policy) {
   ASSERT_TRUE(r) << r.status().to_string();
   Runtime& rt = *r->runtime;
   FakeCuda& fake = FakeCuda::get();
-  const StreamHandle compute = r->provider->device()->compute();
+  const StreamHandle compute = rt.device_stream();  // where a program queues its layers' kernels
+  ASSERT_EQ(compute, r->provider->device()->compute());
   constexpr int kWeights = 6, kUses = 3;
   constexpr std::size_t kBytes = 4 * kMiB;
   std::vector<ObjectId> weights;

@@ -240,7 +240,15 @@ class Runtime {
   // unpin_objects(). Any thread. Errors: kNotFound for an object that is not live (nothing is
   // pinned then).
   Status pin_objects(std::span<const ObjectId> ids, std::span<void*> addresses);
+  // With a device tier, the objects' bytes count as used now (queued work on device_stream() that
+  // touched them comes before any later copy of them), as at layer_end.
   void unpin_objects(std::span<const ObjectId> ids);
+  // With a device tier: the stream (a cudaStream_t as a number) that the program queues each
+  // layer's kernels on, and host code's on pinned objects, so that moves are ordered after them and
+  // layer times measured on it; 0 without one. Any thread.
+  std::uintptr_t device_stream() const {
+    return layer_clock_ != nullptr ? tier_provider_->layer_stream() : 0;
+  }
   bool in_step() const { return in_step_.load(std::memory_order_acquire); }
   // Layers begun in the current step (the index of the running layer + 1 while one runs).
   std::uint32_t layers_begun() const { return layers_begun_.load(std::memory_order_acquire); }

@@ -62,6 +62,9 @@ class TierProvider {
   virtual LinkGbps link_gbps() const { return {}; }
   // The clock of the layers on the device its tiers are on; null: the host's clock is right.
   virtual std::unique_ptr<LayerClock> layer_clock() { return nullptr; }
+  // The stream the layers' work must be queued on for the clock and the copy engine's ordering to
+  // see it (a cudaStream_t as a number); 0: none (no device opened).
+  virtual std::uintptr_t layer_stream() const { return 0; }
 };
 
 }  // namespace tensortier

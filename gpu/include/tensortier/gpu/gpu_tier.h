@@ -76,6 +76,8 @@ class CudaTierProvider final : public TierProvider {
   LinkGbps link_gbps() const override { return link_; }
   // Events on the device's compute stream (gpu/layer_clock.h); null before the first open.
   std::unique_ptr<LayerClock> layer_clock() override;
+  // The device's compute stream.
+  std::uintptr_t layer_stream() const override { return device_ ? device_->compute() : 0; }
   // The device the tiers are on (null before the first open).
   const std::shared_ptr<Device>& device() const { return device_; }
 
