@@ -205,6 +205,8 @@ TEST(CApi, AllocatesMarksAndReportsErrors) {
   tt_runtime* rt = nullptr;
   ASSERT_EQ(tt_runtime_create("fast=dram:1MiB,slow=emulated:optane:16MiB", &rt), TT_OK) << tt_last_error();
   ASSERT_EQ(tt_tier_count(rt), 2u);
+  EXPECT_EQ(tt_device_stream(rt), 0u) << "host tiers: no device stream";
+  EXPECT_EQ(tt_device_stream(nullptr), 0u);
   void* a = nullptr;
   ASSERT_EQ(tt_alloc(rt, "a", 2 << 20, 0, &a), TT_OK);
   ASSERT_NE(a, nullptr);

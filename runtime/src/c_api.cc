@@ -205,6 +205,10 @@ tt_status tt_unpin(tt_runtime* runtime, const uint64_t* ids, size_t count) {
   });
 }
 
+uintptr_t tt_device_stream(const tt_runtime* runtime) {
+  return runtime == nullptr ? 0 : runtime->runtime->device_stream();
+}
+
 size_t tt_tier_count(const tt_runtime* runtime) {
   return runtime == nullptr ? 0 : runtime->runtime->tier_count();
 }

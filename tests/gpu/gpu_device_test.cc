@@ -120,6 +120,7 @@ TEST_F(GpuDeviceTest, TheRuntimesGpuTiersKeepEveryByteThroughMoves) {
     ASSERT_TRUE(rt.move(objects[k].id, 0)) << "object " << k;
     EXPECT_EQ(mismatches(rt.address_of(objects[k].id).value(), kObject, 2000U + k, *scratch), 0u) << k;
   }
+  EXPECT_NE(rt.device_stream(), 0u) << "a device tier: the layers' stream";
   std::printf("runtime on GPU tiers: %s\n", rt.copy_threads_note().c_str());
 }
 

@@ -83,6 +83,10 @@ tt_status tt_layer_begin_ids(tt_runtime* runtime, const char* name, const uint64
  * thread. TT_NOT_FOUND for an id that is not live (nothing is pinned then). */
 tt_status tt_pin(tt_runtime* runtime, const uint64_t* ids, size_t count, void** addresses);
 tt_status tt_unpin(tt_runtime* runtime, const uint64_t* ids, size_t count);
+/* With a device tier (cuda:N): the stream, a cudaStream_t as a number, that the program queues each
+ * layer's kernels on, and its kernels on pinned objects, so that moves wait for them and layer
+ * times are measured on it; 0 without a device tier (or for NULL). Any thread. */
+uintptr_t tt_device_stream(const tt_runtime* runtime);
 
 /* Moves the object starting at `address` (a small one: its whole 64 KiB chunk, the small objects of
  * its group that the same thread allocated) to tier `tier`
