@@ -36,11 +36,16 @@ CudaMoveEngine::~CudaMoveEngine() {
   last_use_.clear();  // the events go back to the device, which outlives this
 }
 
-void CudaMoveEngine::last_uses_locked(std::uintptr_t begin, std::uintptr_t end,
-                                      std::vector<std::shared_ptr<EventHandle>>& out) const {
+CudaMoveEngine::LastUses::iterator CudaMoveEngine::first_overlap_locked(std::uintptr_t begin) {
   auto it = last_use_.lower_bound(begin);
   if (it != last_use_.begin() && std::prev(it)->second.end > begin) --it;  // one that starts before
-  for (; it != last_use_.end() && it->first < end; ++it) out.push_back(it->second.event);
+  return it;
+}
+
+void CudaMoveEngine::last_uses_locked(std::uintptr_t begin, std::uintptr_t end,
+                                      std::vector<std::shared_ptr<EventHandle>>& out) {
+  for (auto it = first_overlap_locked(begin); it != last_use_.end() && it->first < end; ++it)
+    out.push_back(it->second.event);
 }
 
 void CudaMoveEngine::layer_used(std::span<const UsedRange> ranges) {
@@ -57,8 +62,7 @@ void CudaMoveEngine::layer_used(std::span<const UsedRange> ranges) {
     const auto begin = reinterpret_cast<std::uintptr_t>(r.address);
     const std::uintptr_t end = begin + r.bytes;
     // Cut what overlaps [begin, end) out of the ranges known, keeping their parts outside it.
-    auto it = last_use_.lower_bound(begin);
-    if (it != last_use_.begin() && std::prev(it)->second.end > begin) --it;
+    auto it = first_overlap_locked(begin);
     std::vector<std::pair<std::uintptr_t, LastUse>> keep;
     while (it != last_use_.end() && it->first < end) {
       if (it->first < begin) keep.emplace_back(it->first, LastUse{begin, it->second.event});

@@ -11,26 +11,6 @@
 #include "tensortier/gpu/link.h"
 
 namespace tensortier::gpu {
-namespace {
-
-// The CUDA move engine holding the device it copies on, so that it may outlive the provider.
-class SharedMoveEngine final : public CopyEngine {
- public:
-  SharedMoveEngine(std::shared_ptr<Device> device, TierIndex device_tier)
-      : device_(std::move(device)), engine_(*device_, device_tier) {}
-  std::string_view name() const override { return engine_.name(); }
-  unsigned copy(void* to, const void* from, std::size_t bytes, CopyRoute route) override {
-    return engine_.copy(to, from, bytes, route);
-  }
-  unsigned threads() const override { return engine_.threads(); }
-  void layer_used(std::span<const UsedRange> ranges) override { engine_.layer_used(ranges); }
-
- private:
-  std::shared_ptr<Device> device_;
-  CudaMoveEngine engine_;
-};
-
-}  // namespace
 
 Result<std::unique_ptr<GpuTier>> GpuTier::open(std::shared_ptr<Device> device, const TierConfig& config) {
   Result<std::unique_ptr<GpuArena>> arena = GpuArena::open(*device, config);
@@ -134,7 +114,7 @@ Result<std::unique_ptr<CopyEngine>> CudaTierProvider::copy_engine(std::span<cons
                    device_->describe());
     }
   }
-  return std::unique_ptr<CopyEngine>(new SharedMoveEngine(device_, device_tier));
+  return std::unique_ptr<CopyEngine>(new CudaMoveEngine(device_, device_tier));
 }
 
 std::unique_ptr<LayerClock> CudaTierProvider::layer_clock() {

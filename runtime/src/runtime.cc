@@ -82,6 +82,7 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
     if (!engine) return engine.status();
     provider_engine = std::move(engine).value();
   }
+  const bool has_device_tier = device_tier(*opened) != nullptr;
   std::vector<std::unique_ptr<Tier>>& tiers = opened->tiers;
   if (tiers.size() == 1 && tiers.front()->cost_model() != nullptr) {
     spdlog::warn(
@@ -117,10 +118,7 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
     runtime->copy_threads_note_ = fmt::format("copies through the {} copy engine ({})",
                                               provider_engine->name(), opened->provider->name());
     runtime->allocator_.set_copy_engine(std::move(provider_engine));
-    for (TierIndex t = 0; t < runtime->allocator_.tier_count(); ++t) {  // layers run on the device
-      if (runtime->allocator_.tier(t).range_kind() == RangeKind::kDevice && runtime->layer_clock_ == nullptr)
-        runtime->layer_clock_ = opened->provider->layer_clock();
-    }
+    if (has_device_tier) runtime->layer_clock_ = opened->provider->layer_clock();  // layers run on the device
     if (!runtime->policy_.empty()) spdlog::info("{}", runtime->copy_threads_note_);
     return runtime;
   }
@@ -577,7 +575,7 @@ Status Runtime::pin_objects(std::span<const ObjectId> ids, std::span<void*> addr
 }
 
 void Runtime::unpin_objects(std::span<const ObjectId> ids) {
-  if (layer_clock_ != nullptr) {  // a device tier: what was queued on these bytes precedes their copies
+  if (tier_provider_ != nullptr) {  // as at layer_end: what was queued on these bytes precedes their copies
     std::vector<UsedRange> used;
     for (ObjectId id : ids) {
       if (Result<ObjectInfo> o = allocator_.info_by_id(id); o) used.push_back({o->address, o->bytes});

@@ -39,6 +39,8 @@ struct OpenedTiers {
 // through `provider` (null: the GPU backend's, where this build has one). The first error stops it.
 Result<OpenedTiers> open_runtime_tiers(const std::vector<TierConfig>& configs,
                                        std::shared_ptr<TierProvider> provider);
+// The tier of device memory among them (RangeKind::kDevice); null where none is.
+const Tier* device_tier(const OpenedTiers& opened);
 // The engine the provider copies between these tiers with (opened.provider must be set).
 Result<std::unique_ptr<CopyEngine>> provider_copy_engine(const OpenedTiers& opened);
 // `profile` as these tiers allow: where one is device memory, accesses come from the layers'

@@ -52,6 +52,13 @@ Result<OpenedTiers> open_runtime_tiers(const std::vector<TierConfig>& configs,
   return opened;
 }
 
+const Tier* device_tier(const OpenedTiers& opened) {
+  for (const auto& tier : opened.tiers) {
+    if (tier->range_kind() == RangeKind::kDevice) return tier.get();
+  }
+  return nullptr;
+}
+
 Result<std::unique_ptr<CopyEngine>> provider_copy_engine(const OpenedTiers& opened) {
   std::vector<const Tier*> tiers;
   for (const auto& tier : opened.tiers) tiers.push_back(tier.get());
@@ -60,10 +67,7 @@ Result<std::unique_ptr<CopyEngine>> provider_copy_engine(const OpenedTiers& open
 
 Result<profiler::ProfileOptions> profile_for_tiers(profiler::ProfileOptions profile,
                                                    const OpenedTiers& opened) {
-  const Tier* device = nullptr;
-  for (const auto& tier : opened.tiers) {
-    if (tier->range_kind() == RangeKind::kDevice) device = tier.get();
-  }
+  const Tier* device = device_tier(opened);
   if (device == nullptr || profile.accesses == profiler::AccessSource::kDeclared) return profile;
   const char* env = std::getenv("TENSORTIER_PROFILE_ACCESSES");
   if (env != nullptr && *env != '\0') {

@@ -240,7 +240,7 @@ class Runtime {
   // unpin_objects(). Any thread. Errors: kNotFound for an object that is not live (nothing is
   // pinned then).
   Status pin_objects(std::span<const ObjectId> ids, std::span<void*> addresses);
-  // With a device tier, the objects' bytes count as used now (queued work on device_stream() that
+  // With GPU tiers, the objects' bytes count as used now (queued work on device_stream() that
   // touched them comes before any later copy of them), as at layer_end.
   void unpin_objects(std::span<const ObjectId> ids);
   // With a device tier: the stream (a cudaStream_t as a number) that the program queues each

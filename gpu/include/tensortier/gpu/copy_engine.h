@@ -60,6 +60,12 @@ class CudaMoveEngine final : public tensortier::CopyEngine {
  public:
   CudaMoveEngine(Device& device, TierIndex device_tier)
       : engine_(device), device_(device), device_tier_(device_tier) {}
+  // The same, holding the device as long as the engine lives (a runtime's engine may outlive the
+  // provider that opened the device).
+  CudaMoveEngine(std::shared_ptr<Device> device, TierIndex device_tier)
+      : CudaMoveEngine(*device, device_tier) {
+    owned_ = std::move(device);
+  }
   ~CudaMoveEngine() override;
   CudaMoveEngine(const CudaMoveEngine&) = delete;
   CudaMoveEngine& operator=(const CudaMoveEngine&) = delete;
@@ -79,14 +85,18 @@ class CudaMoveEngine final : public tensortier::CopyEngine {
     std::uintptr_t end = 0;
     std::shared_ptr<EventHandle> event;  // released to the device when no range holds it
   };
+  using LastUses = std::map<std::uintptr_t, LastUse>;
+  // The first known range that overlaps [begin, ...); mutex_ held.
+  LastUses::iterator first_overlap_locked(std::uintptr_t begin);
   // The events of the layers that last used bytes overlapping [begin, end); mutex_ held.
   void last_uses_locked(std::uintptr_t begin, std::uintptr_t end,
-                        std::vector<std::shared_ptr<EventHandle>>& out) const;
+                        std::vector<std::shared_ptr<EventHandle>>& out);
+  std::shared_ptr<Device> owned_;  // first: the events below go back to it
   CudaCopyEngine engine_;
   Device& device_;
   TierIndex device_tier_;
-  mutable std::mutex mutex_;                    // guards last_use_
-  std::map<std::uintptr_t, LastUse> last_use_;  // begin -> the range's end and its last layer's event
+  mutable std::mutex mutex_;  // guards last_use_
+  LastUses last_use_;         // begin -> the range's end and its last layer's event
 };
 
 }  // namespace tensortier::gpu
