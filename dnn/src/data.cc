@@ -148,10 +148,11 @@ Status BatchIterator::next(Engine& engine, Batch& batch) {
     batch.labels = std::move(l).value();
   }
   const std::size_t size = data_.images.size() / data_.count();
-  // Between steps a migration policy may be moving the batch: fill it pinned.
-  TENSORTIER_RETURN_IF_ERROR(engine.host_access({&batch.images, &batch.labels}, [&] {
-    auto* labels = static_cast<std::int32_t*>(batch.labels.address());
-    float* images = batch.images.data();
+  // Between steps a migration policy may be moving the batch: filled pinned (or, in device
+  // memory, copied in).
+  TENSORTIER_RETURN_IF_ERROR(engine.write_from_host({&batch.images, &batch.labels}, [&](const auto& bytes) {
+    auto* images = static_cast<float*>(bytes[0]);
+    auto* labels = static_cast<std::int32_t*>(bytes[1]);
     for (std::size_t k = 0; k < count; ++k) {
       const std::size_t sample = order_[position_ + k];
       std::memcpy(images + k * size, data_.images.data() + sample * size, size * sizeof(float));

@@ -1,9 +1,11 @@
 // Engine: tensors as runtime objects, and primitives run as marked layers (see engine.h).
 #include "tensortier/dnn/engine.h"
 
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <unordered_map>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -106,7 +108,14 @@ Result<Tensor> Engine::allocate(std::string_view name, const dnnl::memory::desc&
     if (tensor.address_ == nullptr)
       return out_of_memory(fmt::format("'{}': aligned_alloc of {} bytes failed", name, bytes));
   }
-  if (zero) std::memset(tensor.address_, 0, bytes);
+  if (zero && device_tier()) {
+    if (Status zeroed = runtime_->zero_object(tensor.id_); !zeroed.is_ok()) {
+      (void)runtime_->free(tensor.id_);
+      return zeroed;
+    }
+  } else if (zero) {
+    std::memset(tensor.address_, 0, bytes);
+  }
   tensor.runtime_ = runtime_;
   tensor.desc_ = desc;
   tensor.name_ = std::string(name);
@@ -210,6 +219,33 @@ Status Engine::host_access(const std::vector<const Tensor*>& tensors, const std:
   TENSORTIER_RETURN_IF_ERROR(runtime_->pin_objects(ids, addresses));
   body();  // the tensors' address() is current: they cannot move while pinned
   runtime_->unpin_objects(ids);
+  return Status::ok();
+}
+
+bool Engine::device_tier() const { return runtime_ != nullptr && runtime_->device_stream() != 0; }
+
+Status Engine::write_from_host(const std::vector<const Tensor*>& tensors,
+                               const std::function<void(const std::vector<void*>& bytes)>& fill) {
+  std::vector<void*> bytes;
+  if (!device_tier()) {
+    return host_access(tensors, [&] {
+      for (const Tensor* t : tensors) bytes.push_back(t->address());
+      fill(bytes);
+    });
+  }
+  std::vector<std::vector<std::byte>> staging;
+  for (const Tensor* t : tensors) bytes.push_back(staging.emplace_back(t->bytes()).data());
+  fill(bytes);
+  for (std::size_t k = 0; k < tensors.size(); ++k)
+    TENSORTIER_RETURN_IF_ERROR(runtime_->write_object(tensors[k]->id(), 0, bytes[k], tensors[k]->bytes()));
+  return Status::ok();
+}
+
+Status Engine::read_to_host(const Tensor& tensor, const std::function<void(const void* bytes)>& use) {
+  if (!device_tier()) return host_access({&tensor}, [&] { use(tensor.address()); });
+  std::vector<std::byte> copy(tensor.bytes());
+  TENSORTIER_RETURN_IF_ERROR(runtime_->read_object(tensor.id(), 0, copy.data(), copy.size()));
+  use(copy.data());
   return Status::ok();
 }
 

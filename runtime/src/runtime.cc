@@ -564,6 +564,12 @@ Status Runtime::pin_objects(std::span<const ObjectId> ids, std::span<void*> addr
     move_wait_ns_ += pinned->wait_ns;
   }
   for (std::size_t i = 0; i < ids.size(); ++i) addresses[i] = found[i].address;
+  if (layer_clock_ != nullptr) {  // a device tier: kernels queued on these bytes end before host code
+    if (Status waited = tier_provider_->host_wait(); !waited.is_ok()) {
+      unpin_objects(ids);
+      return waited;
+    }
+  }
   allocator_.drop_shadows(ids);  // host code may write any of them
   {
     // As allocations: the profiler (an observer only while it records) is destroyed under this

@@ -2,7 +2,10 @@
 // tier provider (RuntimeOptions::tier_provider; where the GPU backend is built, the CUDA one by
 // default), and what GPU tiers change: the provider's copy engine moves objects, and steps are
 // profiled from declared accesses where a tier is device memory.
+#include <cstddef>
 #include <cstdlib>
+#include <cstring>
+#include <functional>
 #include <memory>
 #include <string_view>
 #include <vector>
@@ -12,6 +15,7 @@
 
 #include "runtime_internal.h"
 #include "tensortier/allocator/tier_provider.h"
+#include "tensortier/runtime.h"
 
 #ifdef TENSORTIER_WITH_GPU
 #include "tensortier/gpu/gpu_tier.h"
@@ -82,6 +86,52 @@ Result<profiler::ProfileOptions> profile_for_tiers(profiler::ProfileOptions prof
       device->name());
   profile.accesses = profiler::AccessSource::kDeclared;
   return profile;
+}
+
+// Host code's bytes in and out of an object (runtime.h): a copy by the tier provider where the
+// object is in device memory, else memcpy/memset (pin_objects waited for the layers' queued work).
+Status Runtime::host_bytes(ObjectId id, std::size_t offset, std::size_t bytes, const char* what,
+                           const std::function<Status(std::byte* at, bool device)>& copy) {
+  void* address = nullptr;
+  TENSORTIER_RETURN_IF_ERROR(pin_objects(std::span<const ObjectId>(&id, 1), std::span<void*>(&address, 1)));
+  Status status = [&]() -> Status {
+    Result<ObjectInfo> info = allocator_.info_by_id(id);
+    if (!info) return info.status();
+    if (offset > info->bytes || bytes > info->bytes - offset) {
+      return invalid_argument(fmt::format("{} of object {} ('{}'): bytes {}..{} pass its end ({} bytes)", what, id,
+                                      info->name, offset, offset + bytes, info->bytes));
+    }
+    const bool device = allocator_.tier(info->tier).range_kind() == RangeKind::kDevice;
+    return copy(static_cast<std::byte*>(address) + offset, device);
+  }();
+  unpin_objects(std::span<const ObjectId>(&id, 1));
+  return status;
+}
+
+Status Runtime::write_object(ObjectId id, std::size_t offset, const void* from, std::size_t bytes) {
+  return host_bytes(id, offset, bytes, "write", [&](std::byte* at, bool device) {
+    if (device) return tier_provider_->host_copy(at, from, bytes, /*to_device=*/true);
+    std::memcpy(at, from, bytes);
+    return Status::ok();
+  });
+}
+
+Status Runtime::read_object(ObjectId id, std::size_t offset, void* to, std::size_t bytes) {
+  return host_bytes(id, offset, bytes, "read", [&](std::byte* at, bool device) {
+    if (device) return tier_provider_->host_copy(to, at, bytes, /*to_device=*/false);
+    std::memcpy(to, at, bytes);
+    return Status::ok();
+  });
+}
+
+Status Runtime::zero_object(ObjectId id) {
+  Result<ObjectInfo> info = allocator_.info_by_id(id);
+  if (!info) return info.status();
+  return host_bytes(id, 0, info->bytes, "zero", [&](std::byte* at, bool device) {
+    if (device) return tier_provider_->host_zero(at, info->bytes);
+    std::memset(at, 0, info->bytes);
+    return Status::ok();
+  });
 }
 
 }  // namespace tensortier

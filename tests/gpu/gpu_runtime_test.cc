@@ -13,6 +13,8 @@
 #include <gtest/gtest.h>
 
 #include "fake_cuda.h"
+#include "tensortier/dnn/backend.h"
+#include "tensortier/dnn/data.h"
 #include "tensortier/dnn/engine.h"
 #include "tensortier/gpu/copy_engine.h"
 #include "tensortier/gpu/gpu_tier.h"
@@ -206,6 +208,109 @@ TEST(GpuTiers, TheCpuBackendRefusesTensorsInDeviceMemory) {
   auto pinned = on_pinned.allocate("w", desc, dnn::kParams);
   ASSERT_TRUE(pinned) << pinned.status().to_string();
   EXPECT_EQ(pinned->data()[desc.get_size() / 4 - 1], 0.0F) << "zero-filled on the host";
+}
+
+// Host code reaches an object wherever it lives: written, read and zeroed through the provider's
+// copies in device memory (a CPU touch there would fault), by memcpy in pinned memory; a range
+// past the object's end is refused with nothing copied.
+TEST(GpuTiers, HostCodeWritesAndReadsObjectsInDeviceMemoryThroughCopies) {
+  auto r = fake_runtime("fast=cuda:0:64MiB,slow=pinned:64MiB");
+  ASSERT_TRUE(r) << r.status().to_string();
+  Runtime& rt = *r->runtime;
+  FakeCuda& fake = FakeCuda::get();
+  auto o = rt.allocate("batch", 3 * kMiB + 12);
+  ASSERT_TRUE(o) << o.status().to_string();
+  ASSERT_TRUE(fake.on_device(o->address));
+  std::vector<std::uint8_t> bytes(o->bytes);
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<std::uint8_t>(i * 7 + 3);
+  const int ins = fake.copies(CopyKind::kHostToDevice), outs = fake.copies(CopyKind::kDeviceToHost);
+  ASSERT_TRUE(rt.write_object(o->id, 0, bytes.data(), bytes.size()).is_ok());
+  EXPECT_EQ(fake.copies(CopyKind::kHostToDevice), ins + 1);
+  const std::vector<std::byte> on_device = fake.read_device(o->address, o->bytes);
+  EXPECT_EQ(std::memcmp(on_device.data(), bytes.data(), bytes.size()), 0);
+  std::vector<std::uint8_t> back(100);
+  ASSERT_TRUE(rt.read_object(o->id, 1000, back.data(), back.size()).is_ok());
+  EXPECT_EQ(fake.copies(CopyKind::kDeviceToHost), outs + 1);
+  EXPECT_EQ(std::memcmp(back.data(), bytes.data() + 1000, back.size()), 0);
+  const Status past = rt.write_object(o->id, o->bytes - 4, bytes.data(), 8);
+  EXPECT_EQ(past.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(past.message().find("pass its end"), std::string::npos) << past.message();
+  EXPECT_EQ(std::memcmp(fake.read_device(o->address, o->bytes).data(), bytes.data(), bytes.size()), 0)
+      << "nothing written";
+  ASSERT_TRUE(rt.zero_object(o->id).is_ok());
+  EXPECT_TRUE(holds(o->address, o->bytes, 0));
+  // Moved to pinned memory, the same calls copy on the host.
+  ASSERT_TRUE(rt.write_object(o->id, 0, bytes.data(), bytes.size()).is_ok());
+  ASSERT_TRUE(rt.move(o->id, 1));
+  const int copies_before = fake.copies(CopyKind::kDeviceToHost);
+  ASSERT_TRUE(rt.read_object(o->id, 0, back.data(), back.size()).is_ok());
+  EXPECT_EQ(fake.copies(CopyKind::kDeviceToHost), copies_before) << "host memory: read in place";
+  EXPECT_EQ(std::memcmp(back.data(), bytes.data(), back.size()), 0);
+  EXPECT_EQ(rt.read_object(ObjectId{987654}, 0, back.data(), 1).code(), StatusCode::kNotFound);
+}
+
+// A device backend's engine (a test double: layers are not its part here) zero-fills its tensors
+// and fills a batch in device memory, and reads them back, all through copies: the data loader
+// and the engine never touch device memory from the CPU.
+class DeviceMemoryBackend final : public dnn::Backend {
+ public:
+  std::string_view name() const override { return "test (device memory, no layers)"; }
+  bool uses_device_memory() const override { return true; }
+  Result<std::unique_ptr<dnn::Layer>> make_layer(const dnn::LayerSpec& /*spec*/) override {
+    return failed_precondition("no layers");
+  }
+  Result<dnn::StepResult> softmax_cross_entropy(dnn::Engine&, const dnn::Tensor&, const dnn::Tensor&,
+                                                const dnn::Tensor*) override {
+    return failed_precondition("no loss");
+  }
+  Status accumulate(dnn::Engine&, std::string_view, const dnn::Tensor&, const dnn::Tensor&) override {
+    return failed_precondition("no sums");
+  }
+  Status sgd_update(dnn::Engine&, dnn::Param&, const dnn::SgdOptions&) override {
+    return failed_precondition("no SGD");
+  }
+};
+
+TEST(GpuTiers, TheEngineAndTheDataLoaderReachDeviceTensorsThroughCopies) {
+  auto r = fake_runtime("fast=cuda:0:64MiB,slow=pinned:64MiB");
+  ASSERT_TRUE(r) << r.status().to_string();
+  FakeCuda& fake = FakeCuda::get();
+  DeviceMemoryBackend backend;
+  dnn::Engine engine(*r->runtime, backend);
+  const dnnl::memory::desc desc({64, 300}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::ab);
+  // Dirty device memory first: a zero-filled tensor must be zeroed, not found zero.
+  auto dirty = r->runtime->allocate("dirty", desc.get_size());
+  ASSERT_TRUE(dirty);
+  fake.write_device(dirty->address, 0x5a, dirty->bytes);
+  ASSERT_TRUE(r->runtime->free(dirty->id).is_ok());
+  auto zeroed = engine.allocate("w", desc, dnn::kParams);
+  ASSERT_TRUE(zeroed) << zeroed.status().to_string();
+  ASSERT_TRUE(fake.on_device(zeroed->address()));
+  EXPECT_TRUE(holds(zeroed->address(), zeroed->bytes(), 0));
+  const dnn::Dataset data = dnn::synthetic_dataset(10, 1, 5, 7, 4, 11);
+  dnn::BatchIterator it(data, 4, 3, /*shuffle=*/false);
+  dnn::Batch batch;
+  ASSERT_TRUE(it.next(engine, batch).is_ok());
+  ASSERT_TRUE(fake.on_device(batch.images.address()));
+  std::vector<float> images;
+  std::vector<std::int32_t> labels;
+  ASSERT_TRUE(engine
+                  .read_to_host(batch.images,
+                                [&](const void* b) {
+                                  const auto* f = static_cast<const float*>(b);
+                                  images.assign(f, f + batch.images.elements());
+                                })
+                  .is_ok());
+  ASSERT_TRUE(engine
+                  .read_to_host(batch.labels,
+                                [&](const void* b) {
+                                  const auto* l = static_cast<const std::int32_t*>(b);
+                                  labels.assign(l, l + 4);
+                                })
+                  .is_ok());
+  const std::size_t size = 5 * 7;
+  EXPECT_EQ(images, std::vector<float>(data.images.begin(), data.images.begin() + 4 * size));
+  EXPECT_EQ(labels, std::vector<std::int32_t>(data.labels.begin(), data.labels.begin() + 4));
 }
 
 // The real CUDA runtime through the default provider: on a machine without a GPU, one line that

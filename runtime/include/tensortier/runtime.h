@@ -15,7 +15,9 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -237,12 +239,22 @@ class Runtime {
   // filling a batch between steps): pins the objects, waiting for a move of one of them already
   // in flight (a copy at most RuntimeOptions::layer_move_wait, past which it fails; a move_pages
   // migration until it completes), and gives their current addresses; they do not move until
-  // unpin_objects(). Any thread. Errors: kNotFound for an object that is not live (nothing is
-  // pinned then).
+  // unpin_objects(); with a device tier, after the work queued on device_stream() (a kernel may
+  // still use them). Any thread. Errors: kNotFound for an object that is not live (nothing is
+  // pinned then); the device's.
   Status pin_objects(std::span<const ObjectId> ids, std::span<void*> addresses);
   // With GPU tiers, the objects' bytes count as used now (queued work on device_stream() that
   // touched them comes before any later copy of them), as at layer_end.
   void unpin_objects(std::span<const ObjectId> ids);
+  // Host bytes into or out of an object wherever it lives (in a device tier's memory through the
+  // tier provider's copies, waited for), the object pinned meanwhile: how host code reaches a
+  // tensor the CPU cannot address (a batch, an export). [offset, offset + bytes) must lie within
+  // the object. Any thread. Errors: kNotFound (not live), kInvalidArgument (past its end:
+  // nothing copied), the copy's (the object's bytes are then unchanged or partly written).
+  Status write_object(ObjectId id, std::size_t offset, const void* from, std::size_t bytes);
+  Status read_object(ObjectId id, std::size_t offset, void* to, std::size_t bytes);
+  // Every byte of the object zero, wherever it lives.
+  Status zero_object(ObjectId id);
   // With a device tier: the stream (a cudaStream_t as a number) that the program queues each
   // layer's kernels on, and host code's on pinned objects, so that moves are ordered after them and
   // layer times measured on it; 0 without one. Any thread.
@@ -326,6 +338,10 @@ class Runtime {
   // rates, the allocator made ready for the plan, the plan's summary logged.
   std::optional<std::uint64_t> fast_budget_for(const migrator::PlanInputs& inputs);
   void set_plan_rates(migrator::PlanInputs& inputs) const;
+  // write_object, read_object, zero_object: pins the object, checks the range, and runs `copy` at
+  // its bytes (device: they are in device memory).
+  Status host_bytes(ObjectId id, std::size_t offset, std::size_t bytes, const char* what,
+                    const std::function<Status(std::byte* at, bool device)>& copy);
   void prepare_allocator(std::uint64_t budget);
   void log_plan(std::uint64_t budget, std::uint64_t footprint, std::uint64_t failed) const;
   // At step_end, with a device tier: the layers' times on the device into the records and profile.

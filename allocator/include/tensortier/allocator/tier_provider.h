@@ -65,6 +65,18 @@ class TierProvider {
   // The stream the layers' work must be queued on for the clock and the copy engine's ordering to
   // see it (a cudaStream_t as a number); 0: none (no device opened).
   virtual std::uintptr_t layer_stream() const { return 0; }
+  // Host code's bytes into or out of memory of a tier it opened (`to_device`: host -> tier), for
+  // the runtime's write_object and read_object: queued on layer_stream() after the layers' work
+  // and waited for. Also `zero`: `bytes` zero bytes at `to` (from unused).
+  virtual Status host_copy(void* /*to*/, const void* /*from*/, std::size_t /*bytes*/, bool /*to_device*/) {
+    return failed_precondition(name() + " copies no host bytes");
+  }
+  virtual Status host_zero(void* /*to*/, std::size_t /*bytes*/) {
+    return failed_precondition(name() + " zeroes no memory");
+  }
+  // Waits for the work queued on layer_stream() (before host code reads or writes host memory a
+  // layer's kernels may still use).
+  virtual Status host_wait() { return Status::ok(); }
 };
 
 }  // namespace tensortier

@@ -179,6 +179,15 @@ class Engine {
   // Runs host code that reads or writes these tensors outside any layer (a data loader filling a
   // batch between steps) with their objects pinned, so no move runs under it.
   Status host_access(const std::vector<const Tensor*>& tensors, const std::function<void()>& body);
+  // Host code's bytes into tensors wherever they live: `fill` writes every byte of each
+  // (bytes[k]: tensor k's, tensors[k]->bytes() long). Host tensors are written in place, pinned
+  // (host_access); where the runtime has a device tier, into host buffers then copied in
+  // (Runtime::write_object), since the host cannot address device memory.
+  Status write_from_host(const std::vector<const Tensor*>& tensors,
+                         const std::function<void(const std::vector<void*>& bytes)>& fill);
+  // The tensor's bytes to host code (`use` reads them): in place, pinned, or a host copy where the
+  // runtime has a device tier.
+  Status read_to_host(const Tensor& tensor, const std::function<void(const void* bytes)>& use);
   // Marks a layer around host code (loss, SGD) that reads and writes these tensors.
   Status host_layer(std::string_view layer, const std::vector<const Tensor*>& reads,
                     const std::vector<const Tensor*>& writes, const std::function<void()>& body);
@@ -193,6 +202,8 @@ class Engine {
 
  private:
   Engine(Runtime* runtime, Backend& backend);
+  // Whether the runtime has a device tier (host code then reaches tensors through copies).
+  bool device_tier() const;
 
   // The memory arguments of each primitive, made once and rebound to the tensors' addresses at
   // every run (keyed by the primitive's handle, which lives as long as its layer).

@@ -78,6 +78,10 @@ class CudaTierProvider final : public TierProvider {
   std::unique_ptr<LayerClock> layer_clock() override;
   // The device's compute stream.
   std::uintptr_t layer_stream() const override { return device_ ? device_->compute() : 0; }
+  // On the compute stream, then waited for; kFailedPrecondition before the first open.
+  Status host_copy(void* to, const void* from, std::size_t bytes, bool to_device) override;
+  Status host_zero(void* to, std::size_t bytes) override;
+  Status host_wait() override;
   // The device the tiers are on (null before the first open).
   const std::shared_ptr<Device>& device() const { return device_; }
 
