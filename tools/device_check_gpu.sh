@@ -94,8 +94,8 @@ grep -E "GPU backend" "$out/configure.log"
 targets=(tensortier-train reliability_test runtime_test)
 gpu_tests=()
 if grep -q "GPU backend: CUDA" "$out/configure.log"; then
-  targets+=(gpu_fake_test gpu_runtime_test gpu_device_test cudnn_descriptors_test bench_gpu_link)
-  gpu_tests=(gpu_fake_test gpu_runtime_test gpu_device_test cudnn_descriptors_test)
+  targets+=(gpu_fake_test gpu_runtime_test gpu_device_test cudnn_descriptors_test cudnn_backend_test bench_gpu_link)
+  gpu_tests=(gpu_fake_test gpu_runtime_test gpu_device_test cudnn_descriptors_test cudnn_backend_test)
 else
   fail "the GPU backend was not configured: $(grep 'GPU backend' "$out/configure.log")"
 fi
@@ -120,6 +120,19 @@ if [[ -x $build/bench/bench_gpu_link ]]; then
   "$build/bench/bench_gpu_link" --mib 512 --reps 8 | tee "$out/gpu_link.log" || fail "bench_gpu_link"
 else
   echo "not measured: the GPU backend was not built"
+fi
+
+step "our side: ResNet-18 on the GPU (--backend cuda), batch 128, under smartpool and autoswap"
+if grep -q "GPU backend: CUDA" "$out/configure.log"; then
+  for run in "fast-only 100%" "smartpool 100%" "autoswap 70%" "autoswap 50%"; do
+    read -r policy budget <<<"$run"
+    timeout 90 "$build/dnn/tensortier-train" --backend cuda --model resnet18 --data synthetic --batch 128 \
+      --steps 12 --log-every 12 --tiers fast=cuda:0,slow=pinned:16GiB --policy "$policy" --fast-budget "$budget" \
+      >"$out/train_cuda_${policy}_${budget%\%}.log" 2>&1 || fail "tensortier-train --backend cuda $run"
+    echo "$run: $(grep -E 'step time|peak|loss' "$out/train_cuda_${policy}_${budget%\%}.log" | tail -3 | tr '\n' ' ')"
+  done
+else
+  echo "not run: the GPU backend was not built"
 fi
 
 step "one CPU training step profiled (ResNet-18, batch 32): the counters it read"

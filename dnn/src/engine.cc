@@ -222,7 +222,9 @@ Status Engine::host_access(const std::vector<const Tensor*>& tensors, const std:
   return Status::ok();
 }
 
-bool Engine::device_tier() const { return runtime_ != nullptr && runtime_->device_stream() != 0; }
+bool Engine::device_tier() const {
+  return runtime_ != nullptr && runtime_->device_stream() != 0;
+}
 
 Status Engine::write_from_host(const std::vector<const Tensor*>& tensors,
                                const std::function<void(const std::vector<void*>& bytes)>& fill) {

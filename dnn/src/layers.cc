@@ -58,11 +58,8 @@ Status weight_and_bias(Engine& e, const std::string& layer, const memory::desc& 
 // PyTorch's default init of conv and linear layers: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), drawn in
 // the plain layout and reordered into the parameter's own.
 void uniform_init(Engine& e, Param& p, std::size_t fan_in, std::uint64_t seed, const std::string& name) {
-  std::mt19937_64 rng(seed ^ std::hash<std::string>{}(name));
-  const float bound = 1.0F / std::sqrt(static_cast<float>(fan_in));
-  std::uniform_real_distribution<float> dist(-bound, bound);
-  std::vector<float> values(p.plain.get_size() / sizeof(float));
-  for (float& v : values) v = dist(rng);
+  const std::vector<float> values =
+      uniform_init_values(p.plain.get_size() / sizeof(float), fan_in, seed, name);
   (void)e.reorder_now(p.plain, values.data(), p.value.desc(), p.value.address());
 }
 
@@ -818,6 +815,16 @@ std::unique_ptr<Layer> make_onednn_layer(const LayerSpec& spec) {
     std::unique_ptr<Layer> operator()(const AddSpec&) const { return std::make_unique<Add>(name); }
   };
   return std::visit(Make{spec.name}, spec.kind);
+}
+
+std::vector<float> uniform_init_values(std::size_t count, std::size_t fan_in, std::uint64_t seed,
+                                       const std::string& name) {
+  std::mt19937_64 rng(seed ^ std::hash<std::string>{}(name));
+  const float bound = 1.0F / std::sqrt(static_cast<float>(fan_in));
+  std::uniform_real_distribution<float> dist(-bound, bound);
+  std::vector<float> values(count);
+  for (float& v : values) v = dist(rng);
+  return values;
 }
 
 }  // namespace tensortier::dnn

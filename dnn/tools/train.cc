@@ -21,10 +21,15 @@
 #include "tensortier/allocator/tier_spec.h"
 #include "tensortier/cli/memory_flags.h"
 #include "tensortier/cli/runtime_flags.h"
+#include "tensortier/dnn/backend.h"
 #include "tensortier/dnn/data.h"
 #include "tensortier/dnn/models.h"
 #include "tensortier/migrator/plan.h"
 #include "tensortier/timeline.h"
+
+#ifdef TENSORTIER_WITH_CUDNN
+#include "tensortier/dnn/cudnn/cudnn_backend.h"
+#endif
 
 namespace {
 
@@ -40,8 +45,9 @@ struct Options {
   std::size_t steps = 0;
   float lr = 0.05F, momentum = 0.9F, weight_decay = 0.0F;
   int width = 64;
-  std::string conv = "auto";  // convolution algorithm (ConvAlgorithm)
-  MemoryOptions memory;       // --in-place, --fuse, --recompute
+  std::string conv = "auto";    // convolution algorithm (ConvAlgorithm)
+  std::string backend = "cpu";  // cpu (oneDNN) or cuda (cuDNN, cuBLAS)
+  MemoryOptions memory;         // --in-place, --fuse, --recompute
   int image_size = 32, channels = 3, classes = 10;
   std::size_t train_limit = 0, test_limit = 0, synthetic_count = 2048;
   std::string tiers;
@@ -174,6 +180,10 @@ void add_training_flags(CLI::App& app, Options& o) {
   app.add_option("--width", o.width, "Channels of the first stage (VGG, ResNet), hidden units/4 (MLP)")
       ->check(CLI::Range(1, 65536))
       ->capture_default_str();
+  app.add_option("--backend", o.backend,
+                 "Layers on: cpu (oneDNN) or cuda (cuDNN and cuBLAS on a GPU; give a cuda tier in --tiers)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
   app.add_option("--conv", o.conv,
                  "Convolutions: auto (oneDNN's Winograd kernels where they pay, else direct) or direct")
       ->capture_default_str();
@@ -300,12 +310,30 @@ Result<Data> load_data(const Options& o) {
 // batches are the same in every run of one seed), and the trace recorder where asked.
 struct Run {
   std::unique_ptr<Runtime> rt;
+  std::unique_ptr<Backend> backend;  // null: the CPU backend
   std::unique_ptr<Engine> engine;
   std::unique_ptr<Network> net;
   std::unique_ptr<BatchIterator> batches;
   std::unique_ptr<TimelineRecorder> timeline;
   std::string policy;
 };
+
+// The backend --backend names: null for the CPU's (cpu_backend()); the cuDNN one on the runtime's
+// device where this build has it.
+Result<std::unique_ptr<Backend>> make_backend(const std::string& name, Runtime& runtime) {
+  if (name == "cpu") return std::unique_ptr<Backend>();
+#ifdef TENSORTIER_WITH_CUDNN
+  auto cuda = cudnn::CudnnBackend::create(runtime);
+  if (!cuda) return cuda.status();
+  return std::unique_ptr<Backend>(std::move(cuda).value());
+#else
+  (void)runtime;
+  return unavailable(
+      "--backend cuda: this build of tensortier has no GPU backend (it was built without the CUDA toolkit "
+      "and "
+      "cuDNN: TENSORTIER_GPU); use --backend cpu");
+#endif
+}
 
 Result<Run> make_run(const Options& o, const std::string& policy, const Dataset& train) {
   Run run;
@@ -320,7 +348,11 @@ Result<Run> make_run(const Options& o, const std::string& policy, const Dataset&
   if (!created) return created.status();
   run.rt = std::move(created).value();
   TENSORTIER_RETURN_IF_ERROR(apply_profile_flags(o, *run.rt));
-  run.engine = std::make_unique<Engine>(*run.rt);
+  auto backend = make_backend(o.backend, *run.rt);
+  if (!backend) return backend.status();
+  run.backend = std::move(backend).value();
+  run.engine =
+      run.backend ? std::make_unique<Engine>(*run.rt, *run.backend) : std::make_unique<Engine>(*run.rt);
   const Result<ConvAlgorithm> conv = parse_conv_algorithm(o.conv);
   if (!conv) return conv.status();
   run.engine->set_conv_algorithm(conv.value());

@@ -98,8 +98,8 @@ Status Runtime::host_bytes(ObjectId id, std::size_t offset, std::size_t bytes, c
     Result<ObjectInfo> info = allocator_.info_by_id(id);
     if (!info) return info.status();
     if (offset > info->bytes || bytes > info->bytes - offset) {
-      return invalid_argument(fmt::format("{} of object {} ('{}'): bytes {}..{} pass its end ({} bytes)", what, id,
-                                      info->name, offset, offset + bytes, info->bytes));
+      return invalid_argument(fmt::format("{} of object {} ('{}'): bytes {}..{} pass its end ({} bytes)",
+                                          what, id, info->name, offset, offset + bytes, info->bytes));
     }
     const bool device = allocator_.tier(info->tier).range_kind() == RangeKind::kDevice;
     return copy(static_cast<std::byte*>(address) + offset, device);

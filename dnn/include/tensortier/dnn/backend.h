@@ -5,9 +5,9 @@
 //
 //   backend  layers                          loss, gradient sums, SGD     tensors live on
 //   cpu      oneDNN 2.6 primitives           loops over floats (host)     the runtime's host tiers
+//   cuda     cuDNN and cuBLAS calls          kernels, cublasSaxpy         a cuda tier (and pinned)
 //
-// The GPU backend (cuDNN and cuBLAS, issue 37) is being built in dnn/cudnn/: today its layer
-// descriptors and shapes (tests/gpu/cudnn_descriptors_test.cc); it is no Backend yet.
+// The cuda backend is dnn/cudnn/cudnn_backend.h (built with the GPU backend; not yet run on a GPU).
 //
 // Ownership: a Backend outlives every Engine that uses it (cpu_backend() is a static one).
 // Thread safety: a backend's calls run on the training thread of the Engine they are given; the

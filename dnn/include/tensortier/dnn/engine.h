@@ -9,7 +9,8 @@
 // layer: it marks the layer with exactly the objects the primitive reads and writes (which pins
 // them), takes their addresses from layer_begin, and rebinds the primitive's memory arguments to
 // them (memory::set_data_handle on one dnnl::memory per primitive argument, made once), so an
-// object may move between layers. Host code reads and writes tensors inside host_layer.
+// object may move between layers. Host code reads and writes tensors inside host_layer, or
+// through write_from_host / read_to_host, which reach device memory by copies.
 //
 // A tensor's layout is a oneDNN memory descriptor on every backend (a backend that is not oneDNN
 // uses plain ones: nchw, nc, x).

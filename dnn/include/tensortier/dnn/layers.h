@@ -19,6 +19,8 @@
 // Thread safety: none; a layer belongs to one Network on one thread.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -93,6 +95,11 @@ class Layer {
  protected:
   std::string name_;
 };
+
+// PyTorch's default init of conv and linear parameters: `count` values U(-1/sqrt(fan_in),
+// 1/sqrt(fan_in)) for parameter `name` from `seed`, in the plain layout; every backend draws these.
+std::vector<float> uniform_init_values(std::size_t count, std::size_t fan_in, std::uint64_t seed,
+                                       const std::string& name);
 
 // The CPU backend's layer for `spec` (oneDNN primitives; cpu_backend() makes its layers with it).
 std::unique_ptr<Layer> make_onednn_layer(const LayerSpec& spec);

@@ -1,0 +1,85 @@
+// What the cuDNN backend's layers share (see cudnn_layer.h).
+#include "cudnn_layer.h"
+
+#include <cuda_runtime_api.h>
+
+#include <fmt/format.h>
+
+namespace tensortier::dnn::cudnn {
+
+using dnnl::memory;
+
+Status cublas_status(cublasStatus_t status, const char* call) {
+  if (status == CUBLAS_STATUS_SUCCESS) return Status::ok();
+  const std::string text =
+      fmt::format("{}: {} ({})", call, cublasGetStatusString(status), static_cast<int>(status));
+  if (status == CUBLAS_STATUS_NOT_INITIALIZED || status == CUBLAS_STATUS_ARCH_MISMATCH)
+    return unavailable(text);
+  if (status == CUBLAS_STATUS_INVALID_VALUE || status == CUBLAS_STATUS_NOT_SUPPORTED)
+    return invalid_argument(text);
+  return internal_error(text);
+}
+
+Status cuda_call_status(int error, const char* call) {
+  if (error == 0) return Status::ok();
+  const auto e = static_cast<cudaError_t>(error);
+  const std::string text = fmt::format("{}: {} ({})", call, cudaGetErrorString(e), error);
+  if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver) return unavailable(text);
+  return internal_error(text);
+}
+
+memory::desc plain_desc(const Dims& dims) {
+  const memory::dims d(dims.begin(), dims.end());
+  const memory::format_tag tag = dims.size() == 4   ? memory::format_tag::nchw
+                                 : dims.size() == 2 ? memory::format_tag::nc
+                                                    : memory::format_tag::x;
+  return {d, memory::data_type::f32, tag};
+}
+
+Dims dims_of(const memory::desc& desc) {
+  const memory::dims d = desc.dims();
+  return {d.begin(), d.end()};
+}
+
+Status device_layer(Engine& engine, std::string_view name, const std::vector<const Tensor*>& reads,
+                    const std::vector<const Tensor*>& writes, const std::function<Status()>& body) {
+  std::vector<const Tensor*> r, w;
+  for (const Tensor* t : reads)
+    if (t != nullptr && !t->empty()) r.push_back(t);
+  for (const Tensor* t : writes)
+    if (t != nullptr && !t->empty()) w.push_back(t);
+  Status result = Status::ok();
+  TENSORTIER_RETURN_IF_ERROR(engine.host_layer(name, r, w, [&] { result = body(); }));
+  return result;
+}
+
+Result<Tensor> workspace(Engine& engine, const std::string& name, std::size_t bytes) {
+  if (bytes == 0) return Tensor();
+  const auto floats = static_cast<memory::dim>((bytes + sizeof(float) - 1) / sizeof(float));
+  return engine.allocate(name, plain_desc({floats}), kScratchpads, /*zero=*/false);
+}
+
+Status make_param(Engine& engine, const std::string& name, const Dims& dims, Param& p, bool decay) {
+  const memory::desc desc = plain_desc(dims);
+  auto value = engine.allocate(name, desc, kParams);
+  if (!value) return value.status();
+  auto momentum = engine.allocate(name + ".momentum", desc, kOptimizerState);
+  if (!momentum) return momentum.status();
+  p.value = std::move(value).value();
+  p.momentum = std::move(momentum).value();
+  p.plain = desc;
+  p.decay = decay;
+  return Status::ok();
+}
+
+Status set_param(Engine& engine, Param& p, const std::vector<float>& values) {
+  if (values.size() != p.value.elements()) {
+    return invalid_argument(
+        fmt::format("{}: {} values for {} elements", p.value.name(), values.size(), p.value.elements()));
+  }
+  return engine.write_from_host({&p.value}, [&](const std::vector<void*>& bytes) {
+    std::copy(values.begin(), values.end(), static_cast<float*>(bytes[0]));
+  });
+}
+
+}  // namespace tensortier::dnn::cudnn

@@ -1,0 +1,131 @@
+// The cuDNN backend (dnn/cudnn/cudnn_backend.h) against the CPU backend: the same models from the
+// same seed on the same batches give the same losses and weights to float rounding (the layers
+// agree to 1e-4 relative at the first step), and runs under different policies on GPU tiers are
+// bit-identical (deterministic mode). These need a GPU and skip, saying why, where there is none;
+// what a backend without a device tier does is checked everywhere.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "tensortier/dnn/cudnn/cudnn_backend.h"
+#include "tensortier/dnn/data.h"
+#include "tensortier/dnn/models.h"
+#include "tensortier/dnn/network.h"
+
+namespace tensortier::dnn::cudnn {
+namespace {
+
+constexpr const char* kGpuTiers = "fast=cuda:0:2GiB,slow=pinned:2GiB";
+
+struct Trained {
+  std::vector<double> losses;
+  std::vector<std::vector<float>> params;  // each in PyTorch's layout, in the network's order
+};
+
+// `steps` steps of `model` (narrow, 16x16 synthetic images; LeNet-5 on 28x28) on `tiers`, the
+// cuDNN backend where `cuda`.
+Result<Trained> train(const std::string& model, bool cuda, const std::string& tiers,
+                      const std::string& policy = "", const std::string& budget = "", int steps = 3) {
+  RuntimeOptions options(tiers);
+  options.policy = policy;
+  options.fast_budget = budget;
+  auto rt = Runtime::create(options);
+  if (!rt) return rt.status();
+  std::unique_ptr<CudnnBackend> backend;
+  if (cuda) {
+    auto b = CudnnBackend::create(*rt.value());
+    if (!b) return b.status();
+    backend = std::move(b).value();
+  }
+  Engine engine = backend ? Engine(*rt.value(), *backend) : Engine(*rt.value());
+  const bool lenet = model == "lenet5";
+  const dnnl::memory::dims input =
+      lenet ? dnnl::memory::dims{16, 1, 28, 28} : dnnl::memory::dims{8, 3, 16, 16};
+  auto net = make_model(model, {10, lenet ? 6 : 8});
+  if (!net) return net.status();
+  TENSORTIER_RETURN_IF_ERROR(net.value()->build(engine, input, 42));
+  const Dataset data = synthetic_dataset(static_cast<std::size_t>(input[0]) * 3, static_cast<int>(input[1]),
+                                         static_cast<int>(input[2]), static_cast<int>(input[3]), 10, 7);
+  BatchIterator it(data, static_cast<std::size_t>(input[0]), 3);
+  Batch batch;
+  Trained out;
+  for (int step = 0; step < steps; ++step) {
+    TENSORTIER_RETURN_IF_ERROR(it.next(engine, batch));
+    TENSORTIER_RETURN_IF_ERROR(rt.value()->step_begin());
+    auto result = net.value()->train_step(engine, batch, {0.05F, 0.9F, 1e-4F});
+    if (!result) return result.status();
+    TENSORTIER_RETURN_IF_ERROR(rt.value()->step_end());
+    out.losses.push_back(result->loss);
+  }
+  for (auto& [name, p] : net.value()->params()) {
+    std::vector<float> plain(p->plain.get_size() / sizeof(float));
+    TENSORTIER_RETURN_IF_ERROR(engine.read_to_host(p->value, [&](const void* bytes) {
+      (void)engine.reorder_now(p->value.desc(), bytes, p->plain, plain.data());
+    }));
+    out.params.push_back(std::move(plain));
+  }
+  return out;
+}
+
+// Skips the test where this machine has no GPU to use (the runtime cannot open a cuda tier).
+#define SKIP_WITHOUT_GPU(result)                                         \
+  if (!(result) && (result).status().code() == StatusCode::kUnavailable) \
+  GTEST_SKIP() << "needs a CUDA device: " << (result).status().message()
+
+TEST(CudnnBackend, NeedsARuntimeWithADeviceTier) {
+  auto rt = Runtime::create({"fast=dram:1GiB"});
+  ASSERT_TRUE(rt) << rt.status().to_string();
+  auto backend = CudnnBackend::create(*rt.value());
+  ASSERT_FALSE(backend);
+  EXPECT_EQ(backend.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(backend.status().message().find("give a cuda tier"), std::string::npos)
+      << backend.status().message();
+}
+
+TEST(CudnnBackend, TrainsAsTheCpuBackendDoes) {
+  for (const std::string model : {"lenet5", "resnet18", "vgg11_bn"}) {
+    SCOPED_TRACE(model);
+    auto gpu = train(model, true, kGpuTiers);
+    SKIP_WITHOUT_GPU(gpu);
+    ASSERT_TRUE(gpu) << gpu.status().to_string();
+    auto cpu = train(model, false, "fast=dram:2GiB");
+    ASSERT_TRUE(cpu) << cpu.status().to_string();
+    ASSERT_EQ(gpu->losses.size(), cpu->losses.size());
+    EXPECT_NEAR(gpu->losses[0], cpu->losses[0], 1e-4 * std::abs(cpu->losses[0])) << "the first step's layers";
+    for (std::size_t s = 1; s < cpu->losses.size(); ++s)
+      EXPECT_NEAR(gpu->losses[s], cpu->losses[s], 1e-3 * std::abs(cpu->losses[s])) << "step " << s;
+    ASSERT_EQ(gpu->params.size(), cpu->params.size());
+    for (std::size_t k = 0; k < cpu->params.size(); ++k) {
+      ASSERT_EQ(gpu->params[k].size(), cpu->params[k].size()) << "parameter " << k;
+      float top = 0, worst = 0;
+      for (std::size_t e = 0; e < cpu->params[k].size(); ++e) {
+        top = std::max(top, std::abs(cpu->params[k][e]));
+        worst = std::max(worst, std::abs(cpu->params[k][e] - gpu->params[k][e]));
+      }
+      EXPECT_LE(worst, 1e-3F * std::max(top, 1e-3F)) << "parameter " << k;
+    }
+  }
+}
+
+// Deterministic mode: where the objects live (all in device memory, or moved out to pinned
+// memory and back under a policy) changes no bit.
+TEST(CudnnBackend, RunsUnderPoliciesAreBitIdentical) {
+  auto reference = train("resnet18", true, kGpuTiers, "fast-only", "", 6);
+  SKIP_WITHOUT_GPU(reference);
+  ASSERT_TRUE(reference) << reference.status().to_string();
+  for (const auto& [policy, budget] : std::vector<std::pair<std::string, std::string>>{
+           {"smartpool", ""}, {"autoswap", "70%"}, {"autoswap", "50%"}, {"sentinel", "50%"}}) {
+    SCOPED_TRACE(fmt::format("{} {}", policy, budget));
+    auto run = train("resnet18", true, kGpuTiers, policy, budget, 6);
+    ASSERT_TRUE(run) << run.status().to_string();
+    EXPECT_EQ(run->losses, reference->losses);
+    EXPECT_EQ(run->params, reference->params);
+  }
+}
+
+}  // namespace
+}  // namespace tensortier::dnn::cudnn
