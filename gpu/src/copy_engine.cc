@@ -13,6 +13,7 @@ Result<EventHandle> CudaCopyEngine::copy(void* dst, const void* src, std::size_t
                                          std::span<const EventHandle> after) {
   const CudaApi& api = device_.api();
   const StreamHandle stream = stream_for(kind);
+  TENSORTIER_RETURN_IF_ERROR(device_.make_current());  // the mover's thread may not have it current
   for (EventHandle e : after) {
     if (e != 0) TENSORTIER_RETURN_IF_ERROR(device_.wait(stream, e));
   }

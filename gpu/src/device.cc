@@ -48,6 +48,10 @@ std::string Device::describe() const {
                      api_.name);
 }
 
+Status Device::make_current() const {
+  return cuda_status(api_, api_.set_device(index_), "cudaSetDevice");
+}
+
 Result<EventHandle> Device::record(StreamHandle stream) {
   EventHandle event = 0;
   {
@@ -57,7 +61,8 @@ Result<EventHandle> Device::record(StreamHandle stream) {
       free_events_.pop_back();
     }
   }
-  if (event == 0) {
+  if (event == 0) {  // an event is its creating thread's current device's: this one's
+    TENSORTIER_RETURN_IF_ERROR(make_current());
     TENSORTIER_RETURN_IF_ERROR(cuda_status(api_, api_.event_create(&event), "cudaEventCreate"));
     std::lock_guard lock(events_mutex_);
     all_events_.push_back(event);

@@ -125,6 +125,7 @@ std::unique_ptr<LayerClock> CudaTierProvider::layer_clock() {
 Status CudaTierProvider::host_copy(void* to, const void* from, std::size_t bytes, bool to_device) {
   if (!device_) return failed_precondition("host copy: no device opened (no cuda tier)");
   const CopyKind kind = to_device ? CopyKind::kHostToDevice : CopyKind::kDeviceToHost;
+  TENSORTIER_RETURN_IF_ERROR(device_->make_current());
   TENSORTIER_RETURN_IF_ERROR(
       cuda_status(api_, api_.memcpy_async(to, from, bytes, kind, device_->compute()), "cudaMemcpyAsync"));
   return device_->synchronize_stream(device_->compute());
@@ -132,6 +133,7 @@ Status CudaTierProvider::host_copy(void* to, const void* from, std::size_t bytes
 
 Status CudaTierProvider::host_zero(void* to, std::size_t bytes) {
   if (!device_) return failed_precondition("host zero: no device opened (no cuda tier)");
+  TENSORTIER_RETURN_IF_ERROR(device_->make_current());
   TENSORTIER_RETURN_IF_ERROR(
       cuda_status(api_, api_.memset_async(to, 0, bytes, device_->compute()), "cudaMemsetAsync"));
   return device_->synchronize_stream(device_->compute());

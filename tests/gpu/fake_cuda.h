@@ -10,6 +10,9 @@
 // Host waits (stream_synchronize, event_synchronize) order the host after the work they wait for,
 // and so every operation issued after them (on any stream, from any thread: one host clock);
 // host accesses to pinned memory are not tracked.
+// The current device is per thread, as CUDA's (set_device; 0 until set): a stream or event is the
+// device's that was current where it was made, and an event recorded on another device's stream
+// is refused (error 400, counted in wrong_device_records()).
 // Device memory is what a GPU's is to the CPU: not there. Each device allocation is a memfd
 // mapped twice, once with no access at the address handed out (a CPU read or write of it is a
 // SIGSEGV, which fails the test) and once readable for the fake's own copies; read_device and
@@ -108,6 +111,11 @@ class FakeCuda {
     std::lock_guard lock(mutex_);
     gbps_[static_cast<int>(kind)] = gbps;
   }
+  // Events recorded on a stream of another device than the event's (CUDA refuses them).
+  int wrong_device_records() const {
+    std::lock_guard lock(mutex_);
+    return wrong_device_records_;
+  }
   // Whether `p` is in device memory the fake handed out.
   bool on_device(const void* p) const {
     std::lock_guard lock(mutex_);
@@ -138,7 +146,11 @@ class FakeCuda {
       *count = get().devices_;
       return get().devices_ == 0 ? get().api_.no_device : 0;
     };
-    api_.set_device = [](int device) -> CudaStatus { return device < get().devices_ ? 0 : 101; };
+    api_.set_device = [](int device) -> CudaStatus {
+      if (device >= get().devices_) return 101;
+      current_device() = device;
+      return 0;
+    };
     api_.device_info = [](int, std::string* name, std::uint64_t* memory, int* capability) -> CudaStatus {
       const auto lock = get().guard();
       *name = "Fake GPU";
@@ -190,6 +202,7 @@ class FakeCuda {
       const auto lock = get().guard();
       *s = ++get().next_handle_;
       get().streams_[*s] = {};
+      get().device_of_[*s] = current_device();
       return 0;
     };
     api_.stream_destroy = [](StreamHandle s) -> CudaStatus {
@@ -216,6 +229,7 @@ class FakeCuda {
       const auto lock = get().guard();
       *e = ++get().next_handle_;
       get().events_[*e] = {};
+      get().device_of_[*e] = current_device();
       return 0;
     };
     api_.event_destroy = [](EventHandle e) -> CudaStatus {
@@ -226,6 +240,10 @@ class FakeCuda {
       const auto lock = get().guard();
       auto it = get().events_.find(e);
       if (it == get().events_.end()) return 400;
+      if (get().device_of_[e] != get().device_of_[s]) {  // as CUDA: an event and a stream of two devices
+        ++get().wrong_device_records_;
+        return 400;
+      }
       double& now = get().time_ms_[s];
       now = std::max(now, get().host_time());  // an idle stream is at the host's time
       it->second = {get().streams_[s], true, now};
@@ -249,6 +267,11 @@ class FakeCuda {
     };
     api_.error_string = [](CudaStatus s) -> const char* { return s == 0 ? "no error" : "fake error"; };
     api_.name = "fake CUDA (CPU)";
+  }
+  // The calling thread's current device (cudaSetDevice's; 0 until set).
+  static int& current_device() {
+    static thread_local int device = 0;
+    return device;
   }
   static std::unique_ptr<FakeCuda>& instance() {
     static std::unique_ptr<FakeCuda> fake;
@@ -353,6 +376,8 @@ class FakeCuda {
   std::vector<Op> ops_;
   std::vector<std::string> races_;
   int waits_ = 0;
+  std::map<std::uintptr_t, int> device_of_;  // each stream's and event's device (current where made)
+  int wrong_device_records_ = 0;
   int copies_[4] = {0, 0, 0, 0};            // by CopyKind
   Clock host_;                              // what host waits have seen completed
   double gbps_[4] = {0, 0, 0, 0};           // by CopyKind: set_copy_gbps

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -413,6 +414,47 @@ TEST(GpuTiers, AutoswapMovesDeviceObjectsAndNoCopyRacesALayer) {
 // The engine's own account of last uses: a copy from bytes a layer used waits for that layer's
 // event; a range used again takes the new layer's event; parts of a range outside a new use keep
 // the old one.
+// CUDA's current device is per thread: on cuda:1, moves and host copies from a thread that never
+// chose a device (a mover's) work, every event recorded on its own device's stream (the fake
+// refuses others, as CUDA does). Events made on such a thread: Device.EventsMadeOnAnotherThread...
+// (here the pool's events come from the opening thread, so this test alone would not see them).
+TEST(GpuTiers, ThreadsThatNeverChoseADeviceMoveObjectsOnCuda1) {
+  auto r = fake_runtime("fast=cuda:1:64MiB,slow=pinned:64MiB", {}, /*devices=*/2);
+  ASSERT_TRUE(r) << r.status().to_string();
+  Runtime& rt = *r->runtime;
+  FakeCuda& fake = FakeCuda::get();
+  auto o = rt.allocate("x", 3 * kMiB);
+  ASSERT_TRUE(o) << o.status().to_string();
+  fake.write_device(o->address, 7, o->bytes);
+  std::thread mover([&] {
+    auto out = rt.move(o->id, 1);
+    EXPECT_TRUE(out) << out.status().to_string();
+    auto in = rt.move(o->id, 0);
+    EXPECT_TRUE(in) << in.status().to_string();
+    std::vector<std::byte> back(16);
+    EXPECT_TRUE(rt.read_object(o->id, 0, back.data(), back.size()).is_ok());
+    EXPECT_EQ(back[0], std::byte{7});
+  });
+  mover.join();
+  EXPECT_EQ(fake.wrong_device_records(), 0);
+  EXPECT_TRUE(holds(rt.address_of(o->id).value(), o->bytes, 7));
+}
+
+// The event pool's first event made on a thread whose current device is another (0, never set):
+// made on the device's own, so recording it on the device's stream works.
+TEST(Device, EventsMadeOnAnotherThreadAreTheDevicesOwn) {
+  const CudaApi& api = FakeCuda::install(/*devices=*/2);
+  auto device = Device::open(api, 1);
+  ASSERT_TRUE(device) << device.status().to_string();
+  std::thread other([&] {
+    Result<EventHandle> event = device.value()->record(device.value()->compute());
+    EXPECT_TRUE(event) << event.status().to_string();
+    if (event) device.value()->release(event.value());
+  });
+  other.join();
+  EXPECT_EQ(FakeCuda::get().wrong_device_records(), 0);
+}
+
 TEST(CudaMoveEngine, CopiesWaitForTheLastLayerThatUsedTheirBytes) {
   const CudaApi& api = FakeCuda::install();
   FakeCuda& fake = FakeCuda::get();

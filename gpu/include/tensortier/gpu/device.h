@@ -46,6 +46,10 @@ class Device {
   // "NVIDIA H200 (cuda:0, 139.8 GiB, compute 9.0; CUDA runtime 13000)".
   std::string describe() const;
 
+  // Makes this the calling thread's current device (CUDA's is per thread, 0 until set): a thread
+  // other than the one that opened it (the mover) calls it before it makes events or copies.
+  Status make_current() const;
+
   StreamHandle compute() const { return compute_; }
   StreamHandle to_device() const { return to_device_; }
   StreamHandle to_host() const { return to_host_; }
