@@ -5,16 +5,19 @@
 // what a backend without a device tier does is checked everywhere.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "fake_cuda.h"
 #include "tensortier/dnn/cudnn/cudnn_backend.h"
 #include "tensortier/dnn/data.h"
 #include "tensortier/dnn/models.h"
 #include "tensortier/dnn/network.h"
+#include "tensortier/gpu/gpu_tier.h"
 
 namespace tensortier::dnn::cudnn {
 namespace {
@@ -84,6 +87,27 @@ TEST(CudnnBackend, NeedsARuntimeWithADeviceTier) {
   EXPECT_EQ(backend.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(backend.status().message().find("give a cuda tier"), std::string::npos)
       << backend.status().message();
+}
+
+// On a runtime with a device tier (the fake's) but no GPU for cuDNN: one line that says so, no
+// handle left behind. (On a GPU machine cuDNN finds the real device, and this runtime's tiers are
+// the fake's: the check does not apply there.)
+TEST(CudnnBackend, SaysSoWhereCudnnFindsNoGpu) {
+  int real_devices = 0;
+  if (gpu::real_cuda_api().device_count(&real_devices) == 0 && real_devices > 0)
+    GTEST_SKIP() << "this machine has a GPU: cuDNN would find it";
+  auto provider = std::make_shared<gpu::CudaTierProvider>(gpu::testing::FakeCuda::install());
+  RuntimeOptions options("fast=cuda:0:64MiB,slow=pinned:64MiB");
+  options.tier_provider = provider;
+  auto rt = Runtime::create(options);
+  ASSERT_TRUE(rt) << rt.status().to_string();
+  ASSERT_NE(rt.value()->device_stream(), 0u);
+  auto backend = CudnnBackend::create(*rt.value());
+  ASSERT_FALSE(backend);
+  EXPECT_EQ(backend.status().code(), StatusCode::kUnavailable) << backend.status().to_string();
+  EXPECT_NE(backend.status().message().find("cudnnCreate"), std::string::npos) << backend.status().message();
+  std::printf("without a GPU: %s\n", backend.status().message().c_str());
+  rt.value().reset();  // before the fake it lives on
 }
 
 TEST(CudnnBackend, TrainsAsTheCpuBackendDoes) {
