@@ -114,10 +114,7 @@ class ConvLayer final : public Layer {
     return {&weight_};
   }
   void init_params(Engine& e, std::uint64_t seed) override {
-    (void)set_param(e, weight_,
-                    uniform_init_values(weight_.value.elements(), fan_in_, seed, name_ + ".weight"));
-    if (spec_.bias)
-      (void)set_param(e, bias_, uniform_init_values(bias_.value.elements(), fan_in_, seed, name_ + ".bias"));
+    (void)init_weight_and_bias(e, name_, weight_, spec_.bias ? &bias_ : nullptr, fan_in_, seed);
   }
   std::string implementation() const override {
     if (current_ == nullptr) return {};

@@ -82,4 +82,12 @@ Status set_param(Engine& engine, Param& p, const std::vector<float>& values) {
   });
 }
 
+Status init_weight_and_bias(Engine& engine, const std::string& layer, Param& weight, Param* bias,
+                            std::size_t fan_in, std::uint64_t seed) {
+  TENSORTIER_RETURN_IF_ERROR(set_param(
+      engine, weight, uniform_init_values(weight.value.elements(), fan_in, seed, layer + ".weight")));
+  if (bias == nullptr) return Status::ok();
+  return set_param(engine, *bias, uniform_init_values(bias->value.elements(), fan_in, seed, layer + ".bias"));
+}
+
 }  // namespace tensortier::dnn::cudnn

@@ -58,6 +58,10 @@ Result<Tensor> workspace(Engine& engine, const std::string& name, std::size_t by
 Status make_param(Engine& engine, const std::string& name, const Dims& dims, Param& p, bool decay = true);
 // Its values from the host (PyTorch's init drawn on the host, copied in).
 Status set_param(Engine& engine, Param& p, const std::vector<float>& values);
+// Conv and linear: the weight and the bias (null: none) of `layer` drawn as the CPU backend draws
+// them (uniform_init_values).
+Status init_weight_and_bias(Engine& engine, const std::string& layer, Param& weight, Param* bias,
+                            std::size_t fan_in, std::uint64_t seed);
 
 // The layers (each file's one factory).
 std::unique_ptr<Layer> make_conv(const LayerSpec& spec, const ConvSpec& conv, Context& context);
