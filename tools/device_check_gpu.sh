@@ -129,7 +129,7 @@ if grep -q "GPU backend: CUDA" "$out/configure.log"; then
     timeout 90 "$build/dnn/tensortier-train" --backend cuda --model resnet18 --data synthetic --batch 128 \
       --steps 12 --log-every 12 --tiers fast=cuda:0,slow=pinned:16GiB --policy "$policy" --fast-budget "$budget" \
       >"$out/train_cuda_${policy}_${budget%\%}.log" 2>&1 || fail "tensortier-train --backend cuda $run"
-    echo "$run: $(grep -E 'step time|peak|loss' "$out/train_cuda_${policy}_${budget%\%}.log" | tail -3 | tr '\n' ' ')"
+    echo "$run: $(grep -E '^step [0-9]+/[0-9]+ |^tier fast: peak' "$out/train_cuda_${policy}_${budget%\%}.log" | tail -2 | tr '\n' ' ')"
   done
 else
   echo "not run: the GPU backend was not built"
