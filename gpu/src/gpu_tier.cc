@@ -134,9 +134,7 @@ Status CudaTierProvider::host_copy(void* to, const void* from, std::size_t bytes
 Status CudaTierProvider::host_zero(void* to, std::size_t bytes) {
   if (!device_) return failed_precondition("host zero: no device opened (no cuda tier)");
   TENSORTIER_RETURN_IF_ERROR(device_->make_current());
-  TENSORTIER_RETURN_IF_ERROR(
-      cuda_status(api_, api_.memset_async(to, 0, bytes, device_->compute()), "cudaMemsetAsync"));
-  return device_->synchronize_stream(device_->compute());
+  return cuda_status(api_, api_.memset_async(to, 0, bytes, device_->compute()), "cudaMemsetAsync");
 }
 
 Status CudaTierProvider::host_wait() {

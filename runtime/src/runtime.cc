@@ -550,6 +550,17 @@ Status Runtime::layer_begin(std::string_view name, std::span<const ObjectId> rea
 }
 
 Status Runtime::pin_objects(std::span<const ObjectId> ids, std::span<void*> addresses) {
+  TENSORTIER_RETURN_IF_ERROR(pin_unwaited(ids, addresses));
+  if (layer_clock_ != nullptr) {  // a device tier: kernels queued on these bytes end before host code
+    if (Status waited = tier_provider_->host_wait(); !waited.is_ok()) {
+      unpin_objects(ids);
+      return waited;
+    }
+  }
+  return Status::ok();
+}
+
+Status Runtime::pin_unwaited(std::span<const ObjectId> ids, std::span<void*> addresses) {
   if (addresses.size() != ids.size()) {
     return invalid_argument(
         fmt::format("pin_objects: {} addresses for {} objects", addresses.size(), ids.size()));
@@ -564,12 +575,6 @@ Status Runtime::pin_objects(std::span<const ObjectId> ids, std::span<void*> addr
     move_wait_ns_ += pinned->wait_ns;
   }
   for (std::size_t i = 0; i < ids.size(); ++i) addresses[i] = found[i].address;
-  if (layer_clock_ != nullptr) {  // a device tier: kernels queued on these bytes end before host code
-    if (Status waited = tier_provider_->host_wait(); !waited.is_ok()) {
-      unpin_objects(ids);
-      return waited;
-    }
-  }
   allocator_.drop_shadows(ids);  // host code may write any of them
   {
     // As allocations: the profiler (an observer only while it records) is destroyed under this

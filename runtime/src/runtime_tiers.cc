@@ -89,11 +89,12 @@ Result<profiler::ProfileOptions> profile_for_tiers(profiler::ProfileOptions prof
 }
 
 // Host code's bytes in and out of an object (runtime.h): a copy by the tier provider where the
-// object is in device memory, else memcpy/memset (pin_objects waited for the layers' queued work).
+// object is in device memory (in stream order after the layers' work: no host wait first), else
+// memcpy/memset once the layers' queued work is done.
 Status Runtime::host_bytes(ObjectId id, std::size_t offset, std::size_t bytes, const char* what,
                            const std::function<Status(std::byte* at, bool device)>& copy) {
   void* address = nullptr;
-  TENSORTIER_RETURN_IF_ERROR(pin_objects(std::span<const ObjectId>(&id, 1), std::span<void*>(&address, 1)));
+  TENSORTIER_RETURN_IF_ERROR(pin_unwaited(std::span<const ObjectId>(&id, 1), std::span<void*>(&address, 1)));
   Status status = [&]() -> Status {
     Result<ObjectInfo> info = allocator_.info_by_id(id);
     if (!info) return info.status();
@@ -102,6 +103,7 @@ Status Runtime::host_bytes(ObjectId id, std::size_t offset, std::size_t bytes, c
                                           what, id, info->name, offset, offset + bytes, info->bytes));
     }
     const bool device = allocator_.tier(info->tier).range_kind() == RangeKind::kDevice;
+    if (!device && tier_provider_ != nullptr) TENSORTIER_RETURN_IF_ERROR(tier_provider_->host_wait());
     return copy(static_cast<std::byte*>(address) + offset, device);
   }();
   unpin_objects(std::span<const ObjectId>(&id, 1));

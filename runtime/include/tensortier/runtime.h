@@ -253,7 +253,8 @@ class Runtime {
   // nothing copied), the copy's (the object's bytes are then unchanged or partly written).
   Status write_object(ObjectId id, std::size_t offset, const void* from, std::size_t bytes);
   Status read_object(ObjectId id, std::size_t offset, void* to, std::size_t bytes);
-  // Every byte of the object zero, wherever it lives.
+  // Every byte of the object zero, wherever it lives (in device memory: queued on device_stream(),
+  // not waited for; what is queued after it there, and every later copy of it, sees the zeros).
   Status zero_object(ObjectId id);
   // With a device tier: the stream (a cudaStream_t as a number) that the program queues each
   // layer's kernels on, and host code's on pinned objects, so that moves are ordered after them and
@@ -338,8 +339,11 @@ class Runtime {
   // rates, the allocator made ready for the plan, the plan's summary logged.
   std::optional<std::uint64_t> fast_budget_for(const migrator::PlanInputs& inputs);
   void set_plan_rates(migrator::PlanInputs& inputs) const;
+  // pin_objects without its wait for the device's queued work.
+  Status pin_unwaited(std::span<const ObjectId> ids, std::span<void*> addresses);
   // write_object, read_object, zero_object: pins the object, checks the range, and runs `copy` at
-  // its bytes (device: they are in device memory).
+  // its bytes (device: they are in device memory, reached by the provider's copies in stream
+  // order; else after the device's queued work, by the host).
   Status host_bytes(ObjectId id, std::size_t offset, std::size_t bytes, const char* what,
                     const std::function<Status(std::byte* at, bool device)>& copy);
   void prepare_allocator(std::uint64_t budget);

@@ -67,7 +67,8 @@ class TierProvider {
   virtual std::uintptr_t layer_stream() const { return 0; }
   // Host code's bytes into or out of memory of a tier it opened (`to_device`: host -> tier), for
   // the runtime's write_object and read_object: queued on layer_stream() after the layers' work
-  // and waited for. Also `zero`: `bytes` zero bytes at `to` (from unused).
+  // and waited for. host_zero: `bytes` zero bytes at `to`, queued there and not waited for (what
+  // runs after it on the stream, and copies ordered after the object's use, see the zeros).
   virtual Status host_copy(void* /*to*/, const void* /*from*/, std::size_t /*bytes*/, bool /*to_device*/) {
     return failed_precondition(name() + " copies no host bytes");
   }

@@ -78,7 +78,8 @@ class CudaTierProvider final : public TierProvider {
   std::unique_ptr<LayerClock> layer_clock() override;
   // The device's compute stream.
   std::uintptr_t layer_stream() const override { return device_ ? device_->compute() : 0; }
-  // On the compute stream, then waited for; kFailedPrecondition before the first open.
+  // On the compute stream (host_copy waited for, host_zero not); kFailedPrecondition before the
+  // first open.
   Status host_copy(void* to, const void* from, std::size_t bytes, bool to_device) override;
   Status host_zero(void* to, std::size_t bytes) override;
   Status host_wait() override;
