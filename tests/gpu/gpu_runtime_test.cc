@@ -340,11 +340,11 @@ double virtual_kernel_ms(int layer) {
 // on the compute stream and the copies on the copy streams, ordered only by the events the
 // engine takes from layer_used). Each layer's time in the records and the profile is its kernel's
 // on the device.
-void train_on_device_tiers(const std::string& policy) {
+void train_on_device_tiers(const std::string& policy, const std::string& budget = "40%") {
   SCOPED_TRACE(policy);
   RuntimeOptions options;
   options.policy = policy;
-  options.fast_budget = "40%";
+  options.fast_budget = budget;
   options.trial_steps = 0;
   auto r = fake_runtime("fast=cuda:0:64MiB,slow=pinned:256MiB", options);
   ASSERT_TRUE(r) << r.status().to_string();
@@ -397,7 +397,15 @@ void train_on_device_tiers(const std::string& policy) {
     EXPECT_NEAR(static_cast<double>(l.duration_ns), virtual_kernel_ms(static_cast<int>(l.index)) * 1e6, 1e3)
         << l.index;
   ASSERT_NE(rt.plan(), nullptr) << rt.policy_failure();
-  EXPECT_FALSE(rt.plan()->moves.empty()) << "a budget of 40% must move weights";
+  if (policy == "smartpool") {  // every object at its place in the device arena, none moved
+    EXPECT_TRUE(rt.plan()->moves.empty());
+    EXPECT_GT(rt.plan()->places.fast_bytes, 0u);
+    EXPECT_GT(rt.stats().tiers[0].arena_allocations, 0u) << "births at their places";
+    EXPECT_EQ(rt.stats().tiers[0].place_misses, 0u);
+    EXPECT_EQ(rt.stats().tiers[1].live_bytes, 0u) << "nothing in pinned memory";
+  } else {
+    EXPECT_FALSE(rt.plan()->moves.empty()) << "a budget of 40% must move weights";
+  }
   // (A move may fail on a loaded machine, its place's occupant not gone in time: the object stays,
   // whole, which every layer's check above sees. So failed moves are not counted here.)
   EXPECT_TRUE(fake.races().empty()) << fake.races().size() << " races, e.g. " << fake.races().front();
@@ -409,6 +417,10 @@ TEST(GpuTiers, SentinelMovesDeviceObjectsAndNoCopyRacesALayer) {
 
 TEST(GpuTiers, AutoswapMovesDeviceObjectsAndNoCopyRacesALayer) {
   train_on_device_tiers("autoswap");
+}
+
+TEST(GpuTiers, SmartpoolPlacesDeviceObjectsInOneArena) {
+  train_on_device_tiers("smartpool", "");
 }
 
 // The engine's own account of last uses: a copy from bytes a layer used waits for that layer's
