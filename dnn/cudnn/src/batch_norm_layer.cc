@@ -10,8 +10,6 @@
 namespace tensortier::dnn::cudnn {
 namespace {
 
-#define TT_CUDNN(call) TENSORTIER_RETURN_IF_ERROR(cudnn_status((call), #call))
-
 class BatchNormLayer final : public Layer {
  public:
   BatchNormLayer(const LayerSpec& spec, const BatchNormSpec& bn, Context& context)

@@ -11,8 +11,6 @@
 namespace tensortier::dnn::cudnn {
 namespace {
 
-#define TT_CUDNN(call) TENSORTIER_RETURN_IF_ERROR(cudnn_status((call), #call))
-
 bool math_fits(cudnnMathType_t type, MathMode math) {
   return math == MathMode::kTensorCores || type == CUDNN_DEFAULT_MATH || type == CUDNN_FMA_MATH;
 }

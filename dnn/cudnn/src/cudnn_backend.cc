@@ -11,9 +11,6 @@
 
 namespace tensortier::dnn::cudnn {
 
-#define TT_CUDNN(call) TENSORTIER_RETURN_IF_ERROR(cudnn_status((call), #call))
-#define TT_CUBLAS(call) TENSORTIER_RETURN_IF_ERROR(cublas_status((call), #call))
-
 Result<std::unique_ptr<CudnnBackend>> CudnnBackend::create(Runtime& runtime, BackendOptions options) {
   if (runtime.device_stream() == 0) {
     return failed_precondition(

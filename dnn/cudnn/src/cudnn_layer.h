@@ -37,6 +37,9 @@ struct Context {
 
 // cuBLAS's status as a Status naming the call.
 Status cublas_status(cublasStatus_t status, const char* call);
+// Returns from the enclosing function with the call's error (cudnn_status, cublas_status).
+#define TT_CUDNN(call) TENSORTIER_RETURN_IF_ERROR(::tensortier::dnn::cudnn::cudnn_status((call), #call))
+#define TT_CUBLAS(call) TENSORTIER_RETURN_IF_ERROR(::tensortier::dnn::cudnn::cublas_status((call), #call))
 // A launch's or the runtime's cudaError_t (as an int) as a Status naming the call.
 Status cuda_call_status(int error, const char* call);
 

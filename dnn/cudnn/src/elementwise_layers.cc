@@ -11,8 +11,6 @@
 namespace tensortier::dnn::cudnn {
 namespace {
 
-#define TT_CUDNN(call) TENSORTIER_RETURN_IF_ERROR(cudnn_status((call), #call))
-
 constexpr float kOne = 1, kZero = 0;
 
 Status one_input(const std::string& name, const std::vector<dnnl::memory::desc>& inputs, std::size_t n = 1) {

@@ -9,8 +9,6 @@
 namespace tensortier::dnn::cudnn {
 namespace {
 
-#define TT_CUDNN(call) TENSORTIER_RETURN_IF_ERROR(cudnn_status((call), #call))
-
 class LinearLayer final : public Layer {
  public:
   LinearLayer(const LayerSpec& spec, const LinearSpec& linear, Context& context)
