@@ -111,6 +111,12 @@ class FakeCuda {
     std::lock_guard lock(mutex_);
     gbps_[static_cast<int>(kind)] = gbps;
   }
+  // The host's waits for everything issued on `stream` so far (stream_synchronize).
+  int stream_syncs(StreamHandle stream) const {
+    std::lock_guard lock(mutex_);
+    auto it = stream_syncs_.find(stream);
+    return it == stream_syncs_.end() ? 0 : it->second;
+  }
   // Events recorded on a stream of another device than the event's (CUDA refuses them).
   int wrong_device_records() const {
     std::lock_guard lock(mutex_);
@@ -213,6 +219,7 @@ class FakeCuda {
       const auto lock = get().guard();
       get().host_waits_for(get().streams_[s]);
       get().host_time() = std::max(get().host_time(), get().time_ms_[s]);
+      ++get().stream_syncs_[s];
       return 0;
     };
     api_.stream_wait_event = [](StreamHandle s, EventHandle e) -> CudaStatus {
@@ -378,6 +385,7 @@ class FakeCuda {
   int waits_ = 0;
   std::map<std::uintptr_t, int> device_of_;  // each stream's and event's device (current where made)
   int wrong_device_records_ = 0;
+  std::map<StreamHandle, int> stream_syncs_;
   int copies_[4] = {0, 0, 0, 0};            // by CopyKind
   Clock host_;                              // what host waits have seen completed
   double gbps_[4] = {0, 0, 0, 0};           // by CopyKind: set_copy_gbps

@@ -238,8 +238,16 @@ TEST(GpuTiers, HostCodeWritesAndReadsObjectsInDeviceMemoryThroughCopies) {
   EXPECT_NE(past.message().find("pass its end"), std::string::npos) << past.message();
   EXPECT_EQ(std::memcmp(fake.read_device(o->address, o->bytes).data(), bytes.data(), bytes.size()), 0)
       << "nothing written";
+  // A zero fill is queued after the layers' work, not waited for; host code's pin waits for it.
+  const StreamHandle compute = rt.device_stream();
+  const int syncs = fake.stream_syncs(compute);
   ASSERT_TRUE(rt.zero_object(o->id).is_ok());
+  EXPECT_EQ(fake.stream_syncs(compute), syncs);
   EXPECT_TRUE(holds(o->address, o->bytes, 0));
+  void* pinned_at = nullptr;
+  ASSERT_TRUE(rt.pin_objects(std::span<const ObjectId>(&o->id, 1), std::span<void*>(&pinned_at, 1)).is_ok());
+  EXPECT_EQ(fake.stream_syncs(compute), syncs + 1) << "pin_objects waits for the device's queued work";
+  rt.unpin_objects(std::span<const ObjectId>(&o->id, 1));
   // Moved to pinned memory, the same calls copy on the host.
   ASSERT_TRUE(rt.write_object(o->id, 0, bytes.data(), bytes.size()).is_ok());
   ASSERT_TRUE(rt.move(o->id, 1));
