@@ -20,25 +20,6 @@ using memory = dnnl::memory;
 using tag = dnnl::memory::format_tag;
 using dt = dnnl::memory::data_type;
 
-memory::desc plain(const memory::dims& dims) {
-  const tag t = dims.size() == 4 ? tag::nchw : dims.size() == 2 ? tag::nc : tag::x;
-  return {dims, dt::f32, t};
-}
-
-// `desc`: the layout oneDNN chose; `plain_desc`: PyTorch's layout of the same tensor.
-Status param(Engine& e, const std::string& name, const memory::desc& desc, const memory::desc& plain_desc,
-             Param& p, bool decay = true) {
-  auto value = e.allocate(name, desc, kParams);
-  if (!value) return value.status();
-  auto momentum = e.allocate(name + ".momentum", desc, kOptimizerState);
-  if (!momentum) return momentum.status();
-  p.value = std::move(value).value();
-  p.momentum = std::move(momentum).value();
-  p.plain = plain_desc;
-  p.decay = decay;
-  return Status::ok();
-}
-
 // The scratchpads of a layer's forward, backward-data and backward-weights primitives.
 template <typename Fwd, typename Data, typename Weights>
 void scratchpads(const std::string& layer, const Fwd& fwd, const Data& data, const Weights& weights,
@@ -51,8 +32,8 @@ void scratchpads(const std::string& layer, const Fwd& fwd, const Data& data, con
 // A layer's weight (in oneDNN's layout `w`, PyTorch's `w_plain`) and, where `b` is given, bias.
 Status weight_and_bias(Engine& e, const std::string& layer, const memory::desc& w,
                        const memory::desc& w_plain, const memory::desc* b, Param& weight, Param& bias) {
-  TENSORTIER_RETURN_IF_ERROR(param(e, layer + ".weight", w, w_plain, weight));
-  return b != nullptr ? param(e, layer + ".bias", *b, *b, bias) : Status::ok();
+  TENSORTIER_RETURN_IF_ERROR(make_param(e, layer + ".weight", w, w_plain, weight));
+  return b != nullptr ? make_param(e, layer + ".bias", *b, *b, bias) : Status::ok();
 }
 
 // PyTorch's default init of conv and linear layers: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), drawn in
@@ -75,13 +56,6 @@ Result<memory::desc> guarded(const std::string& layer, F&& body) {
   } catch (const dnnl::error& e) {
     return internal_error(fmt::format("layer '{}': oneDNN cannot build it: {}", layer, e.what()));
   }
-}
-
-Status need_inputs(const std::string& layer, const std::vector<memory::desc>& inputs, std::size_t n) {
-  if (inputs.size() != n) {
-    return invalid_argument(fmt::format("layer '{}' takes {} input(s), got {}", layer, n, inputs.size()));
-  }
-  return Status::ok();
 }
 
 // The primitives a layer built for each input shape it was given (a batch size and its
@@ -385,8 +359,8 @@ class BatchNorm final : public Layer {
       if (scale_.value.empty()) {  // the first shape: parameters and running statistics, made once
         stats_ = train.mean_desc();
         const memory::desc c({d[1]}, dt::f32, tag::x);
-        TENSORTIER_RETURN_IF_ERROR(param(e, name_ + ".weight", c, c, scale_));
-        TENSORTIER_RETURN_IF_ERROR(param(e, name_ + ".bias", c, c, shift_));
+        TENSORTIER_RETURN_IF_ERROR(make_param(e, name_ + ".weight", c, c, scale_));
+        TENSORTIER_RETURN_IF_ERROR(make_param(e, name_ + ".bias", c, c, shift_));
         for (auto [t, suffix] :
              {std::pair{&running_mean_, ".running_mean"}, std::pair{&running_var_, ".running_var"}}) {
           auto r = e.allocate(name_ + suffix, stats_, kParams);
@@ -653,7 +627,7 @@ class Linear final : public Layer {
       const memory::desc w_plain(wd, dt::f32, in.size() == 4 ? tag::oihw : tag::oi);
       const memory::desc b({out_}, dt::f32, tag::x);
       Shape shape;
-      shape.dst = plain({in[0], out_});
+      shape.dst = plain_desc({in[0], out_});
       const auto attr = Engine::user_scratchpad();
       // A later shape (another batch size) keeps the weights' layout of the first.
       const memory::desc weights = first ? any(wd) : weight_.value.desc();
@@ -815,6 +789,31 @@ std::unique_ptr<Layer> make_onednn_layer(const LayerSpec& spec) {
     std::unique_ptr<Layer> operator()(const AddSpec&) const { return std::make_unique<Add>(name); }
   };
   return std::visit(Make{spec.name}, spec.kind);
+}
+
+memory::desc plain_desc(const memory::dims& dims) {
+  const tag t = dims.size() == 4 ? tag::nchw : dims.size() == 2 ? tag::nc : tag::x;
+  return {dims, dt::f32, t};
+}
+
+Status make_param(Engine& e, const std::string& name, const memory::desc& desc, const memory::desc& plain,
+                  Param& p, bool decay) {
+  auto value = e.allocate(name, desc, kParams);
+  if (!value) return value.status();
+  auto momentum = e.allocate(name + ".momentum", desc, kOptimizerState);
+  if (!momentum) return momentum.status();
+  p.value = std::move(value).value();
+  p.momentum = std::move(momentum).value();
+  p.plain = plain;
+  p.decay = decay;
+  return Status::ok();
+}
+
+Status need_inputs(const std::string& layer, const std::vector<memory::desc>& inputs, std::size_t n) {
+  if (inputs.size() != n) {
+    return invalid_argument(fmt::format("layer '{}' takes {} input(s), got {}", layer, n, inputs.size()));
+  }
+  return Status::ok();
 }
 
 std::vector<float> uniform_init_values(std::size_t count, std::size_t fan_in, std::uint64_t seed,

@@ -3,8 +3,6 @@
 // released at the end of backward) and updates the running statistics as PyTorch does (momentum,
 // unbiased variance); ForwardInference when not training; Backward gives the input's, scale's
 // and shift's gradients.
-#include <fmt/format.h>
-
 #include "cudnn_layer.h"
 
 namespace tensortier::dnn::cudnn {
@@ -16,15 +14,15 @@ class BatchNormLayer final : public Layer {
       : Layer(spec.name), spec_(bn), context_(context) {}
 
   Result<dnnl::memory::desc> build(Engine& e, const std::vector<dnnl::memory::desc>& inputs) override {
-    if (inputs.size() != 1) return invalid_argument(fmt::format("layer '{}' takes 1 input", name_));
-    const Dims in = dims_of(inputs[0]);
+    TENSORTIER_RETURN_IF_ERROR(need_inputs(name_, inputs, 1));
+    const Dims in = inputs[0].dims();
     auto d = batch_norm_descriptors(in);
     if (!d) return d.status();
     d_ = std::move(d).value();
     if (scale_.value.empty()) {
       const std::int64_t c = in[1];
-      TENSORTIER_RETURN_IF_ERROR(make_param(e, name_ + ".weight", {c}, scale_));
-      TENSORTIER_RETURN_IF_ERROR(make_param(e, name_ + ".bias", {c}, shift_));
+      TENSORTIER_RETURN_IF_ERROR(plain_param(e, name_ + ".weight", {c}, scale_));
+      TENSORTIER_RETURN_IF_ERROR(plain_param(e, name_ + ".bias", {c}, shift_));
       for (auto [t, suffix] :
            {std::pair{&running_mean_, ".running_mean"}, std::pair{&running_var_, ".running_var"}}) {
         auto r = e.allocate(name_ + suffix, plain_desc({c}), kParams);

@@ -34,8 +34,8 @@ class ConvLayer final : public Layer {
       : Layer(spec.name), spec_(conv), context_(context) {}
 
   Result<dnnl::memory::desc> build(Engine& e, const std::vector<dnnl::memory::desc>& inputs) override {
-    if (inputs.size() != 1) return invalid_argument(fmt::format("layer '{}' takes 1 input", name_));
-    const Dims in = dims_of(inputs[0]);
+    TENSORTIER_RETURN_IF_ERROR(need_inputs(name_, inputs, 1));
+    const Dims in = inputs[0].dims();
     if (auto found = shapes_.find(in); found != shapes_.end()) {
       current_ = &found->second;
       return current_->output;
@@ -50,9 +50,10 @@ class ConvLayer final : public Layer {
     TENSORTIER_RETURN_IF_ERROR(choose_algorithms(shape));
     if (weight_.value.empty()) {
       fan_in_ = static_cast<std::size_t>(in[1]) * static_cast<std::size_t>(spec_.kernel * spec_.kernel);
-      TENSORTIER_RETURN_IF_ERROR(
-          make_param(e, name_ + ".weight", {spec_.out_channels, in[1], spec_.kernel, spec_.kernel}, weight_));
-      if (spec_.bias) TENSORTIER_RETURN_IF_ERROR(make_param(e, name_ + ".bias", {spec_.out_channels}, bias_));
+      TENSORTIER_RETURN_IF_ERROR(plain_param(
+          e, name_ + ".weight", {spec_.out_channels, in[1], spec_.kernel, spec_.kernel}, weight_));
+      if (spec_.bias)
+        TENSORTIER_RETURN_IF_ERROR(plain_param(e, name_ + ".bias", {spec_.out_channels}, bias_));
     }
     current_ = &shapes_.emplace(in, std::move(shape)).first->second;
     return current_->output;

@@ -28,19 +28,6 @@ Status cuda_call_status(int error, const char* call) {
   return internal_error(text);
 }
 
-memory::desc plain_desc(const Dims& dims) {
-  const memory::dims d(dims.begin(), dims.end());
-  const memory::format_tag tag = dims.size() == 4   ? memory::format_tag::nchw
-                                 : dims.size() == 2 ? memory::format_tag::nc
-                                                    : memory::format_tag::x;
-  return {d, memory::data_type::f32, tag};
-}
-
-Dims dims_of(const memory::desc& desc) {
-  const memory::dims d = desc.dims();
-  return {d.begin(), d.end()};
-}
-
 Status device_layer(Engine& engine, std::string_view name, const std::vector<const Tensor*>& reads,
                     const std::vector<const Tensor*>& writes, const std::function<Status()>& body) {
   std::vector<const Tensor*> r, w;
@@ -59,17 +46,9 @@ Result<Tensor> workspace(Engine& engine, const std::string& name, std::size_t by
   return engine.allocate(name, plain_desc({floats}), kScratchpads, /*zero=*/false);
 }
 
-Status make_param(Engine& engine, const std::string& name, const Dims& dims, Param& p, bool decay) {
-  const memory::desc desc = plain_desc(dims);
-  auto value = engine.allocate(name, desc, kParams);
-  if (!value) return value.status();
-  auto momentum = engine.allocate(name + ".momentum", desc, kOptimizerState);
-  if (!momentum) return momentum.status();
-  p.value = std::move(value).value();
-  p.momentum = std::move(momentum).value();
-  p.plain = desc;
-  p.decay = decay;
-  return Status::ok();
+Status plain_param(Engine& engine, const std::string& name, const Dims& dims, Param& p) {
+  const dnnl::memory::desc desc = plain_desc(dims);
+  return make_param(engine, name, desc, desc, p);
 }
 
 Status set_param(Engine& engine, Param& p, const std::vector<float>& values) {

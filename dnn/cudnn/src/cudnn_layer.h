@@ -43,9 +43,7 @@ Status cublas_status(cublasStatus_t status, const char* call);
 // A launch's or the runtime's cudaError_t (as an int) as a Status naming the call.
 Status cuda_call_status(int error, const char* call);
 
-// The layouts this backend gives tensors: plain nchw (4-D), nc (2-D), x (1-D) float32.
-dnnl::memory::desc plain_desc(const Dims& dims);
-Dims dims_of(const dnnl::memory::desc& desc);
+// Tensors here are laid out plain (plain_desc, layers.h), as cuDNN's NCHW descriptors describe them.
 
 // The layer's device work as runtime layer `name`: marks it with these tensors (null entries
 // skipped), then runs `body`, which queues its calls on the device stream; an error from body is
@@ -57,8 +55,8 @@ Status device_layer(Engine& engine, std::string_view name, const std::vector<con
 // context's is counted. Released by the caller after its layer.
 Result<Tensor> workspace(Engine& engine, const std::string& name, std::size_t bytes);
 
-// A parameter (value and momentum, zero) of `dims` in the plain layout, as the CPU backend's.
-Status make_param(Engine& engine, const std::string& name, const Dims& dims, Param& p, bool decay = true);
+// A parameter (value and momentum, zero) of `dims` in the plain layout (make_param, layers.h).
+Status plain_param(Engine& engine, const std::string& name, const Dims& dims, Param& p);
 // Its values from the host (PyTorch's init drawn on the host, copied in).
 Status set_param(Engine& engine, Param& p, const std::vector<float>& values);
 // Conv and linear: the weight and the bias (null: none) of `layer` drawn as the CPU backend draws

@@ -13,17 +13,12 @@ namespace {
 
 constexpr float kOne = 1, kZero = 0;
 
-Status one_input(const std::string& name, const std::vector<dnnl::memory::desc>& inputs, std::size_t n = 1) {
-  if (inputs.size() == n) return Status::ok();
-  return invalid_argument(fmt::format("layer '{}' takes {} input(s), got {}", name, n, inputs.size()));
-}
-
 class ReluLayer final : public Layer {
  public:
   ReluLayer(const LayerSpec& spec, Context& context) : Layer(spec.name), context_(context) {}
   Result<dnnl::memory::desc> build(Engine& /*e*/, const std::vector<dnnl::memory::desc>& inputs) override {
-    TENSORTIER_RETURN_IF_ERROR(one_input(name_, inputs));
-    auto d = relu_descriptors(dims_of(inputs[0]));
+    TENSORTIER_RETURN_IF_ERROR(need_inputs(name_, inputs, 1));
+    auto d = relu_descriptors(inputs[0].dims());
     if (!d) return d.status();
     d_ = std::move(d).value();
     return inputs[0];
@@ -59,11 +54,11 @@ class PoolLayer final : public Layer {
   PoolLayer(const LayerSpec& spec, const PoolSpec& pool, Context& context)
       : Layer(spec.name), spec_(pool), context_(context) {}
   Result<dnnl::memory::desc> build(Engine& /*e*/, const std::vector<dnnl::memory::desc>& inputs) override {
-    TENSORTIER_RETURN_IF_ERROR(one_input(name_, inputs));
-    auto d = pool_descriptors(spec_, dims_of(inputs[0]));
+    TENSORTIER_RETURN_IF_ERROR(need_inputs(name_, inputs, 1));
+    auto d = pool_descriptors(spec_, inputs[0].dims());
     if (!d) return d.status();
     d_ = std::move(d).value();
-    auto out = cudnn::dims_of(d_.y);
+    auto out = dims_of(d_.y);
     if (!out) return out.status();
     return plain_desc(out.value());
   }
@@ -97,10 +92,10 @@ class AddLayer final : public Layer {
  public:
   AddLayer(const LayerSpec& spec, Context& context) : Layer(spec.name), context_(context) {}
   Result<dnnl::memory::desc> build(Engine& /*e*/, const std::vector<dnnl::memory::desc>& inputs) override {
-    TENSORTIER_RETURN_IF_ERROR(one_input(name_, inputs, 2));
+    TENSORTIER_RETURN_IF_ERROR(need_inputs(name_, inputs, 2));
     if (inputs[0].dims() != inputs[1].dims())
       return invalid_argument(fmt::format("layer '{}' adds two tensors of different shapes", name_));
-    auto d = add_descriptors(dims_of(inputs[0]));
+    auto d = add_descriptors(inputs[0].dims());
     if (!d) return d.status();
     d_ = std::move(d).value();
     return inputs[0];

@@ -2,8 +2,6 @@
 // (row-major N x F input, O x F weights as PyTorch's, N x O output), the bias added by
 // cudnnAddTensor and its gradient summed over the batch by cudnnConvolutionBackwardBias (the
 // output seen as N,O,1,1), which needs no vector of ones.
-#include <fmt/format.h>
-
 #include "cudnn_layer.h"
 
 namespace tensortier::dnn::cudnn {
@@ -15,8 +13,8 @@ class LinearLayer final : public Layer {
       : Layer(spec.name), spec_(linear), context_(context) {}
 
   Result<dnnl::memory::desc> build(Engine& e, const std::vector<dnnl::memory::desc>& inputs) override {
-    if (inputs.size() != 1) return invalid_argument(fmt::format("layer '{}' takes 1 input", name_));
-    const Dims in = dims_of(inputs[0]);
+    TENSORTIER_RETURN_IF_ERROR(need_inputs(name_, inputs, 1));
+    const Dims in = inputs[0].dims();
     std::int64_t features = 1;
     for (std::size_t k = 1; k < in.size(); ++k) features *= in[k];
     auto gemms = linear_gemms(in[0], features, spec_.out_features);
@@ -27,9 +25,9 @@ class LinearLayer final : public Layer {
     y_ = std::move(y).value();
     if (weight_.value.empty()) {
       fan_in_ = static_cast<std::size_t>(features);
-      TENSORTIER_RETURN_IF_ERROR(make_param(e, name_ + ".weight", {spec_.out_features, features}, weight_));
+      TENSORTIER_RETURN_IF_ERROR(plain_param(e, name_ + ".weight", {spec_.out_features, features}, weight_));
       if (spec_.bias) {
-        TENSORTIER_RETURN_IF_ERROR(make_param(e, name_ + ".bias", {spec_.out_features}, bias_));
+        TENSORTIER_RETURN_IF_ERROR(plain_param(e, name_ + ".bias", {spec_.out_features}, bias_));
         auto b = tensor_descriptor({1, spec_.out_features, 1, 1});
         if (!b) return b.status();
         bias_desc_ = std::move(b).value();

@@ -96,6 +96,15 @@ class Layer {
   std::string name_;
 };
 
+// What every backend's layers share:
+// The plain layout of `dims` (nchw for 4-D, nc for 2-D, x for 1-D), float32: PyTorch's.
+dnnl::memory::desc plain_desc(const dnnl::memory::dims& dims);
+// A parameter's value and momentum (zero), laid out as `desc`; `plain`: PyTorch's layout of it.
+Status make_param(Engine& engine, const std::string& name, const dnnl::memory::desc& desc,
+                  const dnnl::memory::desc& plain, Param& p, bool decay = true);
+// Errors where layer `layer` is built with other than `n` inputs, naming it.
+Status need_inputs(const std::string& layer, const std::vector<dnnl::memory::desc>& inputs, std::size_t n);
+
 // PyTorch's default init of conv and linear parameters: `count` values U(-1/sqrt(fan_in),
 // 1/sqrt(fan_in)) for parameter `name` from `seed`, in the plain layout; every backend draws these.
 std::vector<float> uniform_init_values(std::size_t count, std::size_t fan_in, std::uint64_t seed,
