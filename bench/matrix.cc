@@ -21,7 +21,7 @@ nlohmann::json to_json(const MatrixConfig& c) {
               {"width", c.width},         {"steps", c.steps},           {"warmup", c.warmup},
               {"reps", c.reps},           {"numactl", c.numactl},       {"fast_node", c.fast_node},
               {"slow_node", c.slow_node}, {"emulate_as", c.emulate_as}, {"trace_policy", c.trace_policy},
-              {"mover_cpu", c.mover_cpu}};
+              {"mover_cpu", c.mover_cpu}, {"backend", c.backend}};
 }
 
 Result<MatrixConfig> config_from_json(const nlohmann::json& j) {
@@ -43,6 +43,7 @@ Result<MatrixConfig> config_from_json(const nlohmann::json& j) {
     j.at("emulate_as").get_to(c.emulate_as);
     j.at("trace_policy").get_to(c.trace_policy);
     c.mover_cpu = j.value("mover_cpu", -1);  // results written before --mover-core have none
+    c.backend = j.value("backend", "cpu");   // nor before --backend
     return c;
   } catch (const json::exception& e) {
     return invalid_argument(fmt::format("a matrix config that is not tensortier-bench's: {}", e.what()));
@@ -299,6 +300,7 @@ nlohmann::json summarize(const MatrixConfig& c, const nlohmann::json& tasks) {
           for (auto& [k, values] : v) cell[k] = median(values);
           ratio_of[policy] = cell["ratio"].get<double>();
           if (c.mover_cpu >= 0) cell["mover_cpu"] = c.mover_cpu;
+          if (c.backend != "cpu") cell["backend"] = c.backend;
           cells.push_back(std::move(cell));
         }
         // Penalty shares: how much of slow-only's penalty a policy pays.
@@ -348,8 +350,11 @@ nlohmann::json summarize(const MatrixConfig& c, const nlohmann::json& tasks) {
       }
     }
   }
-  return json{
-      {"cells", cells}, {"numactl", numactl}, {"emulation_checks", checks}, {"mover_cpu", c.mover_cpu}};
+  return json{{"cells", cells},
+              {"numactl", numactl},
+              {"emulation_checks", checks},
+              {"mover_cpu", c.mover_cpu},
+              {"backend", c.backend}};
 }
 
 std::string markdown_tables(const nlohmann::json& summary) {
@@ -366,6 +371,12 @@ std::string markdown_tables(const nlohmann::json& summary) {
     at[row][p] = cell;
   }
   std::string out;
+  if (const std::string backend = summary.value("backend", "cpu"); backend != "cpu") {
+    out += fmt::format(
+        "**Backend {}**: every policy's layers (fast-only's too) as cuDNN and cuBLAS calls on the GPU; the "
+        "tiers are the GPU's (device memory, pinned host memory), moves copies over its link.\n\n",
+        backend);
+  }
   if (const int cpu = summary.value("mover_cpu", -1); cpu >= 0) {
     out += fmt::format(
         "**Mover core**: the mover on CPU {} alone, the layers' threads (every policy's and fast-only's) on "

@@ -50,6 +50,9 @@ struct MatrixConfig {
   // fast-only's too) on the process's other CPUs, plans weighing moves without the mover's CPU.
   // -1: the default, the mover among the layers' threads on every core.
   int mover_cpu = -1;
+  // What computes the layers (dnn/backend_by_name.h): cpu (oneDNN), or cuda (cuDNN on a GPU, with
+  // specs that hold a cuda tier; no numactl rows and no emulation check, which are about host memory).
+  std::string backend = "cpu";
 };
 
 nlohmann::json to_json(const MatrixConfig& config);

@@ -36,8 +36,10 @@
 #include "migration_stats.h"
 #include "stats.h"
 #include "tensortier/allocator/cost_model.h"
+#include "tensortier/allocator/tier_spec.h"
 #include "tensortier/allocator/topology.h"
 #include "tensortier/cli/runtime_flags.h"
+#include "tensortier/dnn/backend_by_name.h"
 #include "tensortier/dnn/data.h"
 #include "tensortier/dnn/models.h"
 #include "tensortier/timeline.h"
@@ -85,6 +87,7 @@ class OccupancyRecorder final : public StepObserver {
 struct PolicyRun {
   std::string policy;
   std::unique_ptr<Runtime> runtime;
+  std::unique_ptr<Backend> backend;  // null: the CPU backend; outlives the engine
   Engine engine;
   std::unique_ptr<Network> net;
   std::unique_ptr<BatchIterator> batches;
@@ -117,9 +120,22 @@ Result<json> run_task(const MatrixConfig& c, const Task& task, const fs::path& o
     if (!rt)
       return Status(rt.status().code(),
                     fmt::format("--tiers '{}' --policy {}: {}", task.spec, policy, rt.status().message()));
-    Engine engine(*rt.value());
-    runs.push_back(PolicyRun{
-        policy, std::move(rt).value(), std::move(engine), nullptr, nullptr, {}, {}, {}, {}, {}, {}, {}});
+    auto backend = make_backend(c.backend, *rt.value());
+    if (!backend) return backend.status();
+    Engine engine = backend.value() ? Engine(*rt.value(), *backend.value()) : Engine(*rt.value());
+    runs.push_back(PolicyRun{policy,
+                             std::move(rt).value(),
+                             std::move(backend).value(),
+                             std::move(engine),
+                             nullptr,
+                             nullptr,
+                             {},
+                             {},
+                             {},
+                             {},
+                             {},
+                             {},
+                             {}});
   }
   for (PolicyRun& r : runs) {
     auto net = make_model(task.model, {10, c.width});
@@ -393,16 +409,74 @@ struct Cli {
   std::string trace_policy = "sentinel";
   int max_tasks = 0;
   bool mover_core = false;
+  std::string backend = "cpu";
 };
+
+// A task's policies run side by side in one process, a runtime each: a cuda tier without a size
+// (90% of the device's free memory) would leave nothing to the second.
+Status cuda_tier_sized(const std::string& spec) {
+  auto configs = parse_tier_spec(spec);
+  if (!configs) return Status::ok();  // Runtime::create names what is wrong with it
+  for (const TierConfig& t : configs.value()) {
+    if (t.kind == TierKind::kCuda && t.budget_bytes == 0)
+      return invalid_argument(fmt::format(
+          "--tiers '{}': give the cuda tier a size (e.g. {}=cuda:{}:12GiB): a task's policies run side by "
+          "side in one process, each with its own arena on the device, so all of them must fit it",
+          spec, t.name, t.cuda_device));
+  }
+  return Status::ok();
+}
+
+// The tier specs a matrix runs on: --tiers as given, else one per emulated preset (host memory:
+// the cpu backend's only). Each must open here, and take the backend: a node the machine lacks, a
+// pmem directory that is not there, a cuda backend without a cuda tier are named now, not after an
+// hour of other cells.
+Result<std::vector<std::string>> tier_specs(const Cli& cli) {
+  const bool quick = cli.mode == "quick";
+  std::vector<std::string> specs = cli.tiers;
+  if (!specs.empty() && !cli.presets.empty()) return invalid_argument("give --tiers or --presets, not both");
+  if (specs.empty() && cli.backend != "cpu")
+    return invalid_argument(
+        fmt::format("--backend {}: give --tiers with the GPU's tiers, e.g. --tiers "
+                    "fast=cuda:0:12GiB,slow=pinned:16GiB (the emulated presets are host memory)",
+                    cli.backend));
+  if (specs.empty()) {
+    for (const std::string& preset : bench::split_list(!cli.presets.empty() ? cli.presets
+                                                       : quick              ? "optane-server"
+                                                                            : "optane-server,optane,cxl")) {
+      if (auto p = find_preset(preset); !p)
+        return invalid_argument(fmt::format("--presets: {}", p.status().message()));
+      specs.push_back(fmt::format("fast=dram,slow=emulated:{}", preset));
+    }
+  }
+  for (const std::string& spec : specs) {
+    if (Status sized = cuda_tier_sized(spec); !sized.is_ok()) return sized;
+    RuntimeOptions options(spec);
+    options.profile.enabled = false;
+    auto rt = Runtime::create(options);
+    if (!rt) return invalid_argument(fmt::format("--tiers '{}': {}", spec, rt.status().message()));
+    if (rt.value()->tier_count() < 2)
+      return invalid_argument(fmt::format("--tiers '{}': a matrix needs a fast and a slow tier", spec));
+    if (auto backend = make_backend(cli.backend, *rt.value()); !backend)
+      return Status(backend.status().code(), fmt::format("--tiers '{}' --backend {}: {}", spec, cli.backend,
+                                                         backend.status().message()));
+  }
+  return specs;
+}
 
 // The matrix the command line asks for, with every name checked before anything runs.
 Result<MatrixConfig> matrix_from(const Cli& cli) {
   MatrixConfig c;
   const bool quick = cli.mode == "quick";
   c.models = bench::split_list(!cli.models.empty() ? cli.models : "resnet18,vgg11");
-  c.budgets = bench::split_list(!cli.budgets.empty() ? cli.budgets : quick ? "100%,20%" : "100%,50%,20%,10%");
+  c.backend = cli.backend;
+  c.budgets = bench::split_list(!cli.budgets.empty() ? cli.budgets
+                                : c.backend != "cpu" ? "100%,70%,50%"  // AutoSwap's (arXiv 1903.06631)
+                                : quick              ? "100%,20%"
+                                                     : "100%,50%,20%,10%");
   c.policies = bench::split_list(
       !cli.policies.empty() ? cli.policies
+      : c.backend != "cpu"  ? "fast-only,smartpool,autoswap,sentinel,oracle"  // the GPU's: no page faults
       : quick               ? "fast-only,slow-only,first-touch,reactive,autoswap,sentinel,oracle"
               : "fast-only,slow-only,first-touch,interleave,reactive,reactive-2m,autoswap,sentinel,oracle");
   c.batch = cli.batch;
@@ -446,31 +520,17 @@ Result<MatrixConfig> matrix_from(const Cli& cli) {
   }
   if (c.models.empty() || c.budgets.empty())
     return invalid_argument("--models and --budgets need at least one entry");
-  // Tier specs: --tiers as given, else one per emulated preset.
-  c.specs = cli.tiers;
-  if (c.specs.empty()) {
-    for (const std::string& preset : bench::split_list(!cli.presets.empty() ? cli.presets
-                                                       : quick              ? "optane-server"
-                                                                            : "optane-server,optane,cxl")) {
-      if (auto p = find_preset(preset); !p)
-        return invalid_argument(fmt::format("--presets: {}", p.status().message()));
-      c.specs.push_back(fmt::format("fast=dram,slow=emulated:{}", preset));
-    }
-  } else if (!cli.presets.empty()) {
-    return invalid_argument("give --tiers or --presets, not both");
-  }
-  // Each spec must open here: parse it and open its tiers (a node the machine lacks, a pmem
-  // directory that is not there are named now, not after an hour of other cells).
-  for (const std::string& spec : c.specs) {
-    RuntimeOptions options(spec);
-    options.profile.enabled = false;
-    auto rt = Runtime::create(options);
-    if (!rt) return invalid_argument(fmt::format("--tiers '{}': {}", spec, rt.status().message()));
-    if (rt.value()->tier_count() < 2)
-      return invalid_argument(fmt::format("--tiers '{}': a matrix needs a fast and a slow tier", spec));
-  }
-  // Real-machine extras: numactl rows and the emulation check, where a spec has a real slow tier.
-  const std::string real = bench::first_real_spec(c.specs);
+  if (c.backend != "cpu" && (cli.numactl == "on" || (cli.emulate_as != "auto" && cli.emulate_as != "none")))
+    return invalid_argument(fmt::format(
+        "--backend {}: the numactl rows and the emulation check are about host memory; leave --numactl "
+        "and --emulate-as out",
+        c.backend));
+  auto specs = tier_specs(cli);
+  if (!specs) return specs.status();
+  c.specs = std::move(specs).value();
+  // Real-machine extras: numactl rows and the emulation check, where a spec has a real slow tier
+  // of host memory (not with a GPU backend, whose tensors live on the GPU's tiers).
+  const std::string real = c.backend == "cpu" ? bench::first_real_spec(c.specs) : "";
   if (!cli.numactl_nodes.empty()) {
     const auto nodes = bench::split_list(cli.numactl_nodes);
     if (nodes.size() != 2 || nodes[0].find_first_not_of("0123456789") != std::string::npos ||
@@ -786,6 +846,7 @@ int main(int argc, char** argv) {
                  "The policy whose step is traced (first model and spec, last budget)")
       ->capture_default_str();
   app.add_flag("--no-plots", cli.no_plots, "Do not draw the PNGs");
+  tensortier::cli::add_backend_flag(app, cli.backend);
   app.add_flag(
       "--mover-core", cli.mover_core,
       "The mover on the last CPU of this process's alone, every policy's layers (fast-only's too) on "

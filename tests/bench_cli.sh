@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tensortier-bench end to end on a tiny matrix (MLP, emulated optane-server):
 #   1. bad input (unknown model, unknown policy, a budget over 100% or with no unit, a tier spec
-#      this machine cannot open) is refused before anything runs, naming it, and writes no results;
+#      this machine cannot open, a GPU backend without the GPU's tiers) is refused before anything
+#      runs, naming it, and writes no results;
 #   2. a run interrupted after 2 of 4 tasks (--max-tasks, as a kill between tasks would leave
 #      it) is finished by the same command, which runs the other 2 only;
 #   3. every output is written: results.json/.csv, table.md, trace.json and the PNGs;
@@ -31,6 +32,15 @@ refused "--budgets '150%': a share of the profiled peak is a number above 0 and 
 refused "--budgets '20': a number needs a unit" "${small[@]}" --models mlp --budgets 20
 refused "--tiers 'fast=dram,slow=numa:7'" "${small[@]}" --models mlp --tiers fast=dram,slow=numa:7
 refused "--numactl on: every spec is emulated" "${small[@]}" --models mlp --numactl on
+# --backend cuda: the GPU's tiers, sized, no host-memory extras; a spec without a cuda tier is
+# refused by the backend (or, in a build without the GPU backend, by the build).
+refused "--backend cuda: give --tiers with the GPU's tiers" "${small[@]}" --models mlp --backend cuda
+refused "give the cuda tier a size (e.g. fast=cuda:0:12GiB)" "${small[@]}" --models mlp --backend cuda \
+  --tiers fast=cuda:0,slow=pinned:1GiB
+refused "--tiers 'fast=dram:1GiB,slow=emulated:optane:1GiB' --backend cuda: " "${small[@]}" --models mlp \
+  --backend cuda --tiers fast=dram:1GiB,slow=emulated:optane:1GiB
+refused "--backend cuda: the numactl rows and the emulation check are about host memory" "${small[@]}" \
+  --models mlp --backend cuda --tiers fast=cuda:0:1GiB,slow=pinned:1GiB --numactl on
 
 # 2. Interrupted after two tasks, then finished by the same command.
 rc=0

@@ -47,14 +47,18 @@ TEST(BenchMatrix, ConfigAndTasksRoundTripThroughJson) {
   c.slow_node = 1;
   c.emulate_as = "remote-numa";
   c.mover_cpu = 3;
+  c.backend = "cuda";
   auto back = config_from_json(to_json(c));
   ASSERT_TRUE(back.is_ok());
   EXPECT_EQ(to_json(back.value()), to_json(c));
   EXPECT_EQ(back->mover_cpu, 3);
+  EXPECT_EQ(back->backend, "cuda");
   json before = to_json(c);
   before.erase("mover_cpu");  // results written before --mover-core
+  before.erase("backend");    // and before --backend
   ASSERT_TRUE(config_from_json(before).is_ok());
   EXPECT_EQ(config_from_json(before)->mover_cpu, -1);
+  EXPECT_EQ(config_from_json(before)->backend, "cpu");
   for (const Task& t : expand(c)) {
     auto tb = task_from_json(to_json(t));
     ASSERT_TRUE(tb.is_ok());
@@ -236,6 +240,28 @@ TEST(BenchMatrix, EmulatedCellsNameTheirPresetAndMissingRunsLeaveNoCell) {
   EXPECT_NE(markdown_tables(s).find("emulated cxl"), std::string::npos);
   EXPECT_EQ(markdown_tables(s).find("Mover core"), std::string::npos) << "not a mover-core run";
   EXPECT_TRUE(summarize(c, json::object()).at("cells").empty());
+}
+
+// A --backend cuda run says so above its tables and in every cell; a cpu run says nothing of it.
+TEST(BenchMatrix, ACudaBackendRunIsLabelledInTablesAndCells) {
+  MatrixConfig c = small_matrix();
+  c.models = {"mlp"};
+  c.budgets = {"70%"};
+  c.specs = {"fast=cuda:0,slow=pinned:4GiB"};
+  c.policies = {"fast-only", "autoswap"};
+  c.reps = 1;
+  c.backend = "cuda";
+  json tasks = json::object();
+  const std::vector<Task> all = expand(c);
+  tasks[all[0].id] = task_result(all[0], {{"fast-only", 10}, {"autoswap", 11}});
+  const json s = summarize(c, tasks);
+  ASSERT_FALSE(s.at("cells").empty());
+  for (const json& cell : s.at("cells")) EXPECT_EQ(cell.value("backend", ""), "cuda");
+  EXPECT_NE(markdown_tables(s).find("**Backend cuda**"), std::string::npos) << markdown_tables(s);
+  c.backend = "cpu";
+  const json cpu = summarize(c, tasks);
+  for (const json& cell : cpu.at("cells")) EXPECT_FALSE(cell.contains("backend"));
+  EXPECT_EQ(markdown_tables(cpu).find("**Backend"), std::string::npos);
 }
 
 // A --mover-core run says so above its tables and in every cell and CSV row (its figures are

@@ -21,15 +21,11 @@
 #include "tensortier/allocator/tier_spec.h"
 #include "tensortier/cli/memory_flags.h"
 #include "tensortier/cli/runtime_flags.h"
-#include "tensortier/dnn/backend.h"
+#include "tensortier/dnn/backend_by_name.h"
 #include "tensortier/dnn/data.h"
 #include "tensortier/dnn/models.h"
 #include "tensortier/migrator/plan.h"
 #include "tensortier/timeline.h"
-
-#ifdef TENSORTIER_WITH_CUDNN
-#include "tensortier/dnn/cudnn/cudnn_backend.h"
-#endif
 
 namespace {
 
@@ -180,10 +176,7 @@ void add_training_flags(CLI::App& app, Options& o) {
   app.add_option("--width", o.width, "Channels of the first stage (VGG, ResNet), hidden units/4 (MLP)")
       ->check(CLI::Range(1, 65536))
       ->capture_default_str();
-  app.add_option("--backend", o.backend,
-                 "Layers on: cpu (oneDNN) or cuda (cuDNN and cuBLAS on a GPU; give a cuda tier in --tiers)")
-      ->check(CLI::IsMember({"cpu", "cuda"}))
-      ->capture_default_str();
+  cli::add_backend_flag(app, o.backend);
   app.add_option("--conv", o.conv,
                  "Convolutions: auto (oneDNN's Winograd kernels where they pay, else direct) or direct")
       ->capture_default_str();
@@ -317,23 +310,6 @@ struct Run {
   std::unique_ptr<TimelineRecorder> timeline;
   std::string policy;
 };
-
-// The backend --backend names: null for the CPU's (cpu_backend()); the cuDNN one on the runtime's
-// device where this build has it.
-Result<std::unique_ptr<Backend>> make_backend(const std::string& name, Runtime& runtime) {
-  if (name == "cpu") return std::unique_ptr<Backend>();
-#ifdef TENSORTIER_WITH_CUDNN
-  auto cuda = cudnn::CudnnBackend::create(runtime);
-  if (!cuda) return cuda.status();
-  return std::unique_ptr<Backend>(std::move(cuda).value());
-#else
-  (void)runtime;
-  return unavailable(
-      "--backend cuda: this build of tensortier has no GPU backend (it was built without the CUDA toolkit "
-      "and "
-      "cuDNN: TENSORTIER_GPU); use --backend cpu");
-#endif
-}
 
 Result<Run> make_run(const Options& o, const std::string& policy, const Dataset& train) {
   Run run;

@@ -39,6 +39,15 @@ inline CLI::Option* add_tiers_flag(CLI::App& app, std::vector<std::string>& spec
       ->check(non_empty_spec, "SPEC");
 }
 
+// --backend NAME: what computes the layers (dnn/backend_by_name.h makes it).
+inline CLI::Option* add_backend_flag(CLI::App& app, std::string& backend) {
+  return app
+      .add_option("--backend", backend,
+                  "Layers on: cpu (oneDNN) or cuda (cuDNN and cuBLAS on a GPU; give a cuda tier in --tiers)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+}
+
 // --policy NAME: the migration policy from the step after the profiled one.
 inline CLI::Option* add_policy_flag(CLI::App& app, std::string& policy) {
   return app.add_option("--policy", policy,

@@ -1,0 +1,29 @@
+// The backends a program's --backend flag names: "cpu" (oneDNN, cpu_backend()) and "cuda" (cuDNN
+// and cuBLAS, dnn/cudnn/cudnn_backend.h, where this build has the GPU backend). One place, so that
+// tensortier-train and tensortier-bench accept the same names and say the same things.
+//
+// Ownership: make_backend's result is the caller's; it borrows the runtime, which must outlive it.
+// Thread safety: free functions; make_backend as CudnnBackend::create.
+#pragma once
+
+#include <memory>
+#include <string_view>
+
+#include "tensortier/dnn/backend.h"
+#include "tensortier/runtime.h"
+
+namespace tensortier::dnn {
+
+// "cpu, cuda": for help texts and errors.
+inline constexpr std::string_view kBackendNames = "cpu, cuda";
+
+// Whether this build has the cuda backend (the GPU backend was built: TENSORTIER_GPU).
+bool cuda_backend_built();
+
+// The backend named, on `runtime`: null for "cpu" (an Engine without a backend uses cpu_backend());
+// the cuDNN backend on the runtime's device tier for "cuda". Errors: kInvalidArgument for another
+// name; kUnavailable where this build has no cuda backend; CudnnBackend::create's (no device tier
+// in the runtime, no GPU).
+Result<std::unique_ptr<Backend>> make_backend(std::string_view name, Runtime& runtime);
+
+}  // namespace tensortier::dnn
