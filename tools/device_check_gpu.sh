@@ -94,7 +94,8 @@ grep -E "GPU backend" "$out/configure.log"
 targets=(tensortier-train reliability_test runtime_test)
 gpu_tests=()
 if grep -q "GPU backend: CUDA" "$out/configure.log"; then
-  targets+=(gpu_fake_test gpu_runtime_test gpu_device_test cudnn_descriptors_test cudnn_backend_test bench_gpu_link)
+  targets+=(gpu_fake_test gpu_runtime_test gpu_device_test cudnn_descriptors_test cudnn_backend_test bench_gpu_link
+            tensortier-bench)
   gpu_tests=(gpu_fake_test gpu_runtime_test gpu_device_test cudnn_descriptors_test cudnn_backend_test)
 else
   fail "the GPU backend was not configured: $(grep 'GPU backend' "$out/configure.log")"
@@ -131,6 +132,16 @@ if grep -q "GPU backend: CUDA" "$out/configure.log"; then
       >"$out/train_cuda_${policy}_${budget%\%}.log" 2>&1 || fail "tensortier-train --backend cuda $run"
     echo "$run: $(grep -E '^step [0-9]+/[0-9]+ |^tier fast: peak' "$out/train_cuda_${policy}_${budget%\%}.log" | tail -2 | tr '\n' ' ')"
   done
+else
+  echo "not run: the GPU backend was not built"
+fi
+
+step "tensortier-bench --backend cuda: ResNet-18, batch 64, the GPU's policies side by side"
+if grep -q "GPU backend: CUDA" "$out/configure.log"; then
+  timeout 120 "$build/bench/tensortier-bench" --backend cuda --tiers fast=cuda:0:8GiB,slow=pinned:8GiB \
+    --models resnet18 --batch 64 --budgets 100%,70%,50% --policies smartpool,autoswap,sentinel --steps 3 \
+    --no-plots --fresh --out "$out/bench-cuda" >"$out/bench_cuda.log" 2>&1 || fail "tensortier-bench --backend cuda"
+  cat "$out/bench-cuda/table.md" 2>/dev/null || tail -5 "$out/bench_cuda.log"
 else
   echo "not run: the GPU backend was not built"
 fi
