@@ -411,8 +411,11 @@ void train_on_device_tiers(const std::string& policy, const std::string& budget 
     EXPECT_GT(rt.stats().tiers[0].arena_allocations, 0u) << "births at their places";
     EXPECT_EQ(rt.stats().tiers[0].place_misses, 0u);
     EXPECT_EQ(rt.stats().tiers[1].live_bytes, 0u) << "nothing in pinned memory";
-  } else {
+  } else {  // SmartPool and AutoSwap together: the moving plan's device stays laid out as smartpool's
     EXPECT_FALSE(rt.plan()->moves.empty()) << "a budget of 40% must move weights";
+    EXPECT_GT(rt.plan()->places.fast_bytes, 0u) << "its stays at planned offsets in the device arena";
+    EXPECT_LE(rt.plan()->places.fast_bytes, rt.tier(0).budget_bytes()) << "within the device budget";
+    EXPECT_GT(rt.stats().tiers[0].arena_allocations, 0u) << "births at their places";
   }
   // (A move may fail on a loaded machine, its place's occupant not gone in time: the object stays,
   // whole, which every layer's check above sees. So failed moves are not counted here.)
