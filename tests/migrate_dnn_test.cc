@@ -549,7 +549,11 @@ TEST(Policies, TheTimelineRecordsEveryLayerAndTheMovesOfTheStepsItWasAskedFor) {
     if (cat == "move-in" || cat == "move-out") moved_bytes += e.at("args").at("bytes").get<std::uint64_t>();
   }
   EXPECT_EQ(layers, 2 * run.layers_per_step);
-  EXPECT_GT(moved_bytes, 0u) << "sentinel at 20% moves every step";
+  // Whether sentinel's plan moves follows the measured layer times; where it does, both steps' moves
+  // are in the timeline.
+  if (!run.moves.empty()) {
+    EXPECT_GT(moved_bytes, 0u) << "sentinel's plan moves, and the timeline shows none";
+  }
   EXPECT_GT(run.stats.last_step_slow_bytes, 0u) << "at 20% some layer reads the slow tier";
   const TrainRun fast = train("resnet18", "fast-only", "");
   EXPECT_EQ(fast.stats.last_step_slow_bytes, 0u);
