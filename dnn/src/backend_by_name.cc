@@ -8,18 +8,9 @@
 
 namespace tensortier::dnn {
 
-bool cuda_backend_built() {
-#ifdef TENSORTIER_WITH_CUDNN
-  return true;
-#else
-  return false;
-#endif
-}
-
 Result<std::unique_ptr<Backend>> make_backend(std::string_view name, Runtime& runtime) {
   if (name == "cpu") return std::unique_ptr<Backend>();
-  if (name != "cuda")
-    return invalid_argument(fmt::format("unknown backend '{}' (known: {})", name, kBackendNames));
+  if (name != "cuda") return invalid_argument(fmt::format("unknown backend '{}' (known: cpu, cuda)", name));
 #ifdef TENSORTIER_WITH_CUDNN
   auto cuda = cudnn::CudnnBackend::create(runtime);
   if (!cuda) return cuda.status();

@@ -14,12 +14,6 @@
 
 namespace tensortier::dnn {
 
-// "cpu, cuda": for help texts and errors.
-inline constexpr std::string_view kBackendNames = "cpu, cuda";
-
-// Whether this build has the cuda backend (the GPU backend was built: TENSORTIER_GPU).
-bool cuda_backend_built();
-
 // The backend named, on `runtime`: null for "cpu" (an Engine without a backend uses cpu_backend());
 // the cuDNN backend on the runtime's device tier for "cuda". Errors: kInvalidArgument for another
 // name; kUnavailable where this build has no cuda backend; CudnnBackend::create's (no device tier
