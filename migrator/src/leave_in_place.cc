@@ -1,8 +1,10 @@
-// leave_in_place: no plan moves an object that code the runtime cannot see coming touches
-// (PlanObject::stays), whatever the policy (see plan.h).
+// leave_in_place and StayPut: no plan moves an object that code the runtime cannot see coming
+// touches (PlanObject::stays), whatever the policy (see plan.h).
 #include <algorithm>
 #include <unordered_set>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "tensortier/migrator/plan.h"
 
@@ -58,6 +60,43 @@ std::size_t leave_in_place(Plan& plan, const PlanInputs& inputs) {
     for (std::uint32_t b = first; b <= last && b < fast_bytes.size(); ++b) fast_bytes[b] += o->bytes;
   }
   return fixed.size();
+}
+
+StayPut::StayPut(const PlanInputs& inputs) {
+  for (const PlanObject& o : inputs.objects) {
+    if (!o.persistent || !o.stays()) continue;
+    objects_.push_back(&o);
+    bytes_ += o.bytes;
+    if (o.tier == inputs.fast) fast_bytes_ += o.bytes;
+  }
+}
+
+Result<PlanInputs> StayPut::policy_view(const PlanInputs& inputs) const {
+  if (objects_.empty()) return inputs;
+  if (fast_bytes_ + inputs.small_reserve_bytes >= inputs.fast_budget_bytes) {
+    return failed_precondition(fmt::format(
+        "{} persistent objects that code outside the layers touches unpinned stay where they are, {} bytes "
+        "of them on the fast tier: with the small objects' reserve ({} bytes) that leaves nothing of the fast "
+        "budget ({} bytes) to plan; pin them around those accesses (pin_objects, tt_pin) or give a larger "
+        "budget",
+        objects_.size(), fast_bytes_, inputs.small_reserve_bytes, inputs.fast_budget_bytes));
+  }
+  PlanInputs view = inputs;
+  std::erase_if(view.objects, [](const PlanObject& o) { return o.persistent && o.stays(); });
+  view.fast_budget_bytes -= fast_bytes_;
+  view.peak_bytes -= std::min(view.peak_bytes, bytes_);  // alive at every boundary, the peak's too
+  return view;
+}
+
+void StayPut::put_back(Plan& plan) const {
+  PlanInputs parts;  // a page-granular plan is played over segments: each starts where its object is
+  for (const PlanObject* o : objects_) {
+    plan.start[o->key] = o->tier;
+    plan.stay_put.push_back(o->key);
+    if (plan.segment_bytes != 0) parts.objects.push_back(*o);
+  }
+  for (const PlanObject& part : in_segments(parts).objects) plan.start[part.key] = part.tier;
+  std::ranges::sort(plan.stay_put);
 }
 
 }  // namespace tensortier::migrator

@@ -40,6 +40,7 @@ void add_objects(const profiler::StepProfile& profile, PlanInputs& in, Index& in
     p.persistent = !o.born_at_layer && !o.freed_at_layer;
     p.short_lived = o.lifetime == profiler::LifetimeClass::kShort;
     p.host_pinned = o.host_pinned;
+    p.tier = o.tier;
     index.emplace(o.id, in.objects.size());
     in.objects.push_back(std::move(p));
   }

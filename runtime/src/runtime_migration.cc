@@ -16,6 +16,7 @@
 #include <functional>
 #include <thread>
 #include <tuple>
+#include <unordered_map>
 
 #include <fmt/format.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -41,6 +42,36 @@ std::string object_names(const profiler::StepProfile& profile, std::span<const O
   return names;
 }
 
+// Each persistent object's tier as it is now (the profile saw where it was born): where a plan
+// starts it if it stays.
+void set_current_tiers(migrator::PlanInputs& inputs, const std::vector<ObjectInfo>& objects) {
+  std::unordered_map<ObjectKey, TierIndex> tiers;
+  for (const ObjectInfo& o : objects) tiers.emplace(migrator::plan_key(o.key, o.id, true), o.tier);
+  for (migrator::PlanObject& o : inputs.objects) {
+    if (auto it = tiers.find(o.key); o.persistent && it != tiers.end()) o.tier = it->second;
+  }
+}
+
+std::vector<ObjectKey> stay_put_keys(const migrator::PlanInputs& inputs) {
+  std::vector<ObjectKey> keys;
+  for (const migrator::PlanObject& o : inputs.objects) {
+    if (o.persistent && o.stays()) keys.push_back(o.key);
+  }
+  return keys;
+}
+
+// A shadow of an object that stays (a slow copy kept from a move in) would be taken for its bytes
+// by a clean move out: writes made unpinned since would be undone. Plans never move such objects;
+// their shadows go at each plan install.
+void drop_stay_put_shadows(const migrator::Plan& plan, std::span<const ObjectInfo> objects,
+                           ObjectAllocator& allocator) {
+  std::vector<ObjectId> ids;
+  for (const ObjectInfo& o : objects) {
+    if (std::ranges::binary_search(plan.stay_put, migrator::plan_key(o.key, o.id, true))) ids.push_back(o.id);
+  }
+  allocator.drop_shadows(ids);
+}
+
 }  // namespace
 
 void Runtime::fail_policy(std::string_view why) {
@@ -55,11 +86,16 @@ void Runtime::start_migration(const profiler::StepProfile& profile) {
   const TierIndex fast = 0, slow = static_cast<TierIndex>(allocator_.tier_count() - 1);
   auto inputs = migrator::inputs_from_profile(profile, fast, slow, allocator_.tier(fast).budget_bytes());
   if (!inputs) return fail_policy(inputs.status().message());
+  set_current_tiers(inputs.value(), allocator_.objects());
   const std::optional<std::uint64_t> budget = fast_budget_for(inputs.value());
   if (!budget) return;
   inputs->fast_budget_bytes = *budget;
   set_plan_rates(inputs.value());
   auto plan = migrator::make_plan(policy_, inputs.value());
+  if (!plan && plan.status().code() == StatusCode::kFailedPrecondition) {
+    const std::vector<ObjectKey> staying = stay_put_keys(inputs.value());
+    return fail_policy(fmt::format("{} ({})", plan.status().message(), object_names(profile, staying)));
+  }
   if (!plan) return fail_policy(plan.status().message());
   if (plan->must_fit) {  // it runs as made or not at all
     if (!ready_memory_) {
@@ -73,6 +109,12 @@ void Runtime::start_migration(const profiler::StepProfile& profile) {
       return fail_policy("it moves nothing, so all of it must fit the fast budget: " + problem);
   }
   if (!plan->problem.empty()) spdlog::warn("policy '{}': {}", policy_, plan->problem);
+  if (!plan->stay_put.empty()) {
+    spdlog::info(
+        "policy {}: {} persistent objects stay where they are, on no plan's moves ({}): code outside the "
+        "layers touched them unpinned in the profiled step (pin_objects, tt_pin let them move)",
+        policy_, plan->stay_put.size(), object_names(profile, plan->stay_put));
+  }
   if (!plan->left_in_place.empty()) {
     spdlog::info(
         "policy {}: {} objects stay where they are born ({}): code outside the layers touched them "
@@ -219,7 +261,9 @@ std::uint64_t Runtime::make_executor(migrator::Plan plan) {
       [this] { return allocator_.pin_sequence(); });
   executor_->set_mover_cpu(mover_cpu_);
   const bool placed = open_places(executor_->plan());
-  const std::uint64_t failed = executor_->place_persistent(allocator_.objects());
+  const std::vector<ObjectInfo> objects = allocator_.objects();
+  drop_stay_put_shadows(executor_->plan(), objects, allocator_);
+  const std::uint64_t failed = executor_->place_persistent(objects);
   if (!placed) open_arena(executor_->plan());  // (with places, the short-lived objects have theirs)
   return failed;
 }
@@ -298,6 +342,7 @@ bool Runtime::open_places(const migrator::Plan& plan) {
         // Under either key (migrator::plan_key): whether a live object was made before the
         // profiled step or in it is not known here.
         const ObjectKey earlier = migrator::plan_key(o.key, o.id, true);
+        if (std::ranges::binary_search(plan.stay_put, earlier)) return false;  // never moved by a plan
         return o.tier == plan.fast && o.arena == 0 &&
                (places.first.contains(o.key) || plan.start.contains(o.key) ||
                 places.first.contains(earlier) || plan.start.contains(earlier));

@@ -116,6 +116,15 @@ inline PlanInputs random_inputs(std::mt19937& rng, bool clean_out_free, bool dea
   }
   in.fast_budget_bytes = largest + pick(0, 4) * (total - largest) / 5;
   in.peak_bytes = total;
+  // A persistent object touched undeclared stays where it is: on the fast tier now and then, while
+  // those leave the plans half the budget.
+  std::uint64_t staying_fast_bytes = 0;
+  for (PlanObject& o : in.objects) {
+    if (!o.persistent || !o.stays()) continue;
+    const bool fast = pick(0, 1) == 0 && 2 * (staying_fast_bytes + o.bytes) <= in.fast_budget_bytes;
+    o.tier = fast ? in.fast : in.slow;
+    if (fast) staying_fast_bytes += o.bytes;
+  }
   return in;
 }
 

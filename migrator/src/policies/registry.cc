@@ -57,9 +57,15 @@ Result<Plan> make_plan(std::string_view policy, const PlanInputs& in) {
   }
   if (entry == nullptr)
     return invalid_argument(fmt::format("unknown policy '{}' (known: {})", policy, known_policies()));
+  // Persistent objects that stay are no policy's: it plans the rest (`inputs`, its budget lowered
+  // where the layout asks), and the plan is played over the whole step (`played`).
+  const StayPut stay_put(in);
+  Result<PlanInputs> view = stay_put.policy_view(in);
+  if (!view) return view.status();
+  PlanInputs inputs = std::move(view).value();
+  PlanInputs played = in;
   // With ready memory, a layout over the budget is the policy's to fix: it plans again under a
   // lower budget (the layout's slack over max-live is a few percent).
-  PlanInputs inputs = in;
   const TimedBound bound = timed_bound(in);
   for (std::uint32_t attempt = 0;; ++attempt) {
     Result<Plan> made = entry->make(inputs);
@@ -67,19 +73,21 @@ Result<Plan> make_plan(std::string_view policy, const PlanInputs& in) {
     Plan plan = std::move(made).value();
     plan.fast = in.fast;
     plan.slow = in.slow;
-    plan.fast_budget_bytes = inputs.fast_budget_bytes;
-    (void)leave_in_place(plan, inputs);
+    plan.fast_budget_bytes = inputs.fast_budget_bytes + stay_put.fast_bytes();
+    stay_put.put_back(plan);
+    played.fast_budget_bytes = plan.fast_budget_bytes;
+    (void)leave_in_place(plan, played);
     plan.timed_bound_ns = bound.added_ns;
     plan.timed_bound = bound.describe();
     // Predictions and verdict (fast-only may pass a budget it was never meant to keep), played in
     // the plan's places where it has them: a layout reads none of them.
     if (!in.ready_memory) {
-      (void)simulate(plan, inputs);
+      (void)simulate(plan, played);
       return plan;
     }
-    inputs.fast_budget_bytes = in.fast_budget_bytes;  // the layout must fit the budget asked for
-    const bool fits = lay_out_places(plan, inputs).empty();
-    (void)simulate(plan, inputs);
+    played.fast_budget_bytes = in.fast_budget_bytes;  // the layout must fit the budget asked for
+    const bool fits = lay_out_places(plan, played).empty();
+    (void)simulate(plan, played);
     // Neither the reference nor a plan that moves nothing (must_fit) needs less under a lower budget.
     if (fits || attempt == kMostReplans || policy == "fast-only" || plan.must_fit) {
       plan.places.replans = attempt;
@@ -91,8 +99,8 @@ Result<Plan> make_plan(std::string_view policy, const PlanInputs& in) {
     // what its budget does).
     const std::uint64_t cut = need - in.fast_budget_bytes + (attempt + 1) * (in.fast_budget_bytes / 100);
     const std::uint64_t lowered = plan.fast_budget_bytes - std::min(plan.fast_budget_bytes, cut);
-    if (lowered <= in.small_reserve_bytes) return plan;
-    inputs.fast_budget_bytes = lowered;
+    if (lowered <= in.small_reserve_bytes + stay_put.fast_bytes()) return plan;
+    inputs.fast_budget_bytes = lowered - stay_put.fast_bytes();
   }
 }
 

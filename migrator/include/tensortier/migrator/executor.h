@@ -117,6 +117,7 @@ class Executor final : public StepObserver, public PlacementAdvisor {
 
   // Moves each persistent object (given by id and key; a page-granular plan: each of its
   // segments) to where the plan starts it, now, on the calling thread: outs first, then ins.
+  // Objects the plan names in stay_put are left where they are.
   // Returns how many moves failed (what they would have moved stays where it is).
   std::uint64_t place_persistent(const std::vector<ObjectInfo>& objects);
 

@@ -77,6 +77,10 @@ struct Plan {
   bool must_fit = false;
   // Objects the policy moved that the plan leaves in place instead (leave_in_place), by key.
   std::vector<ObjectKey> left_in_place;
+  // Persistent objects that stay (PlanObject::stays), by key, ascending: each is in `start` at the
+  // tier it is on (PlanObject::tier), has no place, and no plan install moves it (the executor's
+  // place_persistent, the runtime's ready memory), whatever tier the plan before it had.
+  std::vector<ObjectKey> stay_put;
   // Page-granular: objects larger than kSegmentBytes are planned segment by segment, under part
   // keys (in start, birth and moves; every segment of an object is born on one tier), and the
   // executor moves their segments apart (MoveOptions::segment). 0: whole objects.
@@ -167,6 +171,22 @@ Plan sentinel_with(const PlanInputs& inputs, std::uint32_t interval_layers, std:
 // are left as they are. make_plan applies it to every policy's plan; its predictions are not
 // filled. Returns how many objects it changed (their keys added to Plan::left_in_place).
 std::size_t leave_in_place(Plan& plan, const PlanInputs& inputs);
+
+// The persistent objects that stay (PlanObject::stays) are no policy's to place: a policy plans
+// from these inputs without them, under the budget less the bytes of those on the fast tier, and
+// put_back() starts each where it is (Plan::stay_put). Errors: kFailedPrecondition where those
+// bytes leave the budget no room beside the small objects' reserve, naming them.
+class StayPut {
+ public:
+  explicit StayPut(const PlanInputs& inputs);
+  Result<PlanInputs> policy_view(const PlanInputs& inputs) const;
+  void put_back(Plan& plan) const;
+  std::uint64_t fast_bytes() const { return fast_bytes_; }
+
+ private:
+  std::vector<const PlanObject*> objects_;
+  std::uint64_t fast_bytes_ = 0, bytes_ = 0;
+};
 
 // Plays the plan over one step (and into the next; migrator/src/step_simulator.h): fills its
 // predictions and its verdict (Plan::problem), and returns the verdict: "" when it is valid, else what is

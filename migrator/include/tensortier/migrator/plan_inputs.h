@@ -65,8 +65,12 @@ struct PlanObject {
   // Host code pinned it (Runtime::pin_objects) in the profiled step: its accesses outside the
   // layers wait for moves and stop them.
   bool host_pinned = false;
+  // The tier it is on: as the profile saw it, and where the runtime plans, as it is then. A
+  // persistent object that stays (below) is where this says in every plan (Plan::stay_put).
+  TierIndex tier = 0;
   // Touched where no pin announces it: a move could race that code (a write lost to the copy, a
-  // read of the old address). Every plan leaves it where it is born (leave_in_place).
+  // read of the old address). Every plan leaves it where it is born (leave_in_place), and a
+  // persistent one where it is (`tier`: no policy weighs it, no plan install moves it).
   bool stays() const { return accessed_undeclared && !host_pinned; }
 };
 
