@@ -14,6 +14,7 @@
 #include <sched.h>
 #include <sys/file.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -583,8 +584,17 @@ Result<MatrixConfig> matrix_from(const Cli& cli) {
 // kill -9 included) and writes this process's pid there. Errors name the run that holds it.
 Status lock_out_dir(const fs::path& out) {
   const fs::path path = out / ".lock";
-  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);  // kept open: the lock
+  // Never through a link planted there (the pid would overwrite its target), never a FIFO's wait.
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);  // kept open
+  if (fd < 0 && errno == ELOOP)
+    return invalid_argument(fmt::format("'{}' is a symbolic link; remove it (tensortier-bench makes its lock itself)",
+                                        path.string()));
   if (fd < 0) return unavailable(fmt::format("cannot open '{}': {}", path.string(), strerrordesc_np(errno)));
+  if (struct stat st {}; fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return invalid_argument(
+        fmt::format("'{}' is not a regular file; remove it (tensortier-bench makes its lock itself)", path.string()));
+  }
   if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
     char pid[32] = {};
     const ssize_t n = pread(fd, pid, sizeof pid - 1, 0);

@@ -11,6 +11,9 @@ import json
 import os
 import shutil
 import sys
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+from tt_outputs import save_figure, write_output  # noqa: E402 (beside this script; outputs by the project's rule)
+
 
 
 def machine_text(m):
@@ -77,7 +80,7 @@ def main():
         end,
     ])
     doc = doc[:doc.index(begin)] + section + doc[doc.index(end) + len(end):]
-    open(a.doc, "w").write(doc)
+    write_output(a.doc, doc, "the results page")
     print(f"bench_results.py: {a.doc}: section '{a.name}' written ({len(plots)} plots in {img_dir})")
 
 

@@ -14,6 +14,9 @@ here). Needs python3-matplotlib (Debian).
 import json
 import os
 import sys
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+from tt_outputs import save_figure, write_output  # noqa: E402 (beside this script; outputs by the project's rule)
+
 
 try:
     import matplotlib
@@ -73,7 +76,7 @@ def plot_slowdown(cells, path):
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, "the plot", dpi=110)
     plt.close(fig)
 
 
@@ -95,7 +98,7 @@ def plot_moved(cells, path):
         ax.grid(alpha=0.3, axis="y")
     axes[0].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, "the plot", dpi=110)
     plt.close(fig)
 
 
@@ -115,7 +118,7 @@ def plot_occupancy(task, path):
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, "the plot", dpi=110)
     plt.close(fig)
 
 

@@ -7,7 +7,11 @@ Usage: tools/plot_migration.py MEASUREMENTS.json OUT.png
 Needs python3-matplotlib (Debian).
 """
 import json
+import os
 import sys
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+from tt_outputs import save_figure, write_output  # noqa: E402 (beside this script; outputs by the project's rule)
+
 
 try:
     import matplotlib
@@ -55,7 +59,7 @@ def main():
     fig.suptitle("step time over fast-only (median); black line: the floor no plan can beat; emulated slow tier",
                  fontsize=9)
     fig.tight_layout()
-    fig.savefig(sys.argv[2], dpi=100)
+    save_figure(fig, sys.argv[2], "the plot", dpi=100)
     print(f"wrote {sys.argv[2]}")
 
 

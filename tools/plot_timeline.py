@@ -10,6 +10,9 @@ import argparse
 import json
 import os
 import sys
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+from tt_outputs import save_figure, write_output  # noqa: E402 (beside this script; outputs by the project's rule)
+
 
 try:
     import matplotlib
@@ -69,7 +72,7 @@ def main():
     ax.legend(handles=[Patch(color=c, label=k) for k, c in COLOURS.items()], loc="upper right", fontsize=7,
               ncol=5, bbox_to_anchor=(1, -0.25))
     fig.tight_layout()
-    fig.savefig(args.out, dpi=110)
+    save_figure(fig, args.out, "the timeline", dpi=110)
     print(f"wrote {args.out}")
 
 

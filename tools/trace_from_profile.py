@@ -8,7 +8,11 @@
 Usage: trace_from_profile.py PROFILE.json OUT_BASE MODEL BATCH"""
 import csv
 import json
+import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+from tt_outputs import write_output  # noqa: E402 (beside this script; outputs by the project's rule)
 
 
 def main():
@@ -28,15 +32,17 @@ def main():
         objects.append({"key": o["key"], "name": o["name"], "bytes": o["bytes"], "born": born, "freed": freed,
                         "persistent": o["born_at_layer"] is None and o["freed_at_layer"] is None,
                         "uses": sorted(uses.get(o["id"], ())), "writes": sorted(writes.get(o["id"], ()))})
-    with open(out + ".csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["id", "lower", "upper", "size"])
-        for i, o in enumerate(objects):
-            w.writerow([i, o["born"], o["freed"], o["bytes"]])
+    import io
+    rows = io.StringIO(newline="")
+    w = csv.writer(rows)
+    w.writerow(["id", "lower", "upper", "size"])
+    for i, o in enumerate(objects):
+        w.writerow([i, o["born"], o["freed"], o["bytes"]])
+    write_output(out + ".csv", rows.getvalue(), "the offset-planning instance")
     layer_ns = [l["unprofiled_duration_ns"] or l["duration_ns"] for l in p["layers"]]
-    json.dump({"model": model, "batch": batch, "layers": layers, "layer_ns": layer_ns,
+    write_output(out + ".json", json.dumps({"model": model, "batch": batch, "layers": layers, "layer_ns": layer_ns,
                "source": "tensortier-train --data synthetic --width 64 --image-size 32, CPU engine (oneDNN)",
-               "objects": objects}, open(out + ".json", "w"), separators=(",", ":"))
+               "objects": objects}, separators=(",", ":")), "the step trace")
     print(f"{out}: {len(objects)} objects over {layers} layers")
 
 

@@ -1,13 +1,13 @@
 // The interposer's end: the open step ended, the trace and the report written, one summary line.
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "interposer.h"
 #include "tensortier/allocator/tier.h"
+#include "tensortier/write_file.h"
 
 namespace tensortier::interpose {
 namespace {
@@ -84,7 +84,7 @@ std::string Interposer::report_json() const {
 void Interposer::finish() {
   if (step_open_) step_marks(true, false);
   if (timeline_) {
-    const char* path = std::getenv("TENSORTIER_TRACE");
+    const char* path = settings().trace.c_str();
     if (timeline_->steps_recorded() == 0) {
       std::fprintf(stderr, "tensortier-run: the traced steps never ran: nothing written to %s\n", path);
     } else if (Status s = timeline_->write(path); !s.is_ok()) {
@@ -92,10 +92,9 @@ void Interposer::finish() {
     }
   }
   const std::string json = report_json();
-  if (const char* path = std::getenv("TENSORTIER_INTERPOSE_REPORT"); path != nullptr && *path != '\0') {
-    std::ofstream out(path);
-    out << json << '\n';
-    if (!out) std::fprintf(stderr, "tensortier-run: could not write the report to %s\n", path);
+  if (const char* path = settings().report.c_str(); *path != '\0') {
+    if (Status s = write_file_replacing(path, json + '\n', "the report"); !s.is_ok())
+      std::fprintf(stderr, "tensortier-run: %s\n", s.message().c_str());
   }
   const RuntimeStats rs = runtime_->stats();
   std::lock_guard lock(mutex_);

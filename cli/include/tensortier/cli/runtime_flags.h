@@ -14,6 +14,7 @@
 #include <CLI/CLI.hpp>
 
 #include "tensortier/migrator/plan.h"
+#include "tensortier/write_file.h"
 
 namespace tensortier::cli {
 
@@ -23,6 +24,17 @@ inline std::string non_empty_spec(const std::string& spec) {
                             "empty: give a tier spec, or leave --tiers out for TENSORTIER_TIERS or "
                             "hwloc discovery")
                       : std::string();
+}
+
+// An output path write_file_replacing would refuse (a symbolic link, a directory, ...), refused
+// when the flag is read rather than when the run ends.
+inline CLI::Validator output_path(const std::string& what) {
+  return CLI::Validator(
+      [what](const std::string& path) {
+        const Status s = output_path_refused(path, what);
+        return s.is_ok() ? std::string() : s.message();
+      },
+      "PATH");
 }
 
 // --tiers SPEC; `what` says what the spec is for in this program.
@@ -70,7 +82,8 @@ inline CLI::Option* add_fast_budget_flag(
 inline CLI::Option* add_profile_json_flag(CLI::App& app, std::string& path) {
   return app.add_option(
       "--profile-json", path,
-      "Write the first step profile there as JSON (docs/PROFILE.md; tools/tensortier-profile reads it)");
+      "Write the first step profile there as JSON (docs/PROFILE.md; tools/tensortier-profile reads it)")
+      ->check(output_path("the profile"));
 }
 
 // --trial-steps N: the trial of a plan that moves (RuntimeOptions::trial_steps).
@@ -88,9 +101,10 @@ inline CLI::Option* add_trial_steps_flag(CLI::App& app, std::uint32_t& steps) {
 inline void add_trace_flags(CLI::App& app, std::string& path, std::size_t& from, std::size_t& steps) {
   app.add_option("--trace", path,
                  "Write a Chrome trace (Perfetto) of layers, moves and waits there (tools/plot_timeline.py "
-                 "draws it)");
+                 "draws it)")
+      ->check(output_path("the trace"));
   app.add_option("--trace-from", from, "The first step the trace records (1-based)")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1'000'000'000'000}))
       ->capture_default_str();
   app.add_option("--trace-steps", steps, "Steps the trace records")
       ->check(CLI::Range(1, 100))
