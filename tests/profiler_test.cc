@@ -2,6 +2,9 @@
 // threads, and faults it does not own still reaching the handler that was there before.
 #include "tensortier/profiler/fault_tracker.h"
 
+#include "tensortier/profiler/alt_stacks.h"
+
+#include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -226,6 +229,152 @@ TEST(FaultTracker, GivesThreadsAlternateStacksAndSurvivesOneThatBlocksSignals) {
   phase = 2;
   blocker.join();  // the process is still alive: the late signal found a handler
   EXPECT_TRUE(had_stack_after.load());
+}
+
+// Whether the calling thread has an alternate signal stack.
+bool has_alt_stack() {
+  stack_t stack{};
+  return sigaltstack(nullptr, &stack) == 0 && (stack.ss_flags & SS_DISABLE) == 0;
+}
+
+// Whether a real-time signal is pending on the calling thread (one it blocks was sent to it).
+bool realtime_signal_pending() {
+  sigset_t pending;
+  sigpending(&pending);
+  for (int sig = SIGRTMIN; sig <= SIGRTMAX; ++sig) {
+    if (sigismember(&pending, sig) == 1) return true;
+  }
+  return false;
+}
+
+void block_all_signals() {
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, nullptr);
+}
+
+TEST(AltStacks, NoThreadIsSignalledWhileItRunsUserCodeOrHasAStackAlready) {
+  // Three threads beside this one: one spinning in user code (as a thread inside a oneDNN kernel
+  // does), one born through start_thread_with_alt_stack, one asleep in a system call. Only the
+  // sleeper may be signalled; the others block every signal, so a signal sent to them would show
+  // as pending. Before, every thread was signalled (a signal inside a kernel corrupted its stack).
+  std::atomic<int> ready{0};
+  std::atomic<bool> done{false};
+  std::atomic<bool> spinner_had_stack{true}, spinner_got_signal{true};
+  std::thread spinner([&] {
+    block_all_signals();
+    ++ready;
+    volatile std::uint64_t spins = 0;
+    while (!done.load(std::memory_order_relaxed)) spins = spins + 1;  // no system call
+    spinner_had_stack = has_alt_stack();
+    spinner_got_signal = realtime_signal_pending();
+  });
+  struct Born {
+    std::atomic<int>* ready;
+    std::atomic<bool>* done;
+    bool had_stack_at_start = false, got_signal = true;
+  } born{&ready, &done};
+  pthread_t born_thread{};
+  ASSERT_EQ(start_thread_with_alt_stack(
+                &pthread_create, &born_thread, nullptr,
+                [](void* raw) -> void* {
+                  auto* b = static_cast<Born*>(raw);
+                  b->had_stack_at_start = has_alt_stack();
+                  block_all_signals();
+                  ++*b->ready;
+                  while (!b->done->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                  b->got_signal = realtime_signal_pending();
+                  return nullptr;
+                },
+                &born),
+            0);
+  std::atomic<bool> sleeper_had_stack{false};
+  std::thread sleeper([&] {
+    ++ready;
+    while (!done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    sleeper_had_stack = has_alt_stack();
+  });
+  while (ready.load() != 3) std::this_thread::yield();
+  Result<AltStackHandout> handout = give_threads_alt_stacks(std::chrono::milliseconds(300));
+  done = true;
+  spinner.join();
+  pthread_join(born_thread, nullptr);
+  sleeper.join();
+  ASSERT_TRUE(handout) << handout.status().to_string();
+  EXPECT_TRUE(has_alt_stack()) << "the caller takes its own";
+  EXPECT_FALSE(spinner_got_signal.load());
+  EXPECT_FALSE(spinner_had_stack.load());
+  EXPECT_GE(handout->running, 1u);
+  EXPECT_TRUE(born.had_stack_at_start);
+  EXPECT_FALSE(born.got_signal);
+  EXPECT_TRUE(sleeper_had_stack.load());
+  EXPECT_GE(handout->signalled, 1u);
+  EXPECT_NE(handout->describe().find("running user code"), std::string::npos);
+}
+
+TEST(AltStacks, ARunningThreadMakesTheStepProfiledByDeclarationSaidInItsNotes) {
+  RuntimeOptions options("fast=dram:64MiB");
+  options.profile.sample_interval_us = 0;
+  auto rt = Runtime::create(options).value();
+  const ObjectInfo x = rt->allocate("x", 1 << 20).value();
+  std::atomic<bool> done{false}, started{false};
+  std::thread spinner([&] {
+    started = true;
+    volatile std::uint64_t spins = 0;
+    while (!done.load(std::memory_order_relaxed)) spins = spins + 1;
+  });
+  while (!started.load()) std::this_thread::yield();
+  for (int step = 0; step < 3; ++step) {
+    ASSERT_TRUE(rt->step_begin().is_ok());
+    std::vector<void*> at(1);
+    ASSERT_TRUE(rt->layer_begin("l", std::vector<ObjectId>{x.id}, {}, at).is_ok());
+    ASSERT_TRUE(rt->layer_end().is_ok());
+    ASSERT_TRUE(rt->step_end().is_ok());
+  }
+  done = true;
+  spinner.join();
+  ASSERT_NE(rt->profile(), nullptr);
+  EXPECT_EQ(rt->profile()->access_source, "declared");
+  bool said = false;
+  for (const std::string& note : rt->profile()->notes) said |= note.find("ran user code throughout") != std::string::npos;
+  EXPECT_TRUE(said);
+}
+
+TEST(AltStacks, TheCallersOpenMpTeamTakesItsStacksWithoutASignal) {
+  // oneDNN runs its kernels on the calling thread's OpenMP team (libgomp): the team's workers take
+  // their stacks in a parallel region, and are never signalled. Each worker blocks every signal
+  // first, so a hand-out signal would show as pending.
+  if (dlopen("libgomp.so.1", RTLD_NOW | RTLD_GLOBAL) == nullptr) GTEST_SKIP() << "no libgomp here: " << dlerror();
+  using Parallel = void (*)(void (*)(void*), void*, unsigned, unsigned);
+  auto* parallel = reinterpret_cast<Parallel>(dlsym(RTLD_DEFAULT, "GOMP_parallel"));
+  ASSERT_NE(parallel, nullptr);
+  struct Team {
+    std::atomic<int> threads{0}, with_stack{0}, signalled{0};
+  };
+  Team before, after;
+  parallel(
+      [](void* raw) {
+        auto* t = static_cast<Team*>(raw);
+        ++t->threads;
+        sigset_t all;
+        sigfillset(&all);
+        pthread_sigmask(SIG_BLOCK, &all, nullptr);  // the workers keep it: they live on in the pool
+      },
+      &before, 2, 0);
+  Result<AltStackHandout> handout = give_threads_alt_stacks(std::chrono::milliseconds(300));
+  ASSERT_TRUE(handout) << handout.status().to_string();
+  parallel(
+      [](void* raw) {
+        auto* t = static_cast<Team*>(raw);
+        ++t->threads;
+        if (has_alt_stack()) ++t->with_stack;
+        if (realtime_signal_pending()) ++t->signalled;
+      },
+      &after, 2, 0);
+  EXPECT_EQ(after.threads.load(), 2);
+  EXPECT_EQ(after.with_stack.load(), 2);
+  EXPECT_EQ(after.signalled.load(), 0);
+  EXPECT_EQ(handout->team, 1u) << handout->describe();
 }
 
 TEST(FaultTracker, OnlyOneAtATimeAndWatchRejectsUnalignedSpans) {

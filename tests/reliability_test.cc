@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include <atomic>
 
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <system_error>
@@ -420,7 +421,8 @@ class MovesOf final : public StepObserver {
 
 // A helper thread writes `object` unpinned, page by page, a new value each round, and checks every
 // page of the round before the next: a move whose copy ran under a write loses it (the page reads
-// an older value).
+// an older value). Between rounds it sleeps a little, as a loader waits for its next batch (a
+// thread that never enters the kernel gets no alternate signal stack: see AltStacks.*).
 class UnpinnedWriter {
  public:
   explicit UnpinnedWriter(const ObjectInfo& object)
@@ -446,6 +448,7 @@ class UnpinnedWriter {
         if (words[p * kWordsAPage] != value) lost_.fetch_add(1);
       }
       rounds_.store(value);
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
   }
   std::uint64_t* words_;
@@ -509,6 +512,8 @@ TEST(StayingObjects, NoPlanInstallMovesAnObjectWrittenUnpinnedOutsideTheLayers) 
       EXPECT_EQ(moves.moves(), 0) << "moves of the object written unpinned";
       EXPECT_EQ(writer.lost(), 0u) << "pages that lost a write";
       EXPECT_EQ(rt->object(loose.id)->tier, born_on);
+      ASSERT_NE(rt->profile(), nullptr);
+      EXPECT_EQ(rt->profile()->access_source, "protection");
     }
   }
 }

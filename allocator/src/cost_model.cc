@@ -1,6 +1,8 @@
 // Emulated slow-memory cost model, its presets, and the cached DRAM stream bandwidths.
 #include "tensortier/allocator/cost_model.h"
 
+#include "tensortier/settings.h"
+
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/utsname.h>
@@ -111,13 +113,10 @@ constexpr std::size_t kReferenceBufferBytes = std::size_t{128} << 20;
 
 FastBandwidth compute_dram_bandwidth() {
   const unsigned threads = engine_threads();
-  if (const char* env = std::getenv("TENSORTIER_DRAM_GBPS"); env != nullptr && *env != '\0') {
-    char* end = nullptr;
-    const double gbps = std::strtod(env, &end);
-    if (end != env && *end == '\0' && gbps > 0 && std::isfinite(gbps)) {
-      return {gbps, gbps, threads, "TENSORTIER_DRAM_GBPS"};
-    }
-    spdlog::warn("TENSORTIER_DRAM_GBPS='{}' is not a positive number of GB/s; measuring instead", env);
+  if (Result<std::optional<double>> given = dram_gbps_setting(); given && given->has_value()) {
+    return {**given, **given, threads, "TENSORTIER_DRAM_GBPS"};
+  } else if (!given) {  // (an emulated tier refuses to open with it: see open_emulated_tier)
+    spdlog::warn("{}; measuring instead", given.status().message());
   }
   const std::filesystem::path path = cache_path();
   const BandwidthConditions now = bandwidth_conditions();
@@ -325,6 +324,10 @@ FastBandwidth measure_dram_streams(std::size_t buffer_bytes, unsigned threads, i
 
 BandwidthConditions bandwidth_conditions() {
   return {cpu_model(), memory_bytes(), engine_threads(), kernel_release()};
+}
+
+Result<std::optional<double>> dram_gbps_setting() {
+  return settings::env_number("TENSORTIER_DRAM_GBPS", kLeastDramGbps, kMostDramGbps, "GB/s");
 }
 
 FastBandwidth dram_bandwidth() {

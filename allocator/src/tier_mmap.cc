@@ -130,6 +130,11 @@ Result<std::unique_ptr<Tier>> open_emulated_tier(const TierConfig& config) {
   if (!preset) {
     return invalid_argument(fmt::format("tier '{}': {}", config.name, preset.status().message()));
   }
+  // A reference no memory has (1e-300 GB/s made a move's charge sleep for centuries) is refused
+  // here, where the tier that would charge by it opens.
+  if (auto given = dram_gbps_setting(); !given) {
+    return invalid_argument(fmt::format("tier '{}': {}", config.name, given.status().message()));
+  }
   const FastBandwidth bandwidth = dram_bandwidth();
   const std::uint64_t budget = budget_for(config, physical_memory_bytes(), "this machine's memory");
   return std::unique_ptr<Tier>(new EmulatedTier(config, budget, CostModel(preset.value(), bandwidth)));

@@ -14,6 +14,7 @@
 //   input 1x32x32 -> conv 3x3 (16) -> ReLU (in place) -> max pool 2 -> conv 3x3 (32) -> ReLU
 //   -> max pool 2 -> inner product (10) -> softmax cross-entropy (on the host)
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -22,6 +23,7 @@
 #include <cstring>
 #include <map>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -45,6 +47,7 @@ struct Options {
   int train = 200;  // examples an epoch: 6 batches of 32 and one of 8
   int batch = 32;
   int test = 50;
+  int beside = 0;  // a second thread running oneDNN convolutions of this batch size while training (0: none)
 };
 
 // A deterministic generator (the same numbers on every machine).
@@ -313,14 +316,16 @@ Options parse(int argc, char** argv) {
     int* target = flag == "--epochs"  ? &o.epochs
                   : flag == "--train" ? &o.train
                   : flag == "--batch" ? &o.batch
-                  : flag == "--test"  ? &o.test
-                                      : nullptr;
+                  : flag == "--test"   ? &o.test
+                  : flag == "--beside" ? &o.beside
+                                       : nullptr;
     char* end = nullptr;
     const long value = i + 1 < argc ? std::strtol(argv[i + 1], &end, 10) : 0;
     if (target == nullptr || end == nullptr || *end != '\0' || value <= 0 || value > 1000000) {
       std::fprintf(
           stderr,
-          "plain_cnn: bad argument '%s'; usage: plain_cnn [--epochs N] [--train N] [--batch N] [--test N]\n",
+          "plain_cnn: bad argument '%s'; usage: plain_cnn [--epochs N] [--train N] [--batch N] [--test N] "
+          "[--beside N]\n",
           argv[i]);
       std::exit(2);
     }
@@ -330,11 +335,47 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
+// --beside: convolutions on a thread of their own, over and over until `done` (at least once), as a
+// program with a second oneDNN thread (an evaluation, another model) runs them beside the training
+// loop; the output's checksum is the same every round, so the run's output does not depend on how
+// many ran.
+std::uint64_t convolve_beside(dnnl::engine& eng, int batch, const std::atomic<bool>& done) {
+  dnnl::stream s(eng);
+  const memory::desc src_md({batch, kC1, kHalf, kHalf}, dt::f32, tag::nchw);
+  const memory::desc w_md({kC2, kC1, 3, 3}, dt::f32, tag::oihw);
+  const memory::desc dst_md({batch, kC2, kHalf, kHalf}, dt::f32, tag::nchw);
+  const dnnl::convolution_forward::primitive_desc pd(
+      dnnl::convolution_forward::desc(prop_kind::forward_inference, algorithm::convolution_direct, src_md,
+                                      w_md, dst_md, {1, 1}, {1, 1}, {1, 1}),
+      eng);
+  memory src(pd.src_desc(), eng), w(pd.weights_desc(), eng), dst(pd.dst_desc(), eng);
+  Lcg rng{7};
+  for (memory* m : {&src, &w}) {
+    auto* f = static_cast<float*>(m->get_data_handle());
+    for (std::size_t k = 0; k < m->get_desc().get_size() / sizeof(float); ++k) f[k] = rng.uniform() - 0.5F;
+  }
+  const dnnl::convolution_forward conv(pd);
+  int rounds = 0;
+  while (rounds == 0 || !done.load()) {
+    conv.execute(s, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, dst}});
+    s.wait();
+    ++rounds;
+  }
+  std::uint64_t h = 1469598103934665603ULL;
+  const auto* bytes = static_cast<const unsigned char*>(dst.get_data_handle());
+  for (std::size_t k = 0; k < dst.get_desc().get_size(); ++k) h = (h ^ bytes[k]) * 1099511628211ULL;
+  return h;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
   dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  std::atomic<bool> done{false};
+  std::uint64_t beside_checksum = 0;
+  std::thread beside;
+  if (o.beside > 0) beside = std::thread([&] { beside_checksum = convolve_beside(eng, o.beside, done); });
   dnnl::stream s(eng);
   const Params params = make_params(eng);
   const Sgd sgd(eng, params);
@@ -363,6 +404,11 @@ int main(int argc, char** argv) {
                 loss / batches, correct, o.train, test_loss, test_correct, o.test);
   }
   std::printf("parameters checksum %016llx\n", static_cast<unsigned long long>(checksum(params)));
+  if (beside.joinable()) {
+    done = true;
+    beside.join();
+    std::printf("beside: convolutions' checksum %016llx\n", static_cast<unsigned long long>(beside_checksum));
+  }
   if (step_ms.empty()) return 0;
   std::nth_element(step_ms.begin(), step_ms.begin() + static_cast<std::ptrdiff_t>(step_ms.size() / 2),
                    step_ms.end());

@@ -2,12 +2,13 @@
 #include "interposer.h"
 
 #include <pthread.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <string_view>
 
 #include <fmt/format.h>
@@ -20,29 +21,36 @@ namespace tensortier::interpose {
 namespace {
 
 std::atomic<Interposer*> g_instance{nullptr};
+std::atomic<bool> g_ever_made{false};
 
 [[noreturn]] void fail(const std::string& line) {
   std::fprintf(stderr, "tensortier-interpose: %s\n", line.c_str());
   std::_Exit(2);
 }
 
-// A whole non-negative number from the environment; `fallback` where unset.
-std::uint64_t env_count(const char* name, std::uint64_t fallback) {
-  const char* text = std::getenv(name);
-  if (text == nullptr || *text == '\0') return fallback;
-  std::uint64_t value = 0;
-  const std::string_view v(text);
-  const auto [end, error] = std::from_chars(v.data(), v.data() + v.size(), value);
-  if (error != std::errc() || end != v.data() + v.size())
-    fail(fmt::format(
-        "{}='{}': give a whole number (tensortier-run checks its flags before the program starts)", name, v));
-  return value;
+std::optional<StepHint> step_hint(const InterposeSettings& s) {
+  if (s.step_period == 0) return std::nullopt;
+  return StepHint{s.step_period, s.step_offset};
 }
 
-std::optional<StepHint> step_hint() {
-  const std::uint64_t period = env_count("TENSORTIER_STEP_PERIOD", 0);
-  if (period == 0) return std::nullopt;
-  return StepHint{period, env_count("TENSORTIER_STEP_OFFSET", 0)};
+// The run's claim (InterposeSettings::claim_fd): true where this process is the one interposed,
+// the first of the run to call oneDNN (or one started apart from tensortier-run); else says so once.
+bool claim_the_run(const InterposeSettings& s) {
+  if (s.claim_fd < 0) return true;
+  void* page = mmap(nullptr, sizeof(std::uint64_t), PROT_READ | PROT_WRITE, MAP_SHARED, s.claim_fd, 0);
+  if (page == MAP_FAILED) return true;  // the program closed it: every process on its own, as before
+  auto* word = static_cast<std::uint64_t*>(page);
+  std::uint64_t expected = 0;
+  const auto self = static_cast<std::uint64_t>(getpid());
+  const bool first = __atomic_compare_exchange_n(word, &expected, self, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+  munmap(page, sizeof(std::uint64_t));
+  if (first || expected == self) return true;
+  std::fprintf(stderr,
+               "tensortier-interpose: process %llu calls oneDNN too; only process %llu, the first of this run to, "
+               "is interposed (its report, trace and profile are its own): this one runs as without "
+               "tensortier-run\n",
+               static_cast<unsigned long long>(self), static_cast<unsigned long long>(expected));
+  return false;
 }
 
 std::string object_name(const dnnl_memory_desc_t* md) {
@@ -75,18 +83,19 @@ Interposer* Interposer::instance() {
   static std::once_flag once;
   std::call_once(once, [] {
     const DnnlApi& api = real_dnnl();
-    const char* off = std::getenv("TENSORTIER_INTERPOSE");
-    if (!api.unusable.empty() || (off != nullptr && std::string_view(off) == "off")) {
+    const InterposeSettings& s = settings();
+    if (!api.unusable.empty() || !s.on) {
       if (!api.unusable.empty()) std::fprintf(stderr, "tensortier-interpose: %s\n", api.unusable.c_str());
       return;
     }
+    if (!claim_the_run(s)) return;
     RuntimeOptions options;
     options.ready_memory = false;  // the program holds raw pointers (TENSORTIER_READY_MEMORY overrides)
-    options.trial_steps =
-        static_cast<std::uint32_t>(env_count("TENSORTIER_TRIAL_STEPS", options.trial_steps));
+    if (s.trial_steps_given) options.trial_steps = static_cast<std::uint32_t>(s.trial_steps);
     auto runtime = Runtime::create(options);
     if (!runtime) fail(fmt::format("the runtime did not start: {}", runtime.status().message()));
     g_instance.store(new Interposer(std::move(runtime).value()), std::memory_order_release);
+    g_ever_made.store(true, std::memory_order_release);
     std::atexit(&Interposer::at_exit);  // after the exit handlers the program registers later
   });
   return g_instance.load(std::memory_order_acquire);
@@ -94,12 +103,11 @@ Interposer* Interposer::instance() {
 
 Interposer::Interposer(std::unique_ptr<Runtime> runtime)
     : runtime_(std::move(runtime)),
-      detector_(step_hint()),
-      random_moves_(env_count("TENSORTIER_RANDOM_MOVES", 0)),
-      scratchpads_(env_count("TENSORTIER_SCRATCHPADS", 0) != 0) {
-  if (const char* path = std::getenv("TENSORTIER_TRACE"); path != nullptr && *path != '\0') {
-    const std::uint64_t from = std::max<std::uint64_t>(env_count("TENSORTIER_TRACE_FROM", 4), 1);
-    timeline_ = std::make_unique<TimelineRecorder>(from - 1, env_count("TENSORTIER_TRACE_STEPS", 1),
+      detector_(step_hint(settings())),
+      random_moves_(settings().random_moves),
+      scratchpads_(settings().scratchpads) {
+  if (const InterposeSettings& s = settings(); !s.trace.empty()) {
+    timeline_ = std::make_unique<TimelineRecorder>(s.trace_from - 1, s.trace_steps,
                                                    "tensortier-run");
     if (Status s = runtime_->add_observer(timeline_.get()); !s.is_ok()) fail(s.message());
   }
@@ -107,6 +115,10 @@ Interposer::Interposer(std::unique_ptr<Runtime> runtime)
 
 Interposer::~Interposer() {
   if (timeline_) runtime_->remove_observer(timeline_.get());
+}
+
+bool Interposer::ever_made() {
+  return g_ever_made.load(std::memory_order_acquire);
 }
 
 void Interposer::at_exit() {

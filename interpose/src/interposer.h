@@ -27,11 +27,19 @@
 
 #include "memory_table.h"
 #include "tensortier/interpose/primitive_info.h"
+#include "tensortier/interpose/settings.h"
 #include "tensortier/interpose/step_detector.h"
 #include "tensortier/runtime.h"
 #include "tensortier/timeline.h"
 
 namespace tensortier::interpose {
+
+// The settings from the environment, read once as the interposer loads (threads.cc); a bad one
+// ends the program there, before it runs anything, naming the variable.
+const InterposeSettings& settings();
+inline bool interposing_on() {
+  return settings().on;
+}
 
 struct InterposeStats {
   std::uint64_t memories = 0;             // memories made on a CPU engine
@@ -75,6 +83,8 @@ class ScratchpadAttr {
 
 class Interposer {
  public:
+  // Whether this process made its interposer (it called oneDNN and was the run's to interpose).
+  static bool ever_made();
   // The instance, made at the first call; null where it only passes calls through.
   static Interposer* instance();
 

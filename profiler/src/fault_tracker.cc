@@ -1,6 +1,8 @@
 // Page-protection fault tracking (see fault_tracker.h).
 #include "tensortier/profiler/fault_tracker.h"
 
+#include "tensortier/profiler/alt_stacks.h"
+
 #include "async_writes.h"
 #include "threads.h"
 
@@ -84,105 +86,6 @@ bool first_decline(const void* address) {
   d.key.store(key, std::memory_order_relaxed);
   d.at_ns.store(now_ns, std::memory_order_relaxed);
   return true;
-}
-
-// Alternate signal stacks. oneDNN's JIT kernels keep data below the stack pointer, beyond the
-// 128-byte red zone the ABI promises signal handlers leave alone; a signal frame pushed on such a
-// thread's stack overwrites it (seen: heap corruption in a training step). So the handler runs on
-// an alternate stack, and install() gives one to every thread alive that has none: to itself
-// directly, to the others through a one-off real-time signal whose handler calls sigaltstack on
-// its thread. Stacks are never freed (a thread keeps its alternate stack for life) and come from
-// a pool mapped before any signal is sent, so the handler allocates nothing.
-constexpr std::size_t kMaxAltStacks = 4096;
-std::atomic<std::size_t> g_alt_next{0};
-std::atomic<std::size_t> g_alt_count{0};
-std::atomic<std::size_t> g_alt_answers{0};
-std::size_t g_alt_bytes = 0;
-void* g_alt_pool[kMaxAltStacks];
-std::mutex g_alt_mutex;  // one install at a time fills the pool
-
-void take_alt_stack(void* context) {
-  stack_t current{};
-  if (sigaltstack(nullptr, &current) == 0 && (current.ss_flags & SS_DISABLE) == 0) return;  // has one
-  const std::size_t i = g_alt_next.fetch_add(1);
-  if (i >= g_alt_count.load()) return;
-  stack_t fresh{};
-  fresh.ss_sp = g_alt_pool[i];
-  fresh.ss_size = g_alt_bytes;
-  sigaltstack(&fresh, nullptr);
-  // Returning from a signal handler restores the alternate stack saved in its frame: record the
-  // new one there too, or the hand-out is undone by sigreturn.
-  if (context != nullptr) static_cast<ucontext_t*>(context)->uc_stack = fresh;
-}
-
-void on_alt_stack_signal(int /*signal*/, siginfo_t* /*info*/, void* context) {
-  const int saved_errno = errno;
-  take_alt_stack(context);
-  g_alt_answers.fetch_add(1);
-  errno = saved_errno;
-}
-
-// Returns how many threads did not answer (they block real-time signals, or were busy for 1 s);
-// an error where the threads cannot be listed or the stacks cannot be mapped, nothing sent then:
-// a profile must not start with threads that may take a fault on their own stack unknown.
-Result<std::size_t> give_threads_alt_stacks() {
-  std::lock_guard lock(g_alt_mutex);
-  std::string why;
-  const std::optional<std::vector<pid_t>> listed = list_process_threads(&why);
-  if (!listed) {
-    return unavailable(fmt::format(
-        "the process's threads cannot be listed to give each an alternate signal stack ({})", why));
-  }
-  const std::vector<pid_t>& tids = *listed;
-  if (g_alt_bytes == 0) {
-    g_alt_bytes =
-        std::max<std::size_t>(std::size_t{256} << 10, 4 * static_cast<std::size_t>(sysconf(_SC_SIGSTKSZ)));
-  }
-  // Enough stacks for every thread (some may already have one; the spares stay for later).
-  const std::size_t want = std::min(kMaxAltStacks, g_alt_next.load() + tids.size());
-  for (std::size_t i = g_alt_count.load(); i < want; ++i) {
-    void* stack = mmap(nullptr, g_alt_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (stack == MAP_FAILED) {
-      return unavailable(
-          fmt::format("no memory for the {} threads' alternate signal stacks ({} KiB each: {})", tids.size(),
-                      g_alt_bytes >> 10, strerrordesc_np(errno)));
-    }
-    g_alt_pool[i] = stack;
-    g_alt_count.store(i + 1);
-  }
-  take_alt_stack(nullptr);
-  // A real-time signal nobody handles, taken for the hand-out and kept: a thread that blocks it
-  // and unblocks it later must still find this harmless handler, not the default action (which
-  // would end the process). A program that installs its own handler for it later just replaces
-  // ours. The same signal serves every later install.
-  static int borrowed = 0;
-  if (borrowed == 0) {
-    for (int sig = SIGRTMAX; sig >= SIGRTMIN && borrowed == 0; --sig) {
-      struct sigaction current {};
-      if (sigaction(sig, nullptr, &current) == 0 && current.sa_handler == SIG_DFL &&
-          (current.sa_flags & SA_SIGINFO) == 0) {
-        borrowed = sig;
-      }
-    }
-    if (borrowed == 0) return tids.size() - 1;
-  }
-  struct sigaction action {};
-  action.sa_sigaction = &on_alt_stack_signal;
-  action.sa_flags = SA_SIGINFO;
-  sigemptyset(&action.sa_mask);
-  sigaction(borrowed, &action, nullptr);
-  const pid_t self = static_cast<pid_t>(syscall(SYS_gettid));
-  std::size_t sent = 0;
-  g_alt_answers.store(0);
-  for (pid_t tid : tids) {
-    if (tid != self && syscall(SYS_tgkill, getpid(), tid, borrowed) == 0) ++sent;
-  }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-  while (g_alt_answers.load() < sent && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
-  }
-  const std::size_t answered = g_alt_answers.load();
-  return sent - std::min(sent, answered);
 }
 
 std::size_t hash_base(std::uintptr_t base) {
@@ -320,9 +223,13 @@ Result<std::unique_ptr<FaultTracker>> FaultTracker::install(Lookup lookup, const
     return failed_precondition(
         "a FaultTracker is already installed (one profile at a time); destroy it first");
   }
-  Result<std::size_t> unanswered = give_threads_alt_stacks();
-  if (!unanswered) return unanswered.status();  // the tracker's destructor uninstalls it
-  tracker->threads_without_alt_stack_ = unanswered.value();
+  std::size_t without = options.threads_without_alt_stack;
+  if (!options.alt_stacks_given) {
+    Result<AltStackHandout> handout = give_threads_alt_stacks();
+    if (!handout) return handout.status();  // the tracker's destructor uninstalls it
+    without = handout->unanswered + handout->running;
+  }
+  tracker->threads_without_alt_stack_ = without;
   if (options.async_writes) {
     std::string why;
     tracker->async_ = AsyncWrites::open(&why);

@@ -1,11 +1,14 @@
 // StepProfiler: one step's lifetimes, accesses and counters (see step_profiler.h).
 #include "tensortier/profiler/step_profiler.h"
 
+#include "tensortier/profiler/alt_stacks.h"
+
 #include <algorithm>
 #include <chrono>
 #include <system_error>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 namespace tensortier::profiler {
 namespace {
@@ -55,15 +58,39 @@ Result<std::unique_ptr<StepProfiler>> StepProfiler::start(
     const std::vector<std::pair<ObjectInfo, SpanView>>& live, Counters* counters) {
   TENSORTIER_RETURN_IF_ERROR(validate(options));
   std::unique_ptr<FaultTracker> installed;
+  std::string declared_why, handout_note;
   if (options.accesses == AccessSource::kPageProtection) {
-    FaultTracker::Options tracker_options;
-    tracker_options.unit_bytes = options.granularity_bytes;
-    tracker_options.async_writes = options.async_writes;
-    auto tracker = FaultTracker::install(lookup, context, tracker_options);
-    if (!tracker) return tracker.status();
-    installed = std::move(tracker).value();
+    // Threads that ran user code throughout the hand-out (perhaps inside oneDNN kernels) were not
+    // signalled and have no alternate stack: a fault of theirs could corrupt their stack, so this
+    // step is profiled from the layers' declarations instead.
+    Result<AltStackHandout> handout = give_threads_alt_stacks();
+    if (!handout) return handout.status();
+    handout_note = handout->describe();
+    if (handout->running > 0) {
+      declared_why = fmt::format(
+          "accesses as the layers declared them: {} of the process's {} threads ran user code throughout the "
+          "alternate signal stacks' hand-out (inside oneDNN kernels, perhaps), where no signal may land; no page "
+          "was protected (start such threads through tt_prepare_thread or under tensortier-run)",
+          handout->running, handout->threads);
+      spdlog::warn("step {}: {}", step, declared_why);
+    } else {
+      FaultTracker::Options tracker_options;
+      tracker_options.unit_bytes = options.granularity_bytes;
+      tracker_options.async_writes = options.async_writes;
+      tracker_options.alt_stacks_given = true;
+      tracker_options.threads_without_alt_stack = handout->unanswered;
+      auto tracker = FaultTracker::install(lookup, context, tracker_options);
+      if (!tracker) return tracker.status();
+      installed = std::move(tracker).value();
+    }
   }
   std::unique_ptr<StepProfiler> p(new StepProfiler(options, std::move(installed), counters));
+  p->declared_why_ = std::move(declared_why);
+  if (!handout_note.empty()) p->profile_.notes.push_back(std::move(handout_note));
+  if (!p->declared_why_.empty()) {
+    p->profile_.access_source = to_string(AccessSource::kDeclared);
+    p->profile_.write_tracking = "declared by the layers";
+  }
   p->profile_.step = step;
   for (const auto& [object, span] : live) p->on_allocate(object, span);
   for (auto& [id, o] : p->objects_) o.born_at_layer.reset();  // alive before the step began
@@ -274,9 +301,10 @@ StepProfile StepProfiler::finish(std::uint64_t signature, std::uint64_t duration
     tracker_->unwatch_all();
   } else {
     profile_.notes.emplace_back(
-        "accesses as the layers declared them (ProfileOptions::accesses = declared): no page was protected, "
-        "and "
-        "host code's accesses are seen only where it pinned the objects");
+        !declared_why_.empty() ? declared_why_
+                               : "accesses as the layers declared them (ProfileOptions::accesses = declared): no "
+                                 "page was protected, and host code's accesses are seen only where it pinned the "
+                                 "objects");
   }
 
   std::lock_guard lock(mutex_);

@@ -1,6 +1,9 @@
 // Runtime: tier resolution, object placement and step/layer marks (see runtime.h).
 #include "tensortier/runtime.h"
 
+#include "tensortier/profiler/alt_stacks.h"
+#include "tensortier/settings.h"
+
 #include "runtime_internal.h"
 
 #include <pthread.h>
@@ -92,6 +95,8 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
   }
   TENSORTIER_RETURN_IF_ERROR(
       check_migration(migration->first, migration->second, *tiers.front(), profile.value()));
+  Result<std::optional<bool>> ready_memory = settings::env_switch("TENSORTIER_READY_MEMORY");
+  if (!ready_memory) return ready_memory.status();
   if (options.mover_cpu < -1) {
     return invalid_argument(
         fmt::format("mover_cpu {}: give a CPU's number (0 or more), or -1 to leave the mover unbound",
@@ -111,9 +116,7 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
   runtime->trial_steps_ = options.trial_steps;
   runtime->measured_mover_steps_ = options.measured_mover_steps;
   runtime->short_lived_arena_ = options.short_lived_arena;
-  runtime->ready_memory_ = options.ready_memory;
-  if (const char* env = std::getenv("TENSORTIER_READY_MEMORY"); env != nullptr && *env != '\0')
-    runtime->ready_memory_ = std::string_view(env) != "0";
+  runtime->ready_memory_ = ready_memory->value_or(options.ready_memory);
   if (provider_engine != nullptr) {  // GPU tiers: the provider's engine copies, on its own streams
     runtime->copy_threads_note_ = fmt::format("copies through the {} copy engine ({})",
                                               provider_engine->name(), opened->provider->name());
@@ -547,6 +550,11 @@ Status Runtime::layer_begin(std::string_view name, std::span<const ObjectId> rea
   if (layer_clock_ != nullptr) layer_clock_->layer_begin();
   layer_start_ns_ = now_ns();
   return Status::ok();
+}
+
+Status Runtime::prepare_thread() {
+  if (profiler::give_this_thread_alt_stack()) return Status::ok();
+  return out_of_memory("no memory for this thread's alternate signal stack");
 }
 
 Status Runtime::pin_objects(std::span<const ObjectId> ids, std::span<void*> addresses) {

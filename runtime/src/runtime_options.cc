@@ -25,10 +25,12 @@
 #include "tensortier/allocator/layer_charge.h"
 #include "tensortier/allocator/tier_spec.h"
 #include "tensortier/allocator/topology.h"
+#include "tensortier/settings.h"
 
 namespace tensortier {
 namespace {
 
+constexpr std::uint64_t kMostSteps = 1'000'000'000'000;  // a step to profile: beyond any training run
 constexpr std::string_view kEmulatedHint = "TENSORTIER_TIERS=fast=dram:4GiB,slow=emulated:optane:16GiB";
 
 }  // namespace
@@ -62,19 +64,18 @@ Result<std::pair<std::vector<TierConfig>, std::string>> resolve_tier_spec(const 
 
 Result<profiler::ProfileOptions> resolve_profile_options(const RuntimeOptions& options) {
   profiler::ProfileOptions p = options.profile;
-  if (const char* env = std::getenv("TENSORTIER_PROFILE"); env != nullptr && *env != '\0') {
-    const std::string_view value(env);
-    std::uint64_t step = 0;
-    const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), step);
-    if (value == "off") {
+  if (const char* env = std::getenv("TENSORTIER_PROFILE"); env != nullptr) {
+    // "off" (any case), or the step to profile; a switch's "0" would read as step 0, so only "off".
+    const Result<bool> off = settings::parse_switch("TENSORTIER_PROFILE", env);
+    if (off && !*off && std::string_view(env) != "0") {
       p.enabled = false;
-    } else if (error == std::errc() && end == value.data() + value.size()) {
+    } else if (Result<std::uint64_t> step = settings::parse_whole("TENSORTIER_PROFILE", env, 0, kMostSteps)) {
       p.enabled = true;
-      p.step = step;
+      p.step = *step;
     } else {
       return invalid_argument(fmt::format(
-          "TENSORTIER_PROFILE='{}': use 'off' or the step to profile (0-based, e.g. 1 for the second)",
-          value));
+          "TENSORTIER_PROFILE='{}': give off, or the step to profile (0-based, e.g. 1 for the second; at most {})",
+          env, kMostSteps));
     }
   }
   if (const char* env = std::getenv("TENSORTIER_PROFILE_GRANULARITY"); env != nullptr && *env != '\0') {

@@ -78,6 +78,92 @@ def check_profile(name, path, layers):
                   f"{name}: layer {layer['index']} ({layer['name']}) touched object {a['id']} it did not declare")
 
 
+def check_two_threads():
+    """A second thread runs oneDNN beside the training loop: every thread took its alternate signal
+    stack as it started, so the profile's start signalled none (a signal inside a oneDNN kernel
+    corrupted its stack: 3 of 382 runs died before), and the outputs are the plain run's."""
+    args = ["--epochs", "1", "--beside", "16"]
+    plain = run([PROGRAM, *args])
+    r, rep, profile = interposed("beside", ["--policy", "sentinel", "--fast-budget", "20%"], args)
+    check(plain.returncode == 0 and r.stdout == plain.stdout, f"beside: {r.stdout!r} vs {plain.stdout!r}")
+    with open(profile) as f:
+        prof = json.load(f)
+    notes = [n for n in prof["notes"] if n.startswith("alternate signal stacks")]
+    check(prof["access_source"] == "protection", f"beside: the profile went by {prof['access_source']}")
+    check(len(notes) == 1 and " 0 signalled in a system call" in notes[0] and " 0 running user code" in notes[0],
+          f"beside: the hand-out signalled a thread or left one without a stack: {notes}")
+
+
+def check_hostile():
+    """What a hostile user tried (issue 49): each refused with one line and exit 2 before the program
+    runs, or done as documented; nothing a path names replaced."""
+    def refused(name, cmd, needle, rc=None, env=None):
+        # A refusal exits 1..128 (2 for tensortier-run's own, 105 and up for CLI11's), says why in
+        # a few lines, and the program never ran (nothing on its stdout).
+        r = run(cmd, env=env)
+        rc_ok = r.returncode == rc if rc is not None else 0 < r.returncode <= 128
+        check(rc_ok and needle in r.stderr and r.stdout == "" and len(r.stderr) < 600,
+              f"{name}: rc {r.returncode}, {r.stderr[-600:]!r}")
+    base = [RUN, "--tiers", TIERS]
+    refused("step-period -1", [*base, "--step-period", "-1", "--", PROGRAM], "--step-period")
+    refused("step-offset without a period", [*base, "--step-offset", "5", "--", PROGRAM], "--step-offset")
+    refused("trace-from 0", [*base, "--trace", os.path.join(WORK, "t.json"), "--trace-from", "0", "--", PROGRAM],
+            "--trace-from")
+    refused("a library that is no shared library", [*base, "--library", "/etc/hostname", "--", PROGRAM],
+            "not a shared library")
+    env = dict(os.environ, TENSORTIER_STEP_PERIOD="abc")
+    refused("TENSORTIER_STEP_PERIOD=abc", [*base, "--", PROGRAM], "TENSORTIER_STEP_PERIOD='abc'", env=env)
+    # Set behind tensortier-run's back (LD_PRELOAD by hand): refused as the interposer loads.
+    library = os.path.join(os.path.dirname(RUN), "libtensortier_interpose.so")
+    env = dict(os.environ, LD_PRELOAD=library, TENSORTIER_TIERS=TIERS, TENSORTIER_STEP_PERIOD="abc")
+    refused("TENSORTIER_STEP_PERIOD=abc preloaded", [PROGRAM], "TENSORTIER_STEP_PERIOD='abc'", env=env)
+    env = dict(os.environ, TENSORTIER_READY_MEMORY="off2")
+    refused("TENSORTIER_READY_MEMORY=off2", [*base, "--", PROGRAM], "TENSORTIER_READY_MEMORY", env=env)
+    not_runnable = os.path.join(WORK, "not-runnable")
+    with open(not_runnable, "w") as f:
+        f.write("not a program\n")
+    refused("a program that is not executable", [*base, "--", not_runnable], "cannot run", rc=126)
+    # Outputs: a symbolic link refused before the program runs, what it names untouched; a device
+    # written in place.
+    precious = os.path.join(WORK, "precious")
+    with open(precious, "w") as f:
+        f.write("keep")
+    link = os.path.join(WORK, "report-link.json")
+    if os.path.lexists(link):
+        os.remove(link)
+    os.symlink(precious, link)
+    refused("--report to a symbolic link", [*base, "--report", link, "--", PROGRAM], "symbolic link")
+    with open(precious) as f:
+        check(f.read() == "keep" and os.path.islink(link), "--report to a symbolic link: its target was written")
+    r = run([*base, "--trace", "/dev/null", "--trace-from", "2", "--", PROGRAM, "--epochs", "1"])
+    check(r.returncode == 0 and os.path.exists("/dev/null") and not os.path.isfile("/dev/null"),
+          f"--trace /dev/null: rc {r.returncode}, /dev/null is still a device")
+    # TENSORTIER_INTERPOSE=OFF (any case) is off: nothing tiered, no report.
+    report = os.path.join(WORK, "off.json")
+    if os.path.exists(report):
+        os.remove(report)
+    plain = run([PROGRAM, "--epochs", "1"])
+    r = run([*base, "--report", report, "--", PROGRAM, "--epochs", "1"],
+            env=dict(os.environ, TENSORTIER_INTERPOSE="OFF"))
+    check(r.returncode == 0 and r.stdout == plain.stdout and not os.path.exists(report),
+          f"TENSORTIER_INTERPOSE=OFF: rc {r.returncode}, report written: {os.path.exists(report)}")
+    # A program that never calls oneDNN: said, not silent.
+    r = run([*base, "--report", report, "--", "true"])
+    check(r.returncode == 0 and "never called oneDNN" in r.stderr and not os.path.exists(report),
+          f"a program without oneDNN: rc {r.returncode}, {r.stderr!r}")
+    # Two oneDNN programs the interposed one starts: only the first to call oneDNN is interposed and
+    # writes the report; the other says so and runs as without tensortier-run.
+    script = f"{PROGRAM} --epochs 1 && {PROGRAM} --epochs 1"
+    r = run([*base, "--report", report, "--step-period", "22", "--", "sh", "-c", script])
+    check(r.returncode == 0 and r.stdout == plain.stdout * 2, f"two programs: rc {r.returncode}, {r.stdout!r}")
+    check(r.stderr.count("is interposed") == 1, f"two programs: {r.stderr[-1500:]!r}")
+    with open(report) as f:
+        rep = json.load(f)
+    # One epoch of 7 iterations and its evaluation pass in steps of 22: about 8 steps; both would be 16.
+    check(rep["runtime"]["steps_completed"] <= 10,
+          f"two programs: the report counts {rep['runtime']['steps_completed']} steps: both wrote it")
+
+
 def main():
     os.makedirs(WORK, exist_ok=True)
     plain = run([PROGRAM])
@@ -116,6 +202,8 @@ def main():
     check(rep["runtime"]["direct_moves"] > 100 and rep["refreshed"] > 100,
           f"heap: {rep['runtime']['direct_moves']} moves, {rep['refreshed']} memories re-pointed")
 
+    check_two_threads()
+
     # A hint: steps every 22 executions from the first.
     args = ["--epochs", "1", "--train", "192"]
     plain_hint = run([PROGRAM, *args])
@@ -150,6 +238,7 @@ def main():
     check(bad.returncode == 2 and "bogus" in bad.stderr and bad.stdout == "", f"a bad tier spec: {bad.stderr!r}")
     bad = run([RUN, "--tiers", TIERS, "--", os.path.join(WORK, "no-such-program")])
     check(bad.returncode == 127 and "cannot run" in bad.stderr, f"a missing program: rc {bad.returncode}")
+    check_hostile()
     print("FAILED" if failures else "OK", len(failures))
     return 1 if failures else 0
 

@@ -243,6 +243,10 @@ class Runtime {
   // still use them). Any thread. Errors: kNotFound for an object that is not live (nothing is
   // pinned then); the device's.
   Status pin_objects(std::span<const ObjectId> ids, std::span<void*> addresses);
+  // For a thread of the program's own that runs oneDNN primitives beside the training thread: call
+  // it first in that thread. It takes its alternate signal stack now, so a profile never signals it
+  // (profiler/alt_stacks.h). Any thread. Errors: kOutOfMemory where no stack could be mapped.
+  static Status prepare_thread();
   // With GPU tiers, the objects' bytes count as used now (queued work on device_stream() that
   // touched them comes before any later copy of them), as at layer_end.
   void unpin_objects(std::span<const ObjectId> ids);

@@ -83,6 +83,12 @@ tt_status tt_layer_begin_ids(tt_runtime* runtime, const char* name, const uint64
  * thread. TT_NOT_FOUND for an id that is not live (nothing is pinned then). */
 tt_status tt_pin(tt_runtime* runtime, const uint64_t* ids, size_t count, void** addresses);
 tt_status tt_unpin(tt_runtime* runtime, const uint64_t* ids, size_t count);
+/* For a thread of the program's own that runs oneDNN primitives beside the training thread: call it
+ * first in that thread. It gets its alternate signal stack now, so that a profile never has to
+ * signal it (a signal landing inside a oneDNN kernel corrupts its stack; a thread running user code
+ * throughout a profile's start makes that step's profile go by declared accesses instead).
+ * tensortier-run does this for every thread. TT_OUT_OF_MEMORY where no stack could be mapped. */
+tt_status tt_prepare_thread(void);
 /* With a device tier (cuda:N): the stream, a cudaStream_t as a number, that the program queues each
  * layer's kernels on, and its kernels on pinned objects, so that moves wait for them and layer
  * times are measured on it; 0 without a device tier (or for NULL). Any thread. */

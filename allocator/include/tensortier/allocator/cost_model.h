@@ -136,6 +136,10 @@ unsigned engine_threads();
 // cached. The source says which, and when it was measured. Computed once per process;
 // thread-safe.
 FastBandwidth dram_bandwidth();
+// TENSORTIER_DRAM_GBPS, where set: the DRAM reference in place of a measurement, from
+// kLeastDramGbps to kMostDramGbps (a memory system's range); an error for anything else.
+inline constexpr double kLeastDramGbps = 0.1, kMostDramGbps = 10'000;
+Result<std::optional<double>> dram_gbps_setting();
 
 // The conditions of this process now (CPU model, memory, engine_threads(), kernel).
 BandwidthConditions bandwidth_conditions();

@@ -44,6 +44,10 @@ class FaultTracker {
     // Off by default: it saves few faults on training steps and its ioctls cost more than they
     // save (docs/RESULTS.md).
     bool async_writes = false;
+    // The caller gave the threads their alternate signal stacks already (give_threads_alt_stacks,
+    // alt_stacks.h), leaving this many without; else install() does.
+    bool alt_stacks_given = false;
+    std::size_t threads_without_alt_stack = 0;
   };
 
   // What one watched span saw in one interval (only spans touched in it are reported).

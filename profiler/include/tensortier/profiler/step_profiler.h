@@ -114,6 +114,7 @@ class StepProfiler final : public StepObserver {
 
   ProfileOptions options_;
   std::unique_ptr<FaultTracker> tracker_;  // null with AccessSource::kDeclared
+  std::string declared_why_;               // why a protection profile went by declaration ("": it did not)
   Counters* counters_;
   StepProfile profile_;
   std::vector<double> counters_at_begin_;
