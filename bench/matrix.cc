@@ -1,6 +1,7 @@
 #include "matrix.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 #include <sstream>
@@ -238,6 +239,27 @@ std::map<int, double> real_reference(const MatrixConfig& c, const json& tasks, c
 
 }  // namespace
 
+// The highest 1-minute load average recorded around these tasks (each task's "load_average": at its
+// start and end); -1 where none recorded one (results of an older bench).
+double highest_load(const std::vector<const json*>& tasks) {
+  double highest = -1;
+  for (const json* t : tasks) {
+    if (!t->contains("load_average") || !t->at("load_average").is_array()) continue;
+    for (const json& l : t->at("load_average"))
+      if (l.is_number()) highest = std::max(highest, l.get<double>());
+  }
+  return highest;
+}
+
+// The largest |x / median - 1| of the values (0 for fewer than two).
+double largest_departure(const std::vector<double>& values) {
+  if (values.size() < 2) return 0;
+  const double m = median(values);
+  double largest = 0;
+  for (double x : values) largest = std::max(largest, m > 0 ? std::abs(x / m - 1.0) : 0.0);
+  return largest;
+}
+
 nlohmann::json summarize(const MatrixConfig& c, const nlohmann::json& tasks) {
   json cells = json::array(), numactl = json::array(), checks = json::array();
   // Policies cells, in matrix order.
@@ -254,6 +276,7 @@ nlohmann::json summarize(const MatrixConfig& c, const nlohmann::json& tasks) {
         }
         if (found.empty()) continue;
         std::vector<double> floors, bounds, timed_bounds;
+        const double load = highest_load(found);
         for (const json* t : found) {
           const double f = number(t->at("runs").at("fast-only"), "median_ms");
           double slow_floor = 0;
@@ -297,6 +320,12 @@ nlohmann::json summarize(const MatrixConfig& c, const nlohmann::json& tasks) {
                     {"floor", median(floors)}};
           if (!bounds.empty()) cell["bound"] = median(bounds);
           if (!timed_bounds.empty()) cell["timed_bound"] = median(timed_bounds);
+          if (load >= 0) cell["load"] = load;
+          // A repetition off its siblings' median by more than kDisagreement: something else was
+          // running then, or the cell is noise; flagged, not dropped.
+          const double spread = largest_departure(v["ratio"]);
+          cell["spread"] = spread;
+          if (v["ratio"].size() >= 2 && spread > kDisagreement) cell["disagreeing"] = true;
           for (auto& [k, values] : v) cell[k] = median(values);
           ratio_of[policy] = cell["ratio"].get<double>();
           if (c.mover_cpu >= 0) cell["mover_cpu"] = c.mover_cpu;
@@ -390,10 +419,14 @@ std::string markdown_tables(const nlohmann::json& summary) {
         "time no plan can beat, over fast-only. Bound: the oracle's exact model (residency_model.h): no plan "
         "is predicted to run faster than this, over the profiled compute. Timed bound (timed_bound.h): the "
         "same with the slow channel counted in time. In square brackets: what the plan predicted.\n\n";
-    out += "| model | tiers | fast budget | reps | fast-only ms | floor | bound | timed bound |";
+    out +=
+        "Load: the highest 1-minute load average around the row's tasks (a figure near or over the cores "
+        "means other work shared them). `!`: a repetition's ratio is more than " +
+        fmt::format("{:.0f}", 100 * kDisagreement) + "% off the median of its cell's.\n\n";
+    out += "| model | tiers | fast budget | reps | load | fast-only ms | floor | bound | timed bound |";
     for (const std::string& p : policies)
       if (p != "fast-only") out += " " + p + " |";
-    out += "\n| --- | --- | --- | --- | --- | --- | --- | --- |";
+    out += "\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |";
     for (const std::string& p : policies)
       if (p != "fast-only") out += " --- |";
     out += "\n";
@@ -404,9 +437,11 @@ std::string markdown_tables(const nlohmann::json& summary) {
           f.contains("bound") ? fmt::format("{:.2f}x", f.at("bound").get<double>()) : "";
       const std::string timed =
           f.contains("timed_bound") ? fmt::format("{:.2f}x", f.at("timed_bound").get<double>()) : "";
-      out += fmt::format("| {} | {} | {} | {} | {:.1f} | {:.2f}x | {} | {} |", std::get<0>(row),
-                         f.at("tiers").get<std::string>(), std::get<2>(row), f.at("reps").get<int>(),
-                         f.value("median_ms", 0.0), f.value("floor", 1.0), bound, timed);
+      const std::string load = f.contains("load") ? fmt::format("{:.1f}", f.at("load").get<double>()) : "";
+      out += fmt::format("| {} | {} | {} | {} | {} | {:.1f}{} | {:.2f}x | {} | {} |", std::get<0>(row),
+                         f.at("tiers").get<std::string>(), std::get<2>(row), f.at("reps").get<int>(), load,
+                         f.value("median_ms", 0.0), f.value("disagreeing", false) ? " !" : "",
+                         f.value("floor", 1.0), bound, timed);
       for (const std::string& p : policies) {
         if (p == "fast-only") continue;
         auto it = cells.find(p);
@@ -416,7 +451,7 @@ std::string markdown_tables(const nlohmann::json& summary) {
         }
         const json& c = it->second;
         out += fmt::format(
-            " {:.2f}x{}{} |", c.value("ratio", 0.0),
+            " {:.2f}x{}{}{} |", c.value("ratio", 0.0), c.value("disagreeing", false) ? " !" : "",
             c.contains("penalty_share") ? fmt::format(" ({:.2f})", c.at("penalty_share").get<double>()) : "",
             c.contains("predicted") ? fmt::format(" [{:.2f}x]", c.at("predicted").get<double>()) : "");
       }

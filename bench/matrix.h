@@ -102,6 +102,10 @@ std::vector<Task> pending(const std::vector<Task>& all, const nlohmann::json& do
 // (policy - fast-only) / (slow-only - fast-only) where slow-only ran, and the per-step move
 // figures; numactl rows against the same repetition's fast-only on the first real spec (another
 // process); emulation checks as predicted against measured slow-only slowdown.
+// Each cell also carries the highest load average its tasks recorded ("load") and how far its
+// repetitions' ratios spread ("spread": the largest departure from their median), flagged
+// "disagreeing" past kDisagreement.
+inline constexpr double kDisagreement = 0.2;
 nlohmann::json summarize(const MatrixConfig& config, const nlohmann::json& tasks);
 
 // The cells as a markdown table (ratios, penalty shares, floors) and a second table of what each

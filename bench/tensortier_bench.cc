@@ -99,6 +99,13 @@ struct PolicyRun {
   migrator::ExecutorStats before_measured;
 };
 
+// The system's 1-minute load average (getloadavg), recorded around each task: a cell measured while
+// other work loaded the cores says so in the tables. -1 where the system gives none.
+double one_minute_load() {
+  double load[1] = {-1};
+  return getloadavg(load, 1) == 1 ? load[0] : -1.0;
+}
+
 Result<json> run_task(const MatrixConfig& c, const Task& task, const fs::path& out_dir) {
   const dnnl::memory::dims input{c.batch, 3, c.image_size, c.image_size};
   const Dataset data =
@@ -150,6 +157,7 @@ Result<json> run_task(const MatrixConfig& c, const Task& task, const fs::path& o
   std::unique_ptr<OccupancyRecorder> occupancy;
   PolicyRun* traced = nullptr;
   const int last = c.warmup + c.steps - 1;
+  const double load_before = one_minute_load();
   for (int step = 0; step <= last; ++step) {
     for (PolicyRun& r : runs) {
       if (task.trace && step == last && r.policy == c.trace_policy && r.runtime->plan() != nullptr) {
@@ -181,6 +189,7 @@ Result<json> run_task(const MatrixConfig& c, const Task& task, const fs::path& o
     }
   }
   json out = bench::to_json(task);
+  out["load_average"] = {load_before, one_minute_load()};
   out["emulated"] = runs.empty() ? "" : emulated_note(*runs.front().runtime);
   json results = json::object();
   for (PolicyRun& r : runs) {
@@ -585,15 +594,16 @@ Result<MatrixConfig> matrix_from(const Cli& cli) {
 Status lock_out_dir(const fs::path& out) {
   const fs::path path = out / ".lock";
   // Never through a link planted there (the pid would overwrite its target), never a FIFO's wait.
-  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);  // kept open
+  const int fd =
+      open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);  // kept open
   if (fd < 0 && errno == ELOOP)
-    return invalid_argument(fmt::format("'{}' is a symbolic link; remove it (tensortier-bench makes its lock itself)",
-                                        path.string()));
+    return invalid_argument(fmt::format(
+        "'{}' is a symbolic link; remove it (tensortier-bench makes its lock itself)", path.string()));
   if (fd < 0) return unavailable(fmt::format("cannot open '{}': {}", path.string(), strerrordesc_np(errno)));
-  if (struct stat st {}; fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (struct stat st{}; fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     close(fd);
-    return invalid_argument(
-        fmt::format("'{}' is not a regular file; remove it (tensortier-bench makes its lock itself)", path.string()));
+    return invalid_argument(fmt::format(
+        "'{}' is not a regular file; remove it (tensortier-bench makes its lock itself)", path.string()));
   }
   if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
     char pid[32] = {};

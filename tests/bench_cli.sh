@@ -6,7 +6,9 @@
 #   2. a run interrupted after 2 of 4 tasks (--max-tasks, as a kill between tasks would leave
 #      it) is finished by the same command, which runs the other 2 only;
 #   3. every output is written: results.json/.csv, table.md, trace.json and the PNGs;
-#   4. another matrix on the same --out is refused (the results there are kept).
+#   4. another matrix on the same --out is refused (the results there are kept);
+#   5-7. two runs on one --out, a results file of the wrong shape, a lock planted as a link or a
+#      FIFO: each refused.
 # Usage: tests/bench_cli.sh TENSORTIER_BENCH WORK_DIR
 set -euo pipefail
 bench=$1
@@ -140,4 +142,17 @@ for damaged in '{"config": {}, "tasks": []}' '{"config": {}, "tasks": 5}' '[1, 2
   [[ $rc -eq 2 ]] && grep -q "is not a results file of tensortier-bench" <<<"$out" ||
     fail "a results file '$damaged' was not refused (exit $rc): $out"
 done
+# 7. A lock file planted as a symbolic link (or a FIFO) in --out: refused, what it names untouched
+#    (the pid overwrote the link's target before).
+mkdir -p "$work/planted"
+echo "keep" >"$work/precious"
+ln -s "$work/precious" "$work/planted/.lock"
+rc=0
+out=$("$bench" --out "$work/planted" "${tiny[@]}" 2>&1) || rc=$?
+[[ $rc -eq 2 ]] && grep -q "is a symbolic link" <<<"$out" || fail "a planted lock link was not refused (exit $rc): $out"
+[[ $(cat "$work/precious") == keep && -L "$work/planted/.lock" ]] || fail "the planted link's target was written"
+rm "$work/planted/.lock" && mkfifo "$work/planted/.lock"
+rc=0
+out=$(timeout 60 "$bench" --out "$work/planted" "${tiny[@]}" 2>&1) || rc=$?
+[[ $rc -eq 2 ]] && grep -q "not a regular file" <<<"$out" || fail "a lock FIFO was not refused (exit $rc): $out"
 echo "bench_cli: every check held"

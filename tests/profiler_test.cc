@@ -336,7 +336,8 @@ TEST(AltStacks, ARunningThreadMakesTheStepProfiledByDeclarationSaidInItsNotes) {
   ASSERT_NE(rt->profile(), nullptr);
   EXPECT_EQ(rt->profile()->access_source, "declared");
   bool said = false;
-  for (const std::string& note : rt->profile()->notes) said |= note.find("ran user code throughout") != std::string::npos;
+  for (const std::string& note : rt->profile()->notes)
+    said |= note.find("ran user code throughout") != std::string::npos;
   EXPECT_TRUE(said);
 }
 
@@ -344,7 +345,8 @@ TEST(AltStacks, TheCallersOpenMpTeamTakesItsStacksWithoutASignal) {
   // oneDNN runs its kernels on the calling thread's OpenMP team (libgomp): the team's workers take
   // their stacks in a parallel region, and are never signalled. Each worker blocks every signal
   // first, so a hand-out signal would show as pending.
-  if (dlopen("libgomp.so.1", RTLD_NOW | RTLD_GLOBAL) == nullptr) GTEST_SKIP() << "no libgomp here: " << dlerror();
+  if (dlopen("libgomp.so.1", RTLD_NOW | RTLD_GLOBAL) == nullptr)
+    GTEST_SKIP() << "no libgomp here: " << dlerror();
   using Parallel = void (*)(void (*)(void*), void*, unsigned, unsigned);
   auto* parallel = reinterpret_cast<Parallel>(dlsym(RTLD_DEFAULT, "GOMP_parallel"));
   ASSERT_NE(parallel, nullptr);

@@ -404,7 +404,6 @@ TEST(CApiIds, ACallerOnAHeapTierFollowsAMoveById) {
   tt_runtime_destroy(rt);
 }
 
-
 // Counts the moves of one object (StepObserver::on_move).
 class MovesOf final : public StepObserver {
  public:
@@ -426,7 +425,8 @@ class MovesOf final : public StepObserver {
 class UnpinnedWriter {
  public:
   explicit UnpinnedWriter(const ObjectInfo& object)
-      : words_(static_cast<std::uint64_t*>(object.address)), pages_(object.bytes / 4096),
+      : words_(static_cast<std::uint64_t*>(object.address)),
+        pages_(object.bytes / 4096),
         thread_([this] { run(); }) {}
   ~UnpinnedWriter() { stop(); }
   UnpinnedWriter(const UnpinnedWriter&) = delete;

@@ -15,7 +15,8 @@ namespace {
 
 std::string lower(std::string_view text) {
   std::string out(text);
-  std::ranges::transform(out, out.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  std::ranges::transform(out, out.begin(),
+                         [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return out;
 }
 
@@ -34,7 +35,8 @@ Result<std::uint64_t> parse_whole(std::string_view name, std::string_view text, 
   const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (text.empty() || error != std::errc() || end != text.data() + text.size() || value < least ||
       value > most) {
-    return invalid_argument(fmt::format("{}='{}': give a whole number from {} to {}", name, text, least, most));
+    return invalid_argument(
+        fmt::format("{}='{}': give a whole number from {} to {}", name, text, least, most));
   }
   return value;
 }
@@ -46,7 +48,8 @@ Result<double> parse_number(std::string_view name, std::string_view text, double
   const double value = copy.empty() ? NAN : std::strtod(copy.c_str(), &end);
   if (copy.empty() || end != copy.c_str() + copy.size() || !std::isfinite(value) || value < least ||
       value > most) {
-    return invalid_argument(fmt::format("{}='{}': give a number of {} from {} to {}", name, text, unit, least, most));
+    return invalid_argument(
+        fmt::format("{}='{}': give a number of {} from {} to {}", name, text, unit, least, most));
   }
   return value;
 }

@@ -50,9 +50,10 @@ Status write_in_place(const std::string& path, std::string_view text, std::strin
   if (fd < 0) {
     const int error = errno;
     if (error == ENXIO)
-      return unavailable(fmt::format("cannot write {} to '{}': it is a FIFO that no process reads; start its "
-                                     "reader first, or name a file",
-                                     what, path));
+      return unavailable(
+          fmt::format("cannot write {} to '{}': it is a FIFO that no process reads; start its "
+                      "reader first, or name a file",
+                      what, path));
     return unavailable(fmt::format("cannot write {} to '{}': {}", what, path, errno_text(error)));
   }
   struct stat st {};
@@ -62,8 +63,10 @@ Status write_in_place(const std::string& path, std::string_view text, std::strin
   const bool written = ok && write_all(fd, text);
   const int error = errno;
   ::close(fd);
-  if (!ok) return invalid_argument(fmt::format("cannot write {} to '{}': it changed while opened", what, path));
-  if (!written) return unavailable(fmt::format("writing {} to '{}' failed: {}", what, path, errno_text(error)));
+  if (!ok)
+    return invalid_argument(fmt::format("cannot write {} to '{}': it changed while opened", what, path));
+  if (!written)
+    return unavailable(fmt::format("writing {} to '{}' failed: {}", what, path, errno_text(error)));
   return Status::ok();
 }
 
@@ -71,7 +74,8 @@ Status write_in_place(const std::string& path, std::string_view text, std::strin
 int open_temporary(const std::string& path, std::string& tmp) {
   static std::atomic<std::uint64_t> calls{0};
   for (int attempt = 0; attempt < 100; ++attempt) {
-    tmp = fmt::format("{}.{}.{}.{}.tmp", path, getpid(), std::hash<std::thread::id>{}(std::this_thread::get_id()),
+    tmp = fmt::format("{}.{}.{}.{}.tmp", path, getpid(),
+                      std::hash<std::thread::id>{}(std::this_thread::get_id()),
                       calls.fetch_add(1, std::memory_order_relaxed));
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
     if (fd >= 0 || errno != EEXIST) return fd;
@@ -93,12 +97,13 @@ Status output_path_refused(const std::string& path, std::string_view what) {
         "itself",
         what, path, ec ? std::string("?") : target.string()));
   }
-  return invalid_argument(fmt::format("cannot write {} to '{}': it is {}; name a file", what, path, kind_of(st)));
+  return invalid_argument(
+      fmt::format("cannot write {} to '{}': it is {}; name a file", what, path, kind_of(st)));
 }
 
 Status write_file_replacing(const std::string& path, std::string_view text, std::string_view what) {
   TENSORTIER_RETURN_IF_ERROR(output_path_refused(path, what));
-  if (struct stat st {}; ::lstat(path.c_str(), &st) == 0 && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)))
+  if (struct stat st{}; ::lstat(path.c_str(), &st) == 0 && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)))
     return write_in_place(path, text, what);
   std::string tmp;
   const int fd = open_temporary(path, tmp);

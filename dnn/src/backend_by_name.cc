@@ -2,19 +2,24 @@
 
 #include <fmt/format.h>
 
-#ifdef TENSORTIER_WITH_CUDNN
-#include "tensortier/dnn/cudnn/cudnn_backend.h"
-#endif
+#include "tensortier/load_module.h"
 
 namespace tensortier::dnn {
 
 Result<std::unique_ptr<Backend>> make_backend(std::string_view name, Runtime& runtime) {
   if (name == "cpu") return std::unique_ptr<Backend>();
   if (name != "cuda") return invalid_argument(fmt::format("unknown backend '{}' (known: cpu, cuda)", name));
-#ifdef TENSORTIER_WITH_CUDNN
-  auto cuda = cudnn::CudnnBackend::create(runtime);
-  if (!cuda) return cuda.status();
-  return std::unique_ptr<Backend>(std::move(cuda).value());
+#ifdef TENSORTIER_CUDNN_MODULE
+  // The module (dnn/cudnn/, with cuDNN and cuBLAS) is loaded now, for this run alone; installed
+  // beside libtensortier_dnn.
+  Result<void*> make =
+      load_module_symbol(TENSORTIER_CUDNN_MODULE, TENSORTIER_CUDNN_MODULE_BUILD,
+                         reinterpret_cast<const void*>(&cpu_backend), "tensortier_dnn_make_cudnn_backend");
+  if (!make) return unavailable("backend cuda: " + make.status().message());
+  using Make = void (*)(Runtime*, Result<std::unique_ptr<Backend>>*);
+  Result<std::unique_ptr<Backend>> made = unavailable("backend cuda: its module made nothing");
+  reinterpret_cast<Make>(make.value())(&runtime, &made);
+  return made;
 #else
   (void)runtime;
   return unavailable(

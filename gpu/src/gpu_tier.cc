@@ -2,6 +2,7 @@
 #include "tensortier/gpu/gpu_tier.h"
 
 #include <algorithm>
+#include <new>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -142,3 +143,10 @@ Status CudaTierProvider::host_wait() {
 }
 
 }  // namespace tensortier::gpu
+
+// The runtime loads the GPU backend as a module when a spec has a GPU tier (load_module.h) and
+// makes its provider through this.
+extern "C" __attribute__((visibility("default"))) tensortier::TierProvider*
+tensortier_gpu_make_tier_provider() {
+  return new (std::nothrow) tensortier::gpu::CudaTierProvider();
+}

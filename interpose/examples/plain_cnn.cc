@@ -313,9 +313,9 @@ Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
-    int* target = flag == "--epochs"  ? &o.epochs
-                  : flag == "--train" ? &o.train
-                  : flag == "--batch" ? &o.batch
+    int* target = flag == "--epochs"   ? &o.epochs
+                  : flag == "--train"  ? &o.train
+                  : flag == "--batch"  ? &o.batch
                   : flag == "--test"   ? &o.test
                   : flag == "--beside" ? &o.beside
                                        : nullptr;

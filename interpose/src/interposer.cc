@@ -42,14 +42,16 @@ bool claim_the_run(const InterposeSettings& s) {
   auto* word = static_cast<std::uint64_t*>(page);
   std::uint64_t expected = 0;
   const auto self = static_cast<std::uint64_t>(getpid());
-  const bool first = __atomic_compare_exchange_n(word, &expected, self, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+  const bool first =
+      __atomic_compare_exchange_n(word, &expected, self, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
   munmap(page, sizeof(std::uint64_t));
   if (first || expected == self) return true;
-  std::fprintf(stderr,
-               "tensortier-interpose: process %llu calls oneDNN too; only process %llu, the first of this run to, "
-               "is interposed (its report, trace and profile are its own): this one runs as without "
-               "tensortier-run\n",
-               static_cast<unsigned long long>(self), static_cast<unsigned long long>(expected));
+  std::fprintf(
+      stderr,
+      "tensortier-interpose: process %llu calls oneDNN too; only process %llu, the first of this run to, "
+      "is interposed (its report, trace and profile are its own): this one runs as without "
+      "tensortier-run\n",
+      static_cast<unsigned long long>(self), static_cast<unsigned long long>(expected));
   return false;
 }
 
@@ -107,8 +109,7 @@ Interposer::Interposer(std::unique_ptr<Runtime> runtime)
       random_moves_(settings().random_moves),
       scratchpads_(settings().scratchpads) {
   if (const InterposeSettings& s = settings(); !s.trace.empty()) {
-    timeline_ = std::make_unique<TimelineRecorder>(s.trace_from - 1, s.trace_steps,
-                                                   "tensortier-run");
+    timeline_ = std::make_unique<TimelineRecorder>(s.trace_from - 1, s.trace_steps, "tensortier-run");
     if (Status s = runtime_->add_observer(timeline_.get()); !s.is_ok()) fail(s.message());
   }
 }

@@ -52,8 +52,7 @@ bool any_interposed(const InterposeSettings& s) {
 void say_if_never_interposed() {
   const InterposeSettings& s = settings();
   if (any_interposed(s)) return;
-  std::fprintf(stderr,
-               "tensortier-run: the program never called oneDNN: nothing was tiered%s%s%s\n",
+  std::fprintf(stderr, "tensortier-run: the program never called oneDNN: nothing was tiered%s%s%s\n",
                s.report.empty() ? "" : ", no report written to ", s.report.c_str(),
                s.trace.empty() ? "" : (", no trace written to " + s.trace).c_str());
 }
@@ -78,7 +77,8 @@ const InterposeSettings& settings() {
 // What tensortier-run looks for to tell the interposer from any other shared library (--library).
 extern "C" __attribute__((visibility("default"))) const char tensortier_interposer_version[] = "1";
 
-extern "C" int pthread_create(pthread_t* thread, const pthread_attr_t* attr, void* (*start)(void*), void* arg) {
+extern "C" int pthread_create(pthread_t* thread, const pthread_attr_t* attr, void* (*start)(void*),
+                              void* arg) {
   const tensortier::profiler::CreateThreadFn real = tensortier::interpose::real_pthread_create();
   if (real == nullptr) return EAGAIN;
   if (!tensortier::interpose::interposing_on()) return real(thread, attr, start, arg);

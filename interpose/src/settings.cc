@@ -39,17 +39,20 @@ Result<InterposeSettings> InterposeSettings::from_env() {
   InterposeSettings s;
   constexpr std::uint64_t kAny = std::numeric_limits<std::uint64_t>::max();
   TENSORTIER_RETURN_IF_ERROR(read_switch("TENSORTIER_INTERPOSE", s.on));
-  TENSORTIER_RETURN_IF_ERROR(read_whole("TENSORTIER_TRIAL_STEPS", 0, kMostTrialSteps, s.trial_steps,
-                                        &s.trial_steps_given));
+  TENSORTIER_RETURN_IF_ERROR(
+      read_whole("TENSORTIER_TRIAL_STEPS", 0, kMostTrialSteps, s.trial_steps, &s.trial_steps_given));
   TENSORTIER_RETURN_IF_ERROR(read_whole("TENSORTIER_RANDOM_MOVES", 0, kAny, s.random_moves));
   TENSORTIER_RETURN_IF_ERROR(read_switch("TENSORTIER_SCRATCHPADS", s.scratchpads));
   TENSORTIER_RETURN_IF_ERROR(read_whole("TENSORTIER_STEP_PERIOD", 0, kMostStepPeriod, s.step_period));
   bool offset_given = false;
-  TENSORTIER_RETURN_IF_ERROR(read_whole("TENSORTIER_STEP_OFFSET", 0, kMostStepOffset, s.step_offset, &offset_given));
+  TENSORTIER_RETURN_IF_ERROR(
+      read_whole("TENSORTIER_STEP_OFFSET", 0, kMostStepOffset, s.step_offset, &offset_given));
   if (offset_given && s.step_period == 0) {
     return invalid_argument(
-        "TENSORTIER_STEP_OFFSET is set without TENSORTIER_STEP_PERIOD: an offset counts executions before the "
-        "first step of a given period; give the period too, or leave both unset (the steps are then detected)");
+        "TENSORTIER_STEP_OFFSET is set without TENSORTIER_STEP_PERIOD: an offset counts executions before "
+        "the "
+        "first step of a given period; give the period too, or leave both unset (the steps are then "
+        "detected)");
   }
   TENSORTIER_RETURN_IF_ERROR(read_whole("TENSORTIER_TRACE_FROM", 1, kMostTraceFrom, s.trace_from));
   TENSORTIER_RETURN_IF_ERROR(read_whole("TENSORTIER_TRACE_STEPS", 1, kMostTraceSteps, s.trace_steps));

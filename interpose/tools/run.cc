@@ -91,7 +91,8 @@ std::string not_the_interposer(const std::string& library) {
 std::string claim_the_run() {
   const int fd = memfd_create("tensortier-run-claim", 0);
   if (fd < 0 || ftruncate(fd, sizeof(std::uint64_t)) != 0)
-    return fmt::format("the run's claim could not be made: {}", std::error_code(errno, std::generic_category()).message());
+    return fmt::format("the run's claim could not be made: {}",
+                       std::error_code(errno, std::generic_category()).message());
   set("TENSORTIER_RUN_CLAIM", std::to_string(fd));
   set("TENSORTIER_RUN_PID", std::to_string(getpid()));  // exec keeps it
   return "";
@@ -120,8 +121,9 @@ int main(int argc, char** argv) {
                  "Testing: after each layer, move one of its objects to another tier, chosen by a generator "
                  "with this seed (0: off); the program's results must not change");
   CLI::Option* period =
-      app.add_option("--step-period", o.step_period,
-                     "Executions a training step, for a program whose loop the step detector cannot see (0: detect)")
+      app.add_option(
+             "--step-period", o.step_period,
+             "Executions a training step, for a program whose loop the step detector cannot see (0: detect)")
           ->check(CLI::Range(std::uint64_t{0}, tensortier::interpose::kMostStepPeriod));
   app.add_option("--step-offset", o.step_offset, "With --step-period: executions before the first step")
       ->check(CLI::Range(std::uint64_t{0}, tensortier::interpose::kMostStepOffset))

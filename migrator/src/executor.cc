@@ -143,7 +143,7 @@ std::uint64_t Executor::place_persistent(const std::vector<ObjectInfo>& objects)
   for (int pass = 0; pass < 2; ++pass) {  // outs of the fast tier first, so the ins find room
     for (const ObjectInfo& o : objects) {
       const ObjectKey key = plan_key(o.key, o.id, /*made_before_step=*/true);  // as Plan::start names it
-      if (std::ranges::binary_search(plan_.stay_put, key)) continue;  // never moved by a plan
+      if (std::ranges::binary_search(plan_.stay_put, key)) continue;           // never moved by a plan
       auto want = plan_.start.find(key);
       if (want != plan_.start.end()) {
         MoveOptions options;

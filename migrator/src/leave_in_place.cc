@@ -76,7 +76,8 @@ Result<PlanInputs> StayPut::policy_view(const PlanInputs& inputs) const {
   if (fast_bytes_ + inputs.small_reserve_bytes >= inputs.fast_budget_bytes) {
     return failed_precondition(fmt::format(
         "{} persistent objects that code outside the layers touches unpinned stay where they are, {} bytes "
-        "of them on the fast tier: with the small objects' reserve ({} bytes) that leaves nothing of the fast "
+        "of them on the fast tier: with the small objects' reserve ({} bytes) that leaves nothing of the "
+        "fast "
         "budget ({} bytes) to plan; pin them around those accesses (pin_objects, tt_pin) or give a larger "
         "budget",
         objects_.size(), fast_bytes_, inputs.small_reserve_bytes, inputs.fast_budget_bytes));

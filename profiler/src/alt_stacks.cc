@@ -58,7 +58,8 @@ void forget(std::uint64_t key) {
 }
 
 bool remembered(std::uint64_t key) {
-  return std::ranges::any_of(g_with_stack, [&](const std::atomic<std::uint64_t>& s) { return s.load() == key; });
+  return std::ranges::any_of(g_with_stack,
+                             [&](const std::atomic<std::uint64_t>& s) { return s.load() == key; });
 }
 
 // Up to `size` bytes of a /proc/self/task/<tid>/<name> file into `out` (terminated); false where it
@@ -76,7 +77,7 @@ bool read_task_file(pid_t tid, const char* name, char* out, std::size_t size) {
 }
 
 struct TaskState {
-  char state = '?';             // R, S, D, T, ...
+  char state = '?';  // R, S, D, T, ...
   std::uint64_t start_ticks = 0;
 };
 
@@ -163,7 +164,8 @@ struct OwnStack {
     if (key != 0) forget(key);
     if (base == nullptr) return;
     stack_t current{};
-    if (sigaltstack(nullptr, &current) == 0 && current.ss_sp == base && (current.ss_flags & SS_ONSTACK) == 0) {
+    if (sigaltstack(nullptr, &current) == 0 && current.ss_sp == base &&
+        (current.ss_flags & SS_ONSTACK) == 0) {
       stack_t off{};
       off.ss_flags = SS_DISABLE;
       sigaltstack(&off, nullptr);
@@ -205,7 +207,8 @@ std::size_t give_team_alt_stacks() {
   std::atomic<std::size_t> took{0};
   parallel(
       [](void* count) {
-        if (!has_alt_stack() && give_this_thread_alt_stack()) static_cast<std::atomic<std::size_t>*>(count)->fetch_add(1);
+        if (!has_alt_stack() && give_this_thread_alt_stack())
+          static_cast<std::atomic<std::size_t>*>(count)->fetch_add(1);
       },
       &took, 0, 0);
   return took.load();
@@ -216,8 +219,9 @@ Status fill_pool(std::size_t threads) {
   for (std::size_t i = g_pool_count.load(); i < want; ++i) {
     void* stack = mmap(nullptr, stack_bytes(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (stack == MAP_FAILED) {
-      return unavailable(fmt::format("no memory for the {} threads' alternate signal stacks ({} KiB each: {})",
-                                     threads, stack_bytes() >> 10, strerrordesc_np(errno)));
+      return unavailable(
+          fmt::format("no memory for the {} threads' alternate signal stacks ({} KiB each: {})", threads,
+                      stack_bytes() >> 10, strerrordesc_np(errno)));
     }
     g_pool[i] = stack;
     g_pool_count.store(i + 1);
@@ -236,7 +240,7 @@ void signal_in_system_calls(std::vector<std::pair<pid_t, std::uint64_t>> need, i
       const auto [tid, key] = t;
       std::atomic<std::uint64_t>& pending = g_pending[static_cast<std::size_t>(tid) % kSlots];
       const std::optional<TaskState> s = task_state(tid);
-      if (!s || key_of(tid, s->start_ticks) != key) return true;  // gone
+      if (!s || key_of(tid, s->start_ticks) != key) return true;          // gone
       if (pending.load() != 0 || !in_system_call(tid, *s)) return false;  // another's slot; running
       pending.store(key);
       if (syscall(SYS_tgkill, getpid(), tid, signal) != 0) {
@@ -265,7 +269,8 @@ void signal_in_system_calls(std::vector<std::pair<pid_t, std::uint64_t>> need, i
 
 std::string AltStackHandout::describe() const {
   return fmt::format(
-      "alternate signal stacks: {} threads: {} had one, {} took one in the OpenMP team's region, {} signalled in "
+      "alternate signal stacks: {} threads: {} had one, {} took one in the OpenMP team's region, {} "
+      "signalled in "
       "a system call, {} signalled and not answering (blocking the signal), {} running user code throughout "
       "(not signalled)",
       threads, had, team, signalled, unanswered, running);

@@ -69,7 +69,8 @@ Result<std::unique_ptr<StepProfiler>> StepProfiler::start(
     if (handout->running > 0) {
       declared_why = fmt::format(
           "accesses as the layers declared them: {} of the process's {} threads ran user code throughout the "
-          "alternate signal stacks' hand-out (inside oneDNN kernels, perhaps), where no signal may land; no page "
+          "alternate signal stacks' hand-out (inside oneDNN kernels, perhaps), where no signal may land; no "
+          "page "
           "was protected (start such threads through tt_prepare_thread or under tensortier-run)",
           handout->running, handout->threads);
       spdlog::warn("step {}: {}", step, declared_why);
@@ -301,10 +302,11 @@ StepProfile StepProfiler::finish(std::uint64_t signature, std::uint64_t duration
     tracker_->unwatch_all();
   } else {
     profile_.notes.emplace_back(
-        !declared_why_.empty() ? declared_why_
-                               : "accesses as the layers declared them (ProfileOptions::accesses = declared): no "
-                                 "page was protected, and host code's accesses are seen only where it pinned the "
-                                 "objects");
+        !declared_why_.empty()
+            ? declared_why_
+            : "accesses as the layers declared them (ProfileOptions::accesses = declared): no "
+              "page was protected, and host code's accesses are seen only where it pinned the "
+              "objects");
   }
 
   std::lock_guard lock(mutex_);

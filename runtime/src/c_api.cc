@@ -206,9 +206,8 @@ tt_status tt_unpin(tt_runtime* runtime, const uint64_t* ids, size_t count) {
 }
 
 tt_status tt_prepare_thread(void) {
-  return guarded("tt_prepare_thread", [&]() -> tt_status {
-    return report(tensortier::Runtime::prepare_thread());
-  });
+  return guarded("tt_prepare_thread",
+                 [&]() -> tt_status { return report(tensortier::Runtime::prepare_thread()); });
 }
 
 uintptr_t tt_device_stream(const tt_runtime* runtime) {

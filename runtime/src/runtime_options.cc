@@ -73,9 +73,10 @@ Result<profiler::ProfileOptions> resolve_profile_options(const RuntimeOptions& o
       p.enabled = true;
       p.step = *step;
     } else {
-      return invalid_argument(fmt::format(
-          "TENSORTIER_PROFILE='{}': give off, or the step to profile (0-based, e.g. 1 for the second; at most {})",
-          env, kMostSteps));
+      return invalid_argument(
+          fmt::format("TENSORTIER_PROFILE='{}': give off, or the step to profile (0-based, e.g. 1 for the "
+                      "second; at most {})",
+                      env, kMostSteps));
     }
   }
   if (const char* env = std::getenv("TENSORTIER_PROFILE_GRANULARITY"); env != nullptr && *env != '\0') {

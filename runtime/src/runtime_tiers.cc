@@ -17,17 +17,28 @@
 #include "tensortier/allocator/tier_provider.h"
 #include "tensortier/runtime.h"
 
-#ifdef TENSORTIER_WITH_GPU
-#include "tensortier/gpu/gpu_tier.h"
-#endif
+#include "tensortier/load_module.h"
 
 namespace tensortier {
 namespace {
 
-std::shared_ptr<TierProvider> default_provider() {
-#ifdef TENSORTIER_WITH_GPU
-  return std::make_shared<gpu::CudaTierProvider>();
+// The GPU backend's provider (gpu::CudaTierProvider), from its module, loaded only now that a spec
+// has a GPU tier (load_module.h); null where this build has none, with why in `why`.
+std::shared_ptr<TierProvider> default_provider(std::string& why) {
+#ifdef TENSORTIER_GPU_MODULE
+  Result<void*> make = load_module_symbol(TENSORTIER_GPU_MODULE, TENSORTIER_GPU_MODULE_BUILD,
+                                          reinterpret_cast<const void*>(&open_runtime_tiers),
+                                          "tensortier_gpu_make_tier_provider");
+  if (!make) {
+    why = make.status().message();
+    return nullptr;
+  }
+  using Make = TierProvider* (*)();
+  return std::shared_ptr<TierProvider>(reinterpret_cast<Make>(make.value())());
 #else
+  why =
+      "this build of tensortier has no GPU backend (it was built without the CUDA toolkit and cuDNN: "
+      "TENSORTIER_GPU)";
   return nullptr;
 #endif
 }
@@ -39,13 +50,12 @@ Result<OpenedTiers> open_runtime_tiers(const std::vector<TierConfig>& configs,
   OpenedTiers opened;
   for (const TierConfig& config : configs) {
     const bool gpu = is_gpu_kind(config.kind);
-    if (gpu && provider == nullptr) provider = default_provider();
+    std::string why = "the tier provider given does not open it";
+    if (gpu && provider == nullptr) provider = default_provider(why);
     if (gpu && (provider == nullptr || !provider->opens(config.kind))) {
-      return unavailable(fmt::format(
-          "tier '{}' is a {} tier, and this build of tensortier has no GPU backend (it was built without "
-          "the CUDA toolkit and cuDNN: TENSORTIER_GPU); give host tiers (dram, numa, daxkmem, pmem, "
-          "emulated)",
-          config.name, to_string(config.kind)));
+      return unavailable(
+          fmt::format("tier '{}' is a {} tier, and {}; give host tiers (dram, numa, daxkmem, pmem, emulated)",
+                      config.name, to_string(config.kind), why));
     }
     if (gpu) opened.provider = provider;
     Result<std::unique_ptr<Tier>> tier = gpu ? provider->open(config) : open_tier(config);

@@ -67,6 +67,23 @@ refused([work], r"is a directory")
 blocker = os.path.join(work, "a-file")
 open(blocker, "w").close()
 refused([profile_path, "--png-dir", os.path.join(blocker, "png")], r"cannot make --png-dir")
+# JSON nested deeper than Python's parser goes (issue 49): one line, not a RecursionError's traceback.
+deep = os.path.join(work, "deep.json")
+with open(deep, "w", encoding="utf-8") as f:
+    f.write("[" * 100000 + "]" * 100000)
+refused([deep], r"nests its JSON deeper")
+# The PNGs follow the outputs' rule: a symbolic link in their place is refused, what it names kept.
+links = os.path.join(work, "links")
+os.makedirs(links, exist_ok=True)
+kept = os.path.join(work, "kept.txt")
+with open(kept, "w") as f:
+    f.write("keep")
+if os.path.lexists(os.path.join(links, "live_bytes.png")):
+    os.remove(os.path.join(links, "live_bytes.png"))
+os.symlink(kept, os.path.join(links, "live_bytes.png"))
+refused([profile_path, "--png-dir", links], r"symbolic link")
+with open(kept) as f:
+    assert f.read() == "keep", "the link's target was written"
 
 # A small fuzzer of the reader (Python: libFuzzer does not reach it): seeded random mutations of
 # the real profile (a key dropped or a value of another type at any depth, the text cut short

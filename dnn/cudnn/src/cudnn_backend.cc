@@ -128,3 +128,15 @@ Status CudnnBackend::sgd_update(Engine& engine, Param& p, const SgdOptions& sgd)
 }
 
 }  // namespace tensortier::dnn::cudnn
+
+// tensortier-train and tensortier-bench load this backend as a module for --backend cuda
+// (dnn/backend_by_name.cc, load_module.h) and make it through this.
+extern "C" __attribute__((visibility("default"))) void tensortier_dnn_make_cudnn_backend(
+    tensortier::Runtime* runtime, tensortier::Result<std::unique_ptr<tensortier::dnn::Backend>>* out) {
+  auto made = tensortier::dnn::cudnn::CudnnBackend::create(*runtime);
+  if (!made) {
+    *out = made.status();
+    return;
+  }
+  *out = std::unique_ptr<tensortier::dnn::Backend>(std::move(made).value());
+}

@@ -80,9 +80,10 @@ inline CLI::Option* add_fast_budget_flag(
 
 // --profile-json PATH: where the profiled step's JSON goes.
 inline CLI::Option* add_profile_json_flag(CLI::App& app, std::string& path) {
-  return app.add_option(
-      "--profile-json", path,
-      "Write the first step profile there as JSON (docs/PROFILE.md; tools/tensortier-profile reads it)")
+  return app
+      .add_option(
+          "--profile-json", path,
+          "Write the first step profile there as JSON (docs/PROFILE.md; tools/tensortier-profile reads it)")
       ->check(output_path("the profile"));
 }
 
