@@ -21,6 +21,7 @@
 #include "tensortier/cli/runtime_flags.h"
 #include "tensortier/dnn/data.h"
 #include "tensortier/dnn/models.h"
+#include "tensortier/settings.h"
 
 namespace {
 
@@ -141,8 +142,9 @@ int main(int argc, char** argv) {
   const Result<ConvAlgorithm> conv_algorithm = parse_conv_algorithm(conv);
   if (!conv_algorithm)
     return fmt::print(stderr, "bench_training: --conv: {}\n", conv_algorithm.status().to_string()), 2;
-  spdlog::set_level(std::getenv("TENSORTIER_LOG_INFO") != nullptr ? spdlog::level::info
-                                                                  : spdlog::level::warn);
+  const Result<std::optional<bool>> log_info = settings::env_switch("TENSORTIER_LOG_INFO");
+  if (!log_info) return fmt::print(stderr, "bench_training: {}\n", log_info.status().message()), 2;
+  spdlog::set_level(log_info->value_or(false) ? spdlog::level::info : spdlog::level::warn);
 
   const dnnl::memory::dims input{batch, 3, size, size};
   const Dataset data = synthetic_dataset(static_cast<std::size_t>(batch) * 4, 3, size, size, 10, 1);

@@ -8,33 +8,12 @@
 #include <gtest/gtest.h>
 
 #include "tensortier/tensortier.h"
+#include "test_util.h"
 
 namespace tensortier {
 namespace {
 
-// Sets or clears an environment variable for one test.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value != nullptr)
-      setenv(name, value, 1);
-    else
-      unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      setenv(name_, old_->c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using testing::ScopedEnv;
 
 std::unique_ptr<Runtime> make(const std::string& spec) {
   auto rt = Runtime::create({spec});

@@ -11,31 +11,12 @@
 #include <gtest/gtest.h>
 
 #include "tensortier/runtime.h"
+#include "test_util.h"
 
 namespace tensortier {
 namespace {
 
-// Sets an environment variable for the scope, then puts back what was there.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name); old != nullptr) old_ = old;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      setenv(name_, old_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using testing::ScopedEnv;
 
 TEST(Settings, SwitchesAreZeroOneOffOnInAnyCaseAndNothingElse) {
   for (const char* on : {"1", "on", "ON", "On"})

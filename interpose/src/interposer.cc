@@ -108,8 +108,8 @@ Interposer::Interposer(std::unique_ptr<Runtime> runtime)
       detector_(step_hint(settings())),
       random_moves_(settings().random_moves),
       scratchpads_(settings().scratchpads) {
-  if (const InterposeSettings& s = settings(); !s.trace.empty()) {
-    timeline_ = std::make_unique<TimelineRecorder>(s.trace_from - 1, s.trace_steps, "tensortier-run");
+  if (const InterposeSettings& given = settings(); !given.trace.empty()) {
+    timeline_ = std::make_unique<TimelineRecorder>(given.trace_from - 1, given.trace_steps, "tensortier-run");
     if (Status s = runtime_->add_observer(timeline_.get()); !s.is_ok()) fail(s.message());
   }
 }

@@ -36,12 +36,16 @@ TEST(Plan, PersistentObjectsTouchedUnpinnedStayWhereTheyAreInEveryPlan) {
         EXPECT_EQ(plan->stay_put, std::vector<ObjectKey>{1});
         EXPECT_TRUE(plan->left_in_place.empty());
         for (const auto& [key, t] : plan->start) {
-          if (whole_key(key) == 1) EXPECT_EQ(t, tier) << key;  // every segment of a page-granular plan
+          if (whole_key(key) == 1) {
+            EXPECT_EQ(t, tier) << key;  // every segment of a page-granular plan
+          }
         }
         EXPECT_EQ(plan->fast_budget_bytes, budget);
         // fast-only keeps every object fast whatever the budget; smartpool moves nothing, so it fits
         // or is refused (must_fit).
-        if (policy != "fast-only" && policy != "smartpool") EXPECT_EQ(simulate(*plan, stay_in), "");
+        if (policy != "fast-only" && policy != "smartpool") {
+          EXPECT_EQ(simulate(*plan, stay_in), "");
+        }
         if (plan->problem.empty()) {
           for (std::uint64_t b : plan->fast_bytes_by_boundary) EXPECT_LE(b, budget);
         }
@@ -92,7 +96,9 @@ TEST(Plan, ObjectsBornInTheStepAndTouchedUnpinnedStayWhereTheyAreBorn) {
         EXPECT_EQ(plan->moves.size(), free_plan->moves.size());
         continue;
       }
-      if (policy != "fast-only") EXPECT_EQ(simulate(*plan, stay_in), "");
+      if (policy != "fast-only") {
+        EXPECT_EQ(simulate(*plan, stay_in), "");
+      }
       std::set<TierIndex> tiers;
       for (const auto& [key, t] : plan->birth) {
         if (whole_key(key) == 20) tiers.insert(t);

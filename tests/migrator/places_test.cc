@@ -183,7 +183,9 @@ TEST(Places, SmartpoolPlacesEveryObjectInOneTightArenaAndMovesNothing) {
     EXPECT_EQ(plan->places.replans, 0u);
     for (const auto& [key, tier] : plan->birth) EXPECT_EQ(tier, in.fast);
     for (const PlanObject& o : in.objects) {  // objects that stay put stay where they are
-      if (o.persistent) EXPECT_EQ(plan->start.at(o.key), o.stays() ? o.tier : in.fast);
+      if (o.persistent) {
+        EXPECT_EQ(plan->start.at(o.key), o.stays() ? o.tier : in.fast);
+      }
     }
     if (!plan->places.problem.empty()) {
       ++refused;
