@@ -3,6 +3,7 @@
 #include "tensortier/profiler/fault_tracker.h"
 
 #include "tensortier/profiler/alt_stacks.h"
+#include "tensortier/profiler/step_profile.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -377,6 +378,41 @@ TEST(AltStacks, TheCallersOpenMpTeamTakesItsStacksWithoutASignal) {
   EXPECT_EQ(after.with_stack.load(), 2);
   EXPECT_EQ(after.signalled.load(), 0);
   EXPECT_EQ(handout->team, 1u) << handout->describe();
+}
+
+TEST(StepProfileJson, AProfileComesBackFromItsJsonAsItWas) {
+  StepProfile p;
+  p.step = 3;
+  p.signature = 0xfeedbeefcafe1234ULL;
+  p.granularity_bytes = 4096;
+  p.duration_ns = 12345;
+  p.peak_live_bytes = 1 << 20;
+  p.access_source = "declared";
+  p.notes = {"a note"};
+  ObjectProfile o;
+  o.id = 7;
+  o.key = 9;
+  o.name = "w";
+  o.bytes = 5000;
+  o.reserved_bytes = 8192;
+  o.born_at_layer = 1;
+  o.lifetime = LifetimeClass::kCrossing;
+  o.host_pinned = true;
+  p.objects = {o};
+  LayerProfile l;
+  l.name = "conv";
+  l.declared_reads = {7};
+  l.accesses = {{7, false, 4096, 2, 1, 3, 2.5, false}};
+  l.counters = {{"cycles", "PAPI", 42}};
+  p.layers = {l};
+  const std::string text = to_json(p);
+  auto back = from_json(text);
+  ASSERT_TRUE(back) << back.status().to_string();
+  EXPECT_EQ(to_json(back.value()), text);
+  EXPECT_EQ(back->signature, p.signature);
+  EXPECT_FALSE(from_json("{\"schema\": \"tensortier.step_profile/1\"}"));
+  EXPECT_FALSE(from_json("[1, 2"));
+  EXPECT_FALSE(from_json("{\"schema\": \"other\"}"));
 }
 
 TEST(FaultTracker, OnlyOneAtATimeAndWatchRejectsUnalignedSpans) {

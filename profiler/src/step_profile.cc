@@ -2,6 +2,7 @@
 #include "tensortier/profiler/step_profile.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -31,6 +32,71 @@ json accesses_json(const std::vector<SpanAccessProfile>& accesses) {
                    {"coarse", a.coarse}});
   }
   return out;
+}
+
+std::vector<SpanAccessProfile> accesses_from(const json& array) {
+  std::vector<SpanAccessProfile> out;
+  for (const json& a : array) {
+    SpanAccessProfile s;
+    s.id = a.at("id").get<std::uint64_t>();
+    s.is_group = a.at("is_group").get<bool>();
+    s.page_bytes = a.at("page_bytes").get<std::uint64_t>();
+    s.pages_read = a.at("pages_read").get<std::uint64_t>();
+    s.pages_written = a.at("pages_written").get<std::uint64_t>();
+    s.faults = a.at("faults").get<std::uint64_t>();
+    s.touches = a.at("touches").get<double>();
+    s.coarse = a.at("coarse").get<bool>();
+    out.push_back(s);
+  }
+  return out;
+}
+
+std::optional<std::uint32_t> optional_layer_from(const json& j) {
+  return j.is_null() ? std::nullopt : std::optional<std::uint32_t>(j.get<std::uint32_t>());
+}
+
+LifetimeClass lifetime_from(const std::string& name) {
+  for (LifetimeClass c :
+       {LifetimeClass::kPersistent, LifetimeClass::kLong, LifetimeClass::kShort, LifetimeClass::kCrossing}) {
+    if (to_string(c) == name) return c;
+  }
+  throw std::invalid_argument("unknown lifetime class '" + name + "'");
+}
+
+ObjectProfile object_from(const json& j) {
+  ObjectProfile o;
+  o.id = j.at("id").get<ObjectId>();
+  o.key = j.at("key").get<ObjectKey>();
+  o.name = j.at("name").get<std::string>();
+  o.bytes = j.at("bytes").get<std::uint64_t>();
+  o.reserved_bytes = j.at("reserved_bytes").get<std::uint64_t>();
+  o.group = j.at("group").get<GroupId>();
+  o.tier = j.at("tier").get<TierIndex>();
+  o.small = j.at("small").get<bool>();
+  o.born_at_layer = optional_layer_from(j.at("born_at_layer"));
+  o.freed_at_layer = optional_layer_from(j.at("freed_at_layer"));
+  o.lifetime = lifetime_from(j.at("lifetime").get<std::string>());
+  o.host_pinned = j.value("host_pinned", false);
+  return o;
+}
+
+LayerProfile layer_from(const json& j) {
+  LayerProfile l;
+  l.index = j.at("index").get<std::uint32_t>();
+  l.name = j.at("name").get<std::string>();
+  l.duration_ns = j.at("duration_ns").get<std::uint64_t>();
+  l.unprofiled_duration_ns = j.at("unprofiled_duration_ns").get<std::uint64_t>();
+  l.emulated_charge_ns = j.at("emulated_charge_ns").get<std::uint64_t>();
+  l.declared_reads = j.at("declared_reads").get<std::vector<ObjectId>>();
+  l.declared_writes = j.at("declared_writes").get<std::vector<ObjectId>>();
+  l.accesses = accesses_from(j.at("accesses"));
+  l.accesses_before = accesses_from(j.at("accesses_before"));
+  l.live_bytes = j.at("live_bytes").get<std::uint64_t>();
+  l.allocator_live_bytes = j.at("allocator_live_bytes").get<std::uint64_t>();
+  for (const json& c : j.at("counters"))
+    l.counters.push_back(
+        {c.at("name").get<std::string>(), c.at("source").get<std::string>(), c.at("value").get<double>()});
+  return l;
 }
 
 }  // namespace
@@ -119,6 +185,37 @@ std::string to_json(const StepProfile& p, int indent) {
                     {"layers", layers},
                     {"accesses_after", accesses_json(p.accesses_after)}};
   return out.dump(indent);
+}
+
+Result<StepProfile> from_json(std::string_view text) {
+  try {
+    const json j = json::parse(text);
+    if (j.value("schema", "") != "tensortier.step_profile/1")
+      return invalid_argument(
+          fmt::format("not a tensortier.step_profile/1 (schema: {})", j.value("schema", "none")));
+    StepProfile p;
+    p.step = j.at("step").get<std::uint64_t>();
+    p.signature = std::stoull(j.at("signature").get<std::string>(), nullptr, 16);
+    p.granularity_bytes = j.at("granularity_bytes").get<std::uint64_t>();
+    p.sample_interval_us = j.at("sample_interval_us").get<std::uint32_t>();
+    p.sample_fraction = j.at("sample_fraction").get<double>();
+    p.duration_ns = j.at("duration_ns").get<std::uint64_t>();
+    p.faults = j.at("faults").get<std::uint64_t>();
+    p.peak_live_bytes = j.at("peak_live_bytes").get<std::uint64_t>();
+    p.peak_at_layer = j.at("peak_at_layer").get<std::uint32_t>();
+    p.allocator_peak_live_bytes = j.at("allocator_peak_live_bytes").get<std::uint64_t>();
+    p.counter_source = j.at("counter_source").get<std::string>();
+    p.write_tracking = j.at("write_tracking").get<std::string>();
+    p.access_source = j.at("access_source").get<std::string>();
+    p.notes = j.at("notes").get<std::vector<std::string>>();
+    for (const json& o : j.at("objects")) p.objects.push_back(object_from(o));
+    for (const json& l : j.at("layers")) p.layers.push_back(layer_from(l));
+    p.accesses_after = accesses_from(j.at("accesses_after"));
+    std::ranges::sort(p.objects, [](const ObjectProfile& a, const ObjectProfile& b) { return a.id < b.id; });
+    return p;
+  } catch (const std::exception& e) {  // nlohmann's parse and type errors, a bad lifetime or signature
+    return invalid_argument(fmt::format("not a step profile: {}", e.what()));
+  }
 }
 
 Status write_json(const StepProfile& profile, const std::string& path) {

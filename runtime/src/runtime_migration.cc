@@ -82,15 +82,22 @@ void Runtime::fail_policy(std::string_view why) {
 // Plans `policy_` from the profile: inputs, budget and rates; the plan; the allocator made ready
 // for it (shadows, room wait, budget); its trial or its wait for the mover's measured CPU; the
 // executor started.
-void Runtime::start_migration(const profiler::StepProfile& profile) {
+Result<migrator::PlanInputs> Runtime::plan_inputs(const profiler::StepProfile& profile) const {
   const TierIndex fast = 0, slow = static_cast<TierIndex>(allocator_.tier_count() - 1);
   auto inputs = migrator::inputs_from_profile(profile, fast, slow, allocator_.tier(fast).budget_bytes());
-  if (!inputs) return fail_policy(inputs.status().message());
+  if (!inputs) return inputs.status();
   set_current_tiers(inputs.value(), allocator_.objects());
-  const std::optional<std::uint64_t> budget = fast_budget_for(inputs.value());
-  if (!budget) return;
+  const Result<std::uint64_t> budget = fast_budget_for(inputs.value());
+  if (!budget) return budget.status();
   inputs->fast_budget_bytes = *budget;
   set_plan_rates(inputs.value());
+  return inputs;
+}
+
+void Runtime::start_migration(const profiler::StepProfile& profile) {
+  auto inputs = plan_inputs(profile);
+  if (!inputs) return fail_policy(inputs.status().message());
+  const std::uint64_t budget = inputs->fast_budget_bytes;
   auto plan = migrator::make_plan(policy_, inputs.value());
   if (!plan && plan.status().code() == StatusCode::kFailedPrecondition) {
     const std::vector<ObjectKey> staying = stay_put_keys(inputs.value());
@@ -121,7 +128,7 @@ void Runtime::start_migration(const profiler::StepProfile& profile) {
         "unpinned in the profiled step (pin_objects, tt_pin let them move)",
         policy_, plan->left_in_place.size(), object_names(profile, plan->left_in_place));
   }
-  prepare_allocator(*budget);
+  prepare_allocator(budget);
   plan_layers_ = inputs->layers;
   plan_signatures_ = layer_signatures_;  // start_migration runs at the end of the profiled step
   // A plan that copies is made again once the mover's CPU per byte is measured
@@ -136,15 +143,15 @@ void Runtime::start_migration(const profiler::StepProfile& profile) {
   const std::uint64_t failed = make_executor(std::move(plan).value());
   // The fast tier's peak under the policy starts once the persistent objects are where the plan
   // starts them (before, it still held what the profiled step left there).
-  allocator_.reset_tier_peak(fast);
-  log_plan(*budget, inputs->peak_bytes + inputs->small_reserve_bytes, failed);
+  allocator_.reset_tier_peak(inputs->fast);
+  log_plan(budget, inputs->peak_bytes + inputs->small_reserve_bytes, failed);
   start_executor("does not run");
 }
 
 // The fast budget: a share of the step's peak footprint as a tier holds it (whole pages, small
 // objects' chunks), a size, or the tier's; never more than the tier holds, never less than the
 // small objects' chunks need (then the policy fails and none is returned).
-std::optional<std::uint64_t> Runtime::fast_budget_for(const migrator::PlanInputs& inputs) {
+Result<std::uint64_t> Runtime::fast_budget_for(const migrator::PlanInputs& inputs) const {
   const FastBudget parsed = parse_fast_budget(fast_budget_, "fast budget").value();  // checked in create()
   const std::uint64_t footprint = inputs.peak_bytes + inputs.small_reserve_bytes;
   const std::uint64_t tier_budget = allocator_.tier(inputs.fast).budget_bytes();
@@ -167,14 +174,13 @@ std::optional<std::uint64_t> Runtime::fast_budget_for(const migrator::PlanInputs
   // Small objects are not planned: their chunks need room on the fast tier whatever the plan.
   const std::uint64_t least = std::max<std::uint64_t>(inputs.small_reserve_bytes, kGroupChunkBytes);
   if (budget >= least) return budget;
-  fail_policy(fmt::format(
+  return failed_precondition(fmt::format(
       "a fast budget of {} ({}) is less than the profiled step's small objects need on the fast tier ({} "
       "of chunks): give at least {} ({:.2f}% of the profiled peak footprint {})",
       format_bytes(budget), fast_budget_.empty() ? "the tier's" : fast_budget_, format_bytes(least),
       format_bytes(least),
       100.0 * static_cast<double>(least) / static_cast<double>(std::max<std::uint64_t>(1, footprint)),
       format_bytes(footprint)));
-  return std::nullopt;
 }
 
 // The rates a plan is weighed with: the slow tier's cost model (where it has one) for moves and

@@ -304,6 +304,12 @@ class Runtime {
   RuntimeStats stats() const;
   // RuntimeStats::live_bytes alone (any thread; cheaper than stats()).
   std::uint64_t live_bytes() const;
+  // What the policy plans from, for `profile` on this runtime's tiers: the objects (each on the
+  // tier it is on now), the fast budget (RuntimeOptions::fast_budget against the profile's peak),
+  // the slow tier's rates and the mover's. start_migration plans from it; a tool can plan offline
+  // from a saved profile the same way. Errors: a profile with no layers; a budget under what the
+  // small objects need.
+  Result<migrator::PlanInputs> plan_inputs(const profiler::StepProfile& profile) const;
   // The plan the migration executor runs; null before it starts (or with no policy).
   const migrator::Plan* plan() const { return executor_ ? &executor_->plan() : nullptr; }
   // Why the policy asked for (RuntimeOptions::policy) does not run, one line naming it (also
@@ -341,7 +347,7 @@ class Runtime {
   void start_migration(const profiler::StepProfile& profile);
   // Its phases (runtime_migration.cc): the fast budget (none: the policy failed), the plan's
   // rates, the allocator made ready for the plan, the plan's summary logged.
-  std::optional<std::uint64_t> fast_budget_for(const migrator::PlanInputs& inputs);
+  Result<std::uint64_t> fast_budget_for(const migrator::PlanInputs& inputs) const;
   void set_plan_rates(migrator::PlanInputs& inputs) const;
   // pin_objects without its wait for the device's queued work.
   Status pin_unwaited(std::span<const ObjectId> ids, std::span<void*> addresses);

@@ -115,6 +115,9 @@ LifetimeClass classify(const std::optional<std::uint32_t>& born, const std::opti
 
 // The profile as JSON (docs/PROFILE.md), indented by `indent` spaces (-1: one line).
 std::string to_json(const StepProfile& profile, int indent = 1);
+// A profile back from its JSON (what to_json wrote): for planning offline from a profile of a run.
+// Errors: kInvalidArgument naming what is missing or of the wrong type.
+Result<StepProfile> from_json(std::string_view text);
 // Writes to_json(profile) to `path`. Errors name the path.
 Status write_json(const StepProfile& profile, const std::string& path);
 
