@@ -261,13 +261,16 @@ TEST(AltStacks, NoThreadIsSignalledWhileItRunsUserCodeOrHasAStackAlready) {
   // as pending. Before, every thread was signalled (a signal inside a kernel corrupted its stack).
   std::atomic<int> ready{0};
   std::atomic<bool> done{false};
-  std::atomic<bool> spinner_had_stack{true}, spinner_got_signal{true};
+  // (A sanitizer's runtime gives every thread a stack of its own: what matters is that none was
+  // handed out, so the spinner's is what it had.)
+  std::atomic<bool> spinner_stack_changed{true}, spinner_got_signal{true};
   std::thread spinner([&] {
+    const bool had = has_alt_stack();
     block_all_signals();
     ++ready;
     volatile std::uint64_t spins = 0;
     while (!done.load(std::memory_order_relaxed)) spins = spins + 1;  // no system call
-    spinner_had_stack = has_alt_stack();
+    spinner_stack_changed = has_alt_stack() != had;
     spinner_got_signal = realtime_signal_pending();
   });
   struct Born {
@@ -304,7 +307,7 @@ TEST(AltStacks, NoThreadIsSignalledWhileItRunsUserCodeOrHasAStackAlready) {
   ASSERT_TRUE(handout) << handout.status().to_string();
   EXPECT_TRUE(has_alt_stack()) << "the caller takes its own";
   EXPECT_FALSE(spinner_got_signal.load());
-  EXPECT_FALSE(spinner_had_stack.load());
+  EXPECT_FALSE(spinner_stack_changed.load());
   EXPECT_GE(handout->running, 1u);
   EXPECT_TRUE(born.had_stack_at_start);
   EXPECT_FALSE(born.got_signal);
@@ -377,7 +380,8 @@ TEST(AltStacks, TheCallersOpenMpTeamTakesItsStacksWithoutASignal) {
   EXPECT_EQ(after.threads.load(), 2);
   EXPECT_EQ(after.with_stack.load(), 2);
   EXPECT_EQ(after.signalled.load(), 0);
-  EXPECT_EQ(handout->team, 1u) << handout->describe();
+  // The worker took its stack in the region, or had one of a sanitizer's: never a signal.
+  EXPECT_EQ(handout->signalled + handout->unanswered, 0u) << handout->describe();
 }
 
 TEST(StepProfileJson, AProfileComesBackFromItsJsonAsItWas) {

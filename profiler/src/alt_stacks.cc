@@ -206,9 +206,9 @@ std::size_t give_team_alt_stacks() {
   if (parallel == nullptr) return 0;
   std::atomic<std::size_t> took{0};
   parallel(
-      [](void* count) {
-        if (!has_alt_stack() && give_this_thread_alt_stack())
-          static_cast<std::atomic<std::size_t>*>(count)->fetch_add(1);
+      [](void* count) {  // each remembered, whoever gave it its stack (a sanitizer gives its own)
+        const bool had = has_alt_stack();
+        if (give_this_thread_alt_stack() && !had) static_cast<std::atomic<std::size_t>*>(count)->fetch_add(1);
       },
       &took, 0, 0);
   return took.load();
