@@ -18,6 +18,7 @@
 
 #include "tensortier/cli/runtime_flags.h"
 #include "tensortier/migrator/plan.h"
+#include "tensortier/migrator/residency_model.h"
 #include "tensortier/migrator/timed_bound.h"
 #include "tensortier/runtime.h"
 
@@ -45,7 +46,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Every policy's plan and the bounds, from a saved step profile (no training run)"};
   std::string path, tiers = "fast=dram:4GiB,slow=emulated:optane-server:8GiB", budget = "20%";
   std::vector<std::string> policies;
-  double timed_program_s = 60;
+  double timed_program_s = 60, tightened_program_s = 60;
   bool ready_memory = true;
   app.add_option("profile", path, "A step profile's JSON (--profile-json of tensortier-train)")->required();
   cli::add_tiers_flag(app, tiers, "the tiers a run would have")->capture_default_str();
@@ -54,6 +55,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember(migrator::policy_names()));
   app.add_option("--timed-program-s", timed_program_s,
                  "Time for the timed bound's channel program (0: not solved)")
+      ->check(CLI::Range(0.0, 3600.0))
+      ->capture_default_str();
+  app.add_option("--tightened-s", tightened_program_s,
+                 "Time for the tightened program's search (integral at uses; 0: not solved)")
       ->check(CLI::Range(0.0, 3600.0))
       ->capture_default_str();
   app.add_flag("!--no-ready-memory", ready_memory,
@@ -68,12 +73,12 @@ int main(int argc, char** argv) {
   options.fast_budget = budget;
   options.policy = "sentinel";  // any: the budget is read against the profile as a policy's would be
   options.ready_memory = ready_memory;
-  options.profile.enabled = false;
   auto rt = Runtime::create(options);
   if (!rt) return fmt::print(stderr, "tensortier-plan: {}\n", rt.status().message()), 2;
   auto inputs = rt.value()->plan_inputs(profile.value());
   if (!inputs) return fmt::print(stderr, "tensortier-plan: {}\n", inputs.status().message()), 2;
   inputs->timed_program_s = timed_program_s;
+  inputs->tightened_program_s = tightened_program_s;
 
   const double compute_ms = [&] {
     double sum = 0;
@@ -90,14 +95,29 @@ int main(int argc, char** argv) {
   const auto t0 = std::chrono::steady_clock::now();
   const migrator::TimedBound bound = migrator::timed_bound(inputs.value());
   const double bound_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  fmt::print("timed bound: {:.1f} ms added ({}; {:.1f} s)\n", ms(bound.added_ns), bound.describe(), bound_s);
+  fmt::print(
+      "timed bound: {:.1f} ms added ({}; {:.1f} s)\n  window {:.1f} ms, channel program {:.1f} ms ({}), "
+      "tightened {:.1f} ms ({})\n",
+      ms(bound.added_ns), bound.describe(), bound_s, ms(bound.window_ns), ms(bound.program_ns), bound.program,
+      ms(bound.tightened_ns), bound.tightened);
+  {
+    const migrator::ResidencySolution exact =
+        migrator::solve_residency(inputs.value(), inputs->oracle_time_limit_s);
+    fmt::print(
+        "exact model (timeless): bound {:.1f} ms; its best residency {:.1f} ms: {:.0f} MiB slow accesses, "
+        "{:.0f} / "
+        "{:.0f} MiB copied in / out, {:.1f} ms of the mover's CPU ({}; {:.1f} s)\n",
+        ms(exact.bound_ns), ms(exact.cost_ns), exact.parts.slow_access_bytes / (1 << 20),
+        exact.parts.in_bytes / (1 << 20), exact.parts.out_bytes / (1 << 20), ms(exact.parts.mover_cpu_ns),
+        exact.status, exact.seconds);
+  }
   fmt::print(
       "\n| policy | added ms (predicted) | slow accesses MiB | in / out MiB | room wait ms | place wait ms "
       "| failed in MiB | valid | planning s |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
   nlohmann::json out = nlohmann::json::array();
   for (const std::string& policy : policies) {
     migrator::PlanInputs in = inputs.value();
-    in.timed_program_s = 0;  // solved once above
+    in.timed_program_s = in.tightened_program_s = 0;  // solved once above
     const auto p0 = std::chrono::steady_clock::now();
     auto plan = migrator::make_plan(policy, in);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - p0).count();
@@ -112,6 +132,7 @@ int main(int argc, char** argv) {
                static_cast<double>(p.bytes_in) / (1 << 20), static_cast<double>(p.bytes_out) / (1 << 20),
                ms(p.room_wait_ns), ms(p.place_wait_ns), static_cast<double>(p.failed_in_bytes) / (1 << 20),
                problem.empty() ? "yes" : "no", s);
+    if (!p.variant.empty()) fmt::print("|   | {} |\n", p.variant);
     out.push_back({{"policy", policy},
                    {"predicted_extra_ms", ms(p.predicted_extra_ns)},
                    {"slow_access_mib", static_cast<double>(p.slow_access_bytes) / (1 << 20)},

@@ -58,7 +58,10 @@ MovesByKey moves_by_key(Plan& plan, TierIndex fast) {
 // stays and its moves out (to its home). Returns whether it ever changes tier.
 class StayWalker {
  public:
-  StayWalker(const Plan& plan, std::uint64_t end_tick) : plan_(plan), end_tick_(end_tick) {}
+  // timed: a stay a move out ends holds its place until the move's copy is done (its done_by, as
+  // the plan's last simulate() found it), where that is later than its boundary.
+  StayWalker(const Plan& plan, std::uint64_t end_tick, bool timed)
+      : plan_(plan), end_tick_(end_tick), timed_(timed) {}
 
   bool walk(const PlanObject& o, const std::vector<PlannedMove*>& moves, std::vector<Stay>& stays,
             std::vector<PlannedMove*>& outs) {
@@ -84,7 +87,9 @@ class StayWalker {
       if (tier == plan_.fast) {
         stays.push_back(Stay{o.key, t, to, o.bytes, false, false, {m}});
       } else {
-        stays.back().end = t + 1;  // its place is free for b's moves in, not for b's births
+        stays.back().end = t + 1;                    // its place is free for b's moves in, not for b's births
+        if (timed_ && m->done_by > boundary_of(*m))  // free for the births of the boundary it is done by
+          stays.back().end = std::min(to, std::max(t + 1, birth_tick(m->done_by)));
         outs.push_back(m);
       }
     }
@@ -114,6 +119,7 @@ class StayWalker {
 
   const Plan& plan_;
   std::uint64_t end_tick_;
+  bool timed_;
 };
 
 // The stays' offsets in the fast arena: wrap stays stacked at the bottom (all of them are fast at
@@ -163,7 +169,28 @@ bool ever_fast(const Plan& plan, const PlanObject& o, const std::vector<PlannedM
 
 }  // namespace
 
+namespace {
+
+std::string lay_out(Plan& plan, const PlanInputs& in, bool timed);
+
+}  // namespace
+
 std::string lay_out_places(Plan& plan, const PlanInputs& in) {
+  return lay_out(plan, in, false);
+}
+
+std::string lay_out_places_timed(Plan& plan, const PlanInputs& in) {
+  if (const std::string problem = lay_out(plan, in, false); !problem.empty()) return problem;
+  if (!simulate(plan, in).empty()) return "";  // not valid: nothing to time (the caller says why)
+  Plan timed = plan;
+  if (!lay_out(timed, in, true).empty() || !simulate(timed, in).empty()) return "";
+  if (timed.predicted_extra_ns < plan.predicted_extra_ns) plan = std::move(timed);
+  return "";
+}
+
+namespace {
+
+std::string lay_out(Plan& plan, const PlanInputs& in, bool timed) {
   plan.places = PlacesPlan{};
   for (PlannedMove& m : plan.moves) m.place = kNoPlace;
   if (plan.segment_bytes != 0 || in.objects.empty()) return {};
@@ -171,7 +198,7 @@ std::string lay_out_places(Plan& plan, const PlanInputs& in) {
   const std::uint64_t end_tick = step_end_tick(in.layers);
   MovesByKey moves = moves_by_key(plan, plan.fast);
   const std::vector<PlannedMove*> none;
-  StayWalker walker(plan, end_tick);
+  StayWalker walker(plan, end_tick, timed);
   std::vector<Stay> stays;
   std::vector<PlannedBuffer> homes;
   std::vector<std::pair<const PlanObject*, std::vector<PlannedMove*>>> home_of;  // object, its moves out
@@ -221,5 +248,7 @@ std::string lay_out_places(Plan& plan, const PlanInputs& in) {
   }
   return places.problem;
 }
+
+}  // namespace
 
 }  // namespace tensortier::migrator

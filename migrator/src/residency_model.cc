@@ -250,19 +250,37 @@ void ResidencyProgram::for_each_boundary(std::size_t i, Visit&& visit) const {
   }
 }
 
-// The budget at every boundary, less the small-object reserve.
+// The budget at every boundary, less the small-object reserve. With ready memory, also at each
+// boundary's births: an object moving out there keeps its place until its move ends, after the
+// births (places.h), so what was fast before the boundary and the boundary's fast births fit
+// together; a layout of the stays needs at least that (its max-live).
 void ResidencyProgram::add_budget() {
   const double room_mib = static_cast<double>(in_.fast_budget_bytes > in_.small_reserve_bytes
                                                   ? in_.fast_budget_bytes - in_.small_reserve_bytes
                                                   : 0) /
                           kMiB;
-  std::vector<Expr> at(in_.layers);
+  const std::uint32_t L = in_.layers;
+  std::vector<Expr> at(L), births(L);
+  std::vector<int> column(L, -1);
   for (std::size_t i = 0; i < in_.objects.size(); ++i) {
-    const double mib = static_cast<double>(in_.objects[i].bytes) / kMiB;
-    for_each_boundary(i, [&](std::uint32_t t, int c) { at[t].add(c, mib); });
+    const PlanObject& o = in_.objects[i];
+    const double mib = static_cast<double>(o.bytes) / kMiB;
+    std::ranges::fill(column, -1);
+    for_each_boundary(i, [&](std::uint32_t t, int c) {
+      at[t].add(c, mib);
+      column[t] = c;
+    });
+    if (!in_.ready_memory) continue;
+    const auto [first, end] = residency_window(in_, o);
+    for (std::uint32_t t = first; t < end; ++t) {
+      const bool born_here = !o.persistent && t == first;
+      births[t].add(born_here ? column[t] : column[t == 0 ? L - 1 : t - 1], mib);
+    }
   }
-  for (std::uint32_t t = 0; t < in_.layers; ++t)
+  for (std::uint32_t t = 0; t < L; ++t) {
     if (!at[t].terms.empty()) row(std::move(at[t]), 'L', room_mib);
+    if (!births[t].terms.empty()) row(std::move(births[t]), 'L', room_mib);
+  }
 }
 
 // T (ms added) >= the slow accesses' charge, and >= the slow tier's busy time less the compute;

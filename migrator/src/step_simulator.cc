@@ -23,7 +23,10 @@ std::string StepSimulator::run() {
   reset_predictions();
   if (in_.clean_moves_out_free) mark_clean_at_start();
   index();
+  boundary_ns_.assign(in_.layers + 1, 0);
+  out_ends_.clear();
   for (std::uint32_t t = 0; t <= in_.layers; ++t) {
+    boundary_ns_[t] = clock_ns_;
     free_deaths(t);
     place_births(t);
     hand_out_moves(t);
@@ -168,6 +171,7 @@ void StepSimulator::hand_out(PlannedMove& m, const PlanObject& o, std::uint32_t 
     plan_.clean_out_bytes += m.bytes;
     pending_.erase(m.key);
     outs_.emplace_back(turn_ns, m.bytes);  // in the mover's turn
+    out_ends_.emplace_back(&m, turn_ns);
     return;
   }
   (in ? plan_.bytes_in : plan_.bytes_out) += m.bytes;
@@ -186,6 +190,7 @@ void StepSimulator::hand_out(PlannedMove& m, const PlanObject& o, std::uint32_t 
   } else {
     pending_.erase(m.key);
     outs_.emplace_back(end_ns, m.bytes);
+    out_ends_.emplace_back(&m, end_ns);
     if (leaving) leaving_[*leaving].end_ns = end_ns;
   }
 }
@@ -349,6 +354,10 @@ void StepSimulator::check_step_end() {
 
 // Moves after the last layer prepare the next step: they count when they end past this one.
 void StepSimulator::fill_predictions() {
+  for (auto [m, end_ns] : out_ends_) {  // the first boundary whose births find its place left
+    auto at = std::lower_bound(boundary_ns_.begin(), boundary_ns_.end(), end_ns);
+    m->done_by = static_cast<std::uint32_t>(at - boundary_ns_.begin());
+  }
   plan_.predicted_extra_ns =
       std::max(clock_ns_, mover_free_ns_) - compute_ns_ + plan_.mover_cpu_ns * in_.mover_steals_compute;
   plan_.compute_ns = compute_ns_;

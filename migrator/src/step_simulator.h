@@ -83,6 +83,8 @@ class StepSimulator {
   };
   std::unordered_map<ObjectKey, std::uint64_t> fast_place_;
   std::vector<Leaving> leaving_;
+  std::vector<double> boundary_ns_;                        // when each boundary began
+  std::vector<std::pair<PlannedMove*, double>> out_ends_;  // moves out and when each ends
 };
 
 // The inputs `plan` is played over: `inputs`, or for a page-granular plan their segments, made

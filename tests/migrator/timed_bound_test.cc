@@ -86,5 +86,53 @@ TEST(TimedBound, NoValidPlanIsPredictedBelowIt) {
   EXPECT_GT(program_binds, 20) << "inputs where the channel program beats the window argument";
 }
 
+// Where the linear program splits an object at its use and no plan can: one 1 ms layer uses A and
+// B (1.5 MiB each, one segment each) with 2 MiB of room. The linear program keeps 1 MiB of them
+// slow (2/3 of each), charged 0.5 ns a byte; a plan keeps one of them, 1.5 MiB, slow. The
+// tightened program finds that.
+TEST(TimedBound, TheTightenedProgramKeepsAnObjectWholeAtItsUse) {
+  PlanInputs in = plain_inputs(1, 2 * kMiB);
+  in.objects.push_back({1, 3 * kMiB / 2, 0, 1, false, false, {0}, {0}, {}, false});
+  in.objects.push_back({2, 3 * kMiB / 2, 0, 1, false, false, {0}, {0}, {}, false});
+  in.timed_program_s = 5;
+  in.tightened_program_s = 5;
+  const TimedBound bound = timed_bound(in);
+  EXPECT_NEAR(bound.program_ns, 0.5 * kMiB, 10) << bound.program;
+  EXPECT_NEAR(bound.tightened_ns, 0.5 * 1.5 * kMiB, 10) << bound.tightened;
+  EXPECT_EQ(bound.added_ns, bound.tightened_ns);
+  EXPECT_NE(bound.describe().find("tightened"), std::string::npos) << bound.describe();
+  // Objects of several segments may be split at a segment's edge (a page-granular plan does):
+  // 4 MiB each (two segments) in 6 MiB of room, 2 MiB slow, no more than the linear program's.
+  in.objects[0].bytes = in.objects[1].bytes = 4 * kMiB;
+  in.fast_budget_bytes = 6 * kMiB;
+  const TimedBound split = timed_bound(in);
+  EXPECT_NEAR(split.tightened_ns, split.program_ns, 10) << split.tightened;
+  EXPECT_NEAR(split.program_ns, 0.5 * 2 * kMiB, 10) << split.program;
+}
+
+// Never below the other two, never above what the simulator predicts for a valid plan.
+TEST(TimedBound, TheTightenedProgramIsNoLooserAndStillBelowEveryPlan) {
+  std::mt19937 rng(23);
+  int tighter = 0, compared = 0;
+  for (int seed = 0; seed < 200; ++seed) {
+    PlanInputs in = random_inputs(rng, seed % 2 == 0, seed % 3 == 0);
+    in.timed_program_s = 5;
+    in.tightened_program_s = 5;
+    const TimedBound bound = timed_bound(in);
+    if (bound.program_ns <= 0) continue;
+    ++compared;
+    EXPECT_GE(bound.tightened_ns + 1e3, bound.program_ns) << "seed " << seed << ": " << bound.tightened;
+    if (bound.tightened_ns > bound.program_ns * 1.01) ++tighter;
+    for (const char* policy : {"slow-only", "first-touch", "reactive", "autoswap", "sentinel"}) {
+      auto plan = make_plan(policy, in);
+      ASSERT_TRUE(plan);
+      if (!plan->problem.empty()) continue;
+      EXPECT_GE(plan->predicted_extra_ns + 1, bound.tightened_ns) << policy << " seed " << seed;
+    }
+  }
+  EXPECT_GT(compared, 50);
+  EXPECT_GT(tighter, 10) << "inputs where integrality at uses raises the bound";
+}
+
 }  // namespace
 }  // namespace tensortier::migrator

@@ -264,61 +264,6 @@ Plan next_use_plan(const PlanInputs& in, std::uint32_t horizon, bool clean_first
   return NextUsePlanner(in, horizon, clean_first).make();
 }
 
-Plan belady_oracle(const PlanInputs& in) {
-  std::vector<std::pair<std::uint32_t, bool>> variants;  // (lookahead, clean objects out first)
-  for (std::uint32_t h = 1; h < in.layers; h = h * 3 / 2 + 1) {
-    variants.emplace_back(h, false);
-    if (in.clean_moves_out_free) variants.emplace_back(h, true);
-  }
-  variants.emplace_back(std::max(1U, 2 * in.layers), false);
-  if (in.clean_moves_out_free) variants.emplace_back(std::max(1U, 2 * in.layers), true);
-  variants.emplace_back(1, false);  // the fallback where no lookahead gives a valid plan
-  return cheapest_of(in, variants.size() - 1, variants.size() - 1,
-                     [&](std::size_t i) { return next_use_plan(in, variants[i].first, variants[i].second); });
-}
-
-// The exact model's residency moves each object in at the boundary of the use that needs it (the
-// model has no time in it); a mover needs the layers before to copy it. Each move in is handed out
-// up to `lead` boundaries earlier where the budget has room at every boundary it then holds the
-// object, earliest moves first. A move reaching back to the object's previous stay joins it (no
-// move out, no move in); one reaching its birth makes it born fast.
-Residency lead_moves_in(const PlanInputs& in, Residency r, std::uint32_t lead) {
-  const std::uint32_t L = in.layers;
-  if (L == 0 || lead == 0) return r;
-  const std::uint64_t room = plannable_room(in);
-  std::vector<std::uint64_t> held(L, 0);
-  struct In {
-    std::uint32_t b;
-    std::size_t i;
-  };
-  std::vector<In> ins;
-  for (std::size_t i = 0; i < in.objects.size(); ++i) {
-    const PlanObject& o = in.objects[i];
-    const auto [first, end] = residency_window(in, o);
-    for (std::uint32_t b = first; b < end; ++b) {
-      if (r[i][b]) held[b] += o.bytes;
-      const bool has_prev = o.persistent || b > first;
-      if (has_prev && r[i][b] && !r[i][b == 0 ? L - 1 : b - 1]) ins.push_back({b, i});
-    }
-  }
-  std::stable_sort(ins.begin(), ins.end(), [](const In& a, const In& b) { return a.b < b.b; });
-  for (const In& m : ins) {
-    const PlanObject& o = in.objects[m.i];
-    const std::uint32_t first = residency_window(in, o).first;
-    std::uint32_t b = m.b;
-    for (std::uint32_t s = 0; s < lead; ++s) {
-      if (!o.persistent && b == first) break;  // born fast now
-      const std::uint32_t p = b == 0 ? L - 1 : b - 1;
-      if (r[m.i][p]) break;  // joined its previous stay
-      if (held[p] + o.bytes > room) break;
-      r[m.i][p] = 1;
-      held[p] += o.bytes;
-      b = p;
-    }
-  }
-  return r;
-}
-
 // The exact model's plans: its residency with moves in led by 0, 1, 2, 3, 5, 8, ... boundaries, the
 // one the simulator predicts cheapest.
 Plan exact_residency_plan(const PlanInputs& in, const ResidencySolution& sol) {
@@ -332,6 +277,20 @@ Plan exact_residency_plan(const PlanInputs& in, const ResidencySolution& sol) {
 }
 
 }  // namespace
+
+// The oracle's own heuristic: every lookahead, evicting by next use or clean objects first.
+Plan belady_oracle(const PlanInputs& in) {
+  std::vector<std::pair<std::uint32_t, bool>> variants;  // (lookahead, clean objects out first)
+  for (std::uint32_t h = 1; h < in.layers; h = h * 3 / 2 + 1) {
+    variants.emplace_back(h, false);
+    if (in.clean_moves_out_free) variants.emplace_back(h, true);
+  }
+  variants.emplace_back(std::max(1U, 2 * in.layers), false);
+  if (in.clean_moves_out_free) variants.emplace_back(std::max(1U, 2 * in.layers), true);
+  variants.emplace_back(1, false);  // the fallback where no lookahead gives a valid plan
+  return cheapest_of(in, variants.size() - 1, variants.size() - 1,
+                     [&](std::size_t i) { return next_use_plan(in, variants[i].first, variants[i].second); });
+}
 
 // The oracle: with full knowledge of the step, the plan the simulator predicts cheapest among
 // the exact model's (residency_model.h, solved within PlanInputs::oracle_time_limit_s), its own

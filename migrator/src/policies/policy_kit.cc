@@ -1,6 +1,7 @@
 #include "policies/policy_kit.h"
 
 #include <algorithm>
+#include <map>
 #include <tuple>
 
 namespace tensortier::migrator::policies {
@@ -81,6 +82,77 @@ Plan from_residency(const PlanInputs& in, std::string policy, const Residency& f
   }
   sort_in_mover_order(plan.moves, in.fast);
   return plan;
+}
+
+// The exact model's residency moves each object in at the boundary of the use that needs it (the
+// model has no time in it); a mover needs the layers before to copy it. Each move in is handed out
+// up to `lead` boundaries earlier where the budget has room at every boundary it then holds the
+// object, earliest moves first. A move reaching back to the object's previous stay joins it (no
+// move out, no move in); one reaching its birth makes it born fast.
+Residency lead_moves_in(const PlanInputs& in, Residency r, std::uint32_t lead) {
+  const std::uint32_t L = in.layers;
+  if (L == 0 || lead == 0) return r;
+  const std::uint64_t room = plannable_room(in);
+  std::vector<std::uint64_t> held(L, 0);
+  struct In {
+    std::uint32_t b;
+    std::size_t i;
+  };
+  std::vector<In> ins;
+  for (std::size_t i = 0; i < in.objects.size(); ++i) {
+    const PlanObject& o = in.objects[i];
+    const auto [first, end] = residency_window(in, o);
+    for (std::uint32_t b = first; b < end; ++b) {
+      if (r[i][b]) held[b] += o.bytes;
+      const bool has_prev = o.persistent || b > first;
+      if (has_prev && r[i][b] && !r[i][b == 0 ? L - 1 : b - 1]) ins.push_back({b, i});
+    }
+  }
+  std::stable_sort(ins.begin(), ins.end(), [](const In& a, const In& b) { return a.b < b.b; });
+  for (const In& m : ins) {
+    const PlanObject& o = in.objects[m.i];
+    const std::uint32_t first = residency_window(in, o).first;
+    std::uint32_t b = m.b;
+    for (std::uint32_t s = 0; s < lead; ++s) {
+      if (!o.persistent && b == first) break;  // born fast now
+      const std::uint32_t p = b == 0 ? L - 1 : b - 1;
+      if (r[m.i][p]) break;  // joined its previous stay
+      if (held[p] + o.bytes > room) break;
+      r[m.i][p] = 1;
+      held[p] += o.bytes;
+      b = p;
+    }
+  }
+  return r;
+}
+
+Residency residency_of(const Plan& plan, const PlanInputs& in) {
+  const std::uint32_t L = in.layers;
+  std::map<ObjectKey, std::vector<const PlannedMove*>> moves;  // by key, in the mover's order
+  for (const PlannedMove& m : plan.moves) moves[m.key].push_back(&m);
+  Residency r(in.objects.size(), std::vector<char>(L, 0));
+  for (std::size_t i = 0; i < in.objects.size(); ++i) {
+    const PlanObject& o = in.objects[i];
+    const auto [first, end] = residency_window(in, o);
+    if (first >= end) continue;
+    const auto& where = o.persistent ? plan.start : plan.birth;
+    auto at = where.find(o.key);
+    TierIndex tier = at != where.end() ? at->second : in.slow;
+    auto mine = moves.find(o.key);
+    std::size_t next = 0;
+    for (std::uint32_t b = first; b < end; ++b) {
+      // Moves handed out after layer b - 1 (or before the step, for b = 0) are done at b.
+      while (mine != moves.end() && next < mine->second.size()) {
+        const PlannedMove& m = *mine->second[next];
+        const std::uint32_t at_boundary = m.after_layer == kStepStart ? 0 : m.after_layer + 1;
+        if (at_boundary > b) break;
+        tier = m.to;
+        ++next;
+      }
+      r[i][b] = tier == in.fast ? 1 : 0;
+    }
+  }
+  return r;
 }
 
 }  // namespace tensortier::migrator::policies

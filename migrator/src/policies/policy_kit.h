@@ -57,6 +57,16 @@ Plan cheapest_of(const PlanInputs& in, std::size_t count, std::size_t fallback, 
 // until the last use of its stay in fast memory.
 Plan from_residency(const PlanInputs& in, std::string policy, const Residency& fast, bool know_uses);
 
+// The residency with each move in handed out up to `lead` boundaries earlier, where the budget has
+// room at every boundary it then holds the object, earliest moves first; a move reaching back to
+// the object's previous stay joins it, one reaching its birth makes it born fast.
+Residency lead_moves_in(const PlanInputs& in, Residency r, std::uint32_t lead);
+
+// Where a whole-object plan has each object at each boundary of its life (its start or birth, then
+// its moves, each done at the boundary after the layer it is handed out at): the residency
+// from_residency would turn back into such a plan.
+Residency residency_of(const Plan& plan, const PlanInputs& in);
+
 // The policies (one file each in this folder); their plans' predictions are not filled.
 Plan fast_only(const PlanInputs& in);
 Plan slow_only(const PlanInputs& in);
@@ -68,5 +78,8 @@ Plan autoswap(const PlanInputs& in);
 Result<Plan> sentinel(const PlanInputs& in);
 Plan oracle(const PlanInputs& in);
 Plan smartpool(const PlanInputs& in);
+Plan search(const PlanInputs& in);
+// The oracle's own heuristic (Belady's rule with prefetch, every lookahead): the cheapest of its plans.
+Plan belady_oracle(const PlanInputs& in);
 
 }  // namespace tensortier::migrator::policies

@@ -31,6 +31,7 @@ constexpr PolicyEntry kPolicies[] = {
     {"reactive", always<policies::reactive>},       {"reactive-2m", always<policies::reactive_2m>},
     {"autoswap", always<policies::autoswap>},       {"sentinel", policies::sentinel},
     {"oracle", always<policies::oracle>},           {"smartpool", always<policies::smartpool>},
+    {"search", always<policies::search>},
 };
 
 constexpr std::uint32_t kMostReplans = 4;
@@ -86,7 +87,7 @@ Result<Plan> make_plan(std::string_view policy, const PlanInputs& in) {
       return plan;
     }
     played.fast_budget_bytes = in.fast_budget_bytes;  // the layout must fit the budget asked for
-    const bool fits = lay_out_places(plan, played).empty();
+    const bool fits = lay_out_places_timed(plan, played).empty();
     (void)simulate(plan, played);
     // Neither the reference nor a plan that moves nothing (must_fit) needs less under a lower budget.
     if (fits || attempt == kMostReplans || policy == "fast-only" || plan.must_fit) {

@@ -32,4 +32,10 @@ namespace tensortier::migrator {
 // the small objects' reserve, else by how much they do not.
 std::string lay_out_places(Plan& plan, const PlanInputs& inputs);
 
+// The same, then played (simulate()), then laid out again with each stay that a move out ends
+// holding its place until the simulator found the copy done (PlannedMove::done_by), so that a
+// birth does not wait for it; the second layout is kept where it fits and is predicted cheaper.
+// The plan's predictions are filled where it is valid.
+std::string lay_out_places_timed(Plan& plan, const PlanInputs& inputs);
+
 }  // namespace tensortier::migrator

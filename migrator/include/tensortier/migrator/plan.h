@@ -41,6 +41,10 @@ struct PlannedMove {
   // simulate(): a move in not begun when births took the room it needs: the allocator refuses it
   // (no room on the fast tier) and the object stays on the slow tier until its next move.
   bool predicted_failed = false;
+  // simulate(), moves out: the first boundary whose births find the move's place left (its copy
+  // done); layers + 1 where that is past the step. Ready memory's layout keeps the place for it
+  // until then where it can (lay_out_places_timed).
+  std::uint32_t done_by = 0;
   // Ready memory (Plan::places): its destination's offset in the arena of tier `to` (the fast
   // arena, or the slow tier's arena of homes); kNoPlace: moved as without places.
   std::uint64_t place = kNoPlace;

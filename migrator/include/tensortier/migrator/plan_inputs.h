@@ -106,9 +106,14 @@ struct PlanInputs {
   bool ready_memory = false;
   // The oracle's exact solver (residency_model.h) stops after this long with the best it found.
   double oracle_time_limit_s = 10;
+  // The changes the search policy draws after its seeds (policies/search.cc; each played where it
+  // applies and fits): its planning time, the same for the same profile.
+  std::uint32_t search_evaluations = 400;
   // The timed bound's channel program (timed_bound.h) is solved within this long; 0: not solved
   // (a linear program of ~90,000 columns on ResNet-18, seconds each time a plan is made).
   double timed_program_s = 0;
+  // The tightened program (integral at uses, timed_bound.h) is searched within this long; 0: not.
+  double tightened_program_s = 0;
 
   // What one byte of a layer's slow-tier traffic holds the slow tier for (a read or a write, at
   // the mean of the two rates): simulate() and the exact model both count it so.

@@ -19,8 +19,11 @@
 //
 // A second argument weighs every boundary at once: the channel program (timed_program.cc), a
 // linear program CBC solves in which every object's share on the slow tier at each boundary,
-// and the moves that change it within each layer's interval, are columns. The bound is the
-// larger of the two. Thread safety: pure functions.
+// and the moves that change it within each layer's interval, are columns. A third, the tightened
+// program, is the same with each object's share integral where a layer uses it (whole 2 MiB
+// segments: no plan has an object partly fast at its use), a mixed-integer program whose search's
+// bound within its time limit is the bound. The bound is the largest of the three. Thread safety:
+// pure functions.
 #pragma once
 
 #include <cstdint>
@@ -31,10 +34,12 @@
 namespace tensortier::migrator {
 
 struct TimedBound {
-  double added_ns = 0;    // no plan adds less: the larger of window_ns and program_ns
-  double window_ns = 0;   // the window argument's (0: the windows force nothing past the layers)
-  double program_ns = 0;  // the channel program's (0: not solved)
-  std::string program;    // what the channel program's solver did
+  double added_ns = 0;      // no plan adds less: the largest of the three below
+  double window_ns = 0;     // the window argument's (0: the windows force nothing past the layers)
+  double program_ns = 0;    // the channel program's (0: not solved)
+  std::string program;      // what the channel program's solver did
+  double tightened_ns = 0;  // the tightened program's (0: not solved)
+  std::string tightened;    // what its solver did
   // The window that gives it: layers [first_layer, end_layer), the boundary whose deficit it
   // weighs, and the bytes and channel time forced into it.
   std::uint32_t first_layer = 0, end_layer = 0, peak_boundary = 0;
@@ -48,5 +53,8 @@ TimedBound timed_bound(const PlanInputs& inputs);
 // The channel program's optimum in ns (0 where it was not solved within the time limit, and
 // `status` says so), and what the solver did.
 double channel_program_bound(const PlanInputs& inputs, double time_limit_s, std::string& status);
+// The tightened program's bound in ns: the best possible objective its search proved within the
+// time limit (the optimum where it finished); 0 where it gave none, `status` saying so.
+double tightened_program_bound(const PlanInputs& inputs, double time_limit_s, std::string& status);
 
 }  // namespace tensortier::migrator

@@ -1,0 +1,268 @@
+// search: a plan found by searching with the simulator as the objective (issue 50). The exact
+// model's residency (residency_model.h) says which objects a timeless plan keeps fast where; the
+// timing it leaves out (moves that come late, births waiting for room or for their place in ready
+// memory, the layout over the budget) is what simulate() sees, so the search plays each candidate
+// there, places laid out, and keeps what it predicts cheaper:
+//
+//   seeds: the exact residency with its moves in led 0, 1, 2, 4, 8 boundaries; sentinel's plan;
+//          the oracle's Belady plan                       (each as a residency)
+//     -> best seed
+//     -> N times: one object's residency changed        (a stay made longer or shorter at either
+//                 (a fixed-seed generator picks which)    end, a slow use made fast, a stay dropped,
+//                                                         a gap between stays filled)
+//                 -> within the room at every boundary? -> plan, places, simulate -> cheaper? keep
+//     -> the best plan
+//
+// Every candidate is scored by the same account: its predicted added time, plus its moves in that
+// the simulator predicts refused (room taken by births first) charged again as their bytes' slow
+// accesses, so a plan is not kept for moves that will not happen. The same profile gives the same
+// plan (the generator's seed is fixed, the evaluations counted: PlanInputs::search_evaluations).
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "policies/policy_kit.h"
+#include "tensortier/migrator/places.h"
+
+namespace tensortier::migrator::policies {
+namespace {
+
+constexpr double kRefused = std::numeric_limits<double>::infinity();
+
+class ResidencySearch {
+ public:
+  explicit ResidencySearch(const PlanInputs& in) : in_(in), room_(plannable_room(in)), rng_(20261207) {
+    for (std::size_t i = 0; i < in.objects.size(); ++i) index_.emplace(in.objects[i].key, i);
+  }
+  Plan run();
+
+ private:
+  struct Scored {
+    Residency r;
+    Plan plan;
+    double cost = kRefused;
+  };
+  struct Spot {
+    std::size_t object;
+    std::uint32_t boundary;
+  };
+  Scored evaluate(Residency r) const;
+  void seeds();
+  void consider(Residency r, const std::string& variant);
+  void find_spots();
+  bool mutate(Residency& r);
+  bool random_change(Residency& r, std::size_t& i);
+  bool make_fit(Residency& r, std::size_t keep) const;
+  std::vector<std::uint64_t> held_bytes(const Residency& r) const;
+
+  const PlanInputs& in_;
+  const std::uint64_t room_;
+  std::mt19937 rng_;
+  Scored best_;
+  std::string variant_;
+  std::unordered_map<ObjectKey, std::size_t> index_;  // object key -> index in in_.objects
+  std::vector<Spot> slow_uses_, late_ins_;            // find_spots()
+  std::uint32_t evaluations_ = 0, kept_ = 0;
+};
+
+// The plan of residency `r`, its places laid out where the inputs run in ready memory, and the
+// simulator's account of it (kRefused: not valid, or its layout over the budget).
+ResidencySearch::Scored ResidencySearch::evaluate(Residency r) const {
+  Scored s;
+  s.plan = from_residency(in_, "search", r, true);
+  s.r = std::move(r);
+  if (in_.ready_memory && !lay_out_places_timed(s.plan, in_).empty()) return s;
+  if (!simulate(s.plan, in_).empty()) return s;
+  s.cost = s.plan.predicted_extra_ns + static_cast<double>(s.plan.failed_in_bytes) *
+                                           in_.slow_access_ns_per_byte;  // refused: charged again
+  return s;
+}
+
+void ResidencySearch::consider(Residency r, const std::string& variant) {
+  ++evaluations_;
+  Scored s = evaluate(std::move(r));
+  if (s.cost < best_.cost) {
+    best_ = std::move(s);
+    variant_ = variant;
+  }
+}
+
+// The seeds, each planned within the room less a share kept for the layout's slack over max-live
+// (ready memory lays the stays out at offsets, and a layout needs a little more than the bytes it
+// holds): 0 and 3% of it.
+void ResidencySearch::seeds() {
+  for (const double slack : {0.0, 0.03}) {
+    PlanInputs less = in_;
+    less.fast_budget_bytes -= static_cast<std::uint64_t>(slack * static_cast<double>(room_));
+    const std::string within = fmt::format("within {:.0f}% of the room", 100 * (1 - slack));
+    const ResidencySolution exact = solve_residency(less, in_.oracle_time_limit_s);
+    if (exact.solved) {
+      for (std::uint32_t lead : {0U, 1U, 2U, 4U, 8U})
+        consider(lead_moves_in(less, exact.fast, lead),
+                 fmt::format("the exact model's residency {}, moves in led {}", within, lead));
+    }
+    if (auto s = sentinel(less)) consider(residency_of(s.value(), less), "sentinel's plan " + within);
+    consider(residency_of(belady_oracle(less), less), "Belady with prefetch " + within);
+    if (!in_.ready_memory) break;  // no layout: the room is the room
+  }
+}
+
+// The fast bytes each boundary b holds at its busiest moment: the larger of its births' moment
+// (what was fast before b and is still alive, and what b's births put there: an object moving
+// out at b holds its place until its move ends, after b's births) and its moves in's (what is
+// fast at b). Ready memory lays the stays out on that clock (places.h).
+std::vector<std::uint64_t> ResidencySearch::held_bytes(const Residency& r) const {
+  const std::uint32_t L = in_.layers;
+  std::vector<std::uint64_t> after(L, 0), births(L, 0);
+  for (std::size_t i = 0; i < in_.objects.size(); ++i) {
+    const PlanObject& o = in_.objects[i];
+    const auto [first, end] = residency_window(in_, o);
+    for (std::uint32_t b = first; b < end; ++b) {
+      if (r[i][b]) after[b] += o.bytes;
+      const bool born_here = !o.persistent && b == first;
+      const std::uint32_t before = b == 0 ? L - 1 : b - 1;
+      if (born_here ? r[i][b] : (r[i][before] && (o.persistent || b > first))) births[b] += o.bytes;
+    }
+  }
+  for (std::uint32_t b = 0; b < L; ++b) after[b] = std::max(after[b], births[b]);
+  return after;
+}
+
+// The best plan's spots worth a change: its uses the layers find slow (weighed by bytes), and its
+// moves in predicted late (by boundary).
+void ResidencySearch::find_spots() {
+  slow_uses_.clear();
+  late_ins_.clear();
+  for (std::size_t i = 0; i < in_.objects.size(); ++i) {
+    const PlanObject& o = in_.objects[i];
+    const auto [first, end] = residency_window(in_, o);
+    for (std::uint32_t u : o.uses)
+      if (u >= first && u < end && !best_.r[i][u]) slow_uses_.push_back({i, u});
+  }
+  for (const PlannedMove& m : best_.plan.moves) {
+    if (m.to != in_.fast || !m.predicted_late) continue;
+    auto at = index_.find(m.key);
+    if (at != index_.end())
+      late_ins_.push_back({at->second, m.after_layer == kStepStart ? 0 : m.after_layer + 1});
+  }
+}
+
+// Makes room where the residency passes it: at the first such boundary, the object fast there
+// whose next use is furthest (not `keep`) leaves until that use; up to a few times. False where
+// it still does not fit.
+bool ResidencySearch::make_fit(Residency& r, std::size_t keep) const {
+  for (int evictions = 0; evictions < 4; ++evictions) {
+    const std::vector<std::uint64_t> held = held_bytes(r);
+    auto over = std::ranges::find_if(held, [&](std::uint64_t h) { return h > room_; });
+    if (over == held.end()) return true;
+    const auto b = static_cast<std::uint32_t>(over - held.begin());
+    std::size_t victim = keep;
+    std::uint32_t furthest = 0;
+    for (std::size_t i = 0; i < in_.objects.size(); ++i) {
+      const PlanObject& o = in_.objects[i];
+      const auto [first, end] = residency_window(in_, o);
+      if (i == keep || b < first || b >= end || !r[i][b]) continue;
+      auto next = std::lower_bound(o.uses.begin(), o.uses.end(), b);
+      const std::uint32_t use = next == o.uses.end() ? end : *next;
+      if (use > furthest) {
+        furthest = use;
+        victim = i;
+      }
+    }
+    if (victim == keep || furthest == b) return false;  // every one fast there is used there
+    const std::uint32_t end = residency_window(in_, in_.objects[victim]).second;
+    std::fill(r[victim].begin() + b, r[victim].begin() + std::min(furthest, end), 0);
+  }
+  return std::ranges::all_of(held_bytes(r), [&](std::uint64_t h) { return h <= room_; });
+}
+
+// One change (see the picture above): a slow use made fast, a late move in led earlier, or, at
+// random, a stay's edge moved, a stay dropped or a gap filled; then room made where it passes.
+// False where the one drawn does not apply or cannot fit.
+bool ResidencySearch::mutate(Residency& r) {
+  const int kind = std::uniform_int_distribution<int>(0, 5)(rng_);
+  std::size_t i = 0;
+  if (kind <= 2 && !slow_uses_.empty()) {  // a slow use made fast, led by 0-3 boundaries
+    const auto [obj, use] =
+        slow_uses_[std::uniform_int_distribution<std::size_t>(0, slow_uses_.size() - 1)(rng_)];
+    i = obj;
+    const std::uint32_t first = residency_window(in_, in_.objects[i]).first;
+    const std::uint32_t lead = std::uniform_int_distribution<std::uint32_t>(0, 3)(rng_);
+    const std::uint32_t from = std::max(first, use >= lead ? use - lead : 0U);
+    std::fill(r[i].begin() + from, r[i].begin() + use + 1, 1);
+  } else if (kind == 3 && !late_ins_.empty()) {  // a late move in led 1-3 boundaries earlier
+    const auto [obj, b] =
+        late_ins_[std::uniform_int_distribution<std::size_t>(0, late_ins_.size() - 1)(rng_)];
+    i = obj;
+    const std::uint32_t first = residency_window(in_, in_.objects[i]).first;
+    const std::uint32_t lead = std::uniform_int_distribution<std::uint32_t>(1, 3)(rng_);
+    const std::uint32_t from = std::max(first, b >= lead ? b - lead : 0U);
+    std::fill(r[i].begin() + from, r[i].begin() + b, 1);
+  } else if (!random_change(r, i)) {
+    return false;
+  }
+  return make_fit(r, i);
+}
+
+// A random object's stay edge moved, or a run of one state through a random boundary flipped (a
+// stay dropped, or a gap between stays filled).
+bool ResidencySearch::random_change(Residency& r, std::size_t& i) {
+  i = std::uniform_int_distribution<std::size_t>(0, in_.objects.size() - 1)(rng_);
+  const PlanObject& o = in_.objects[i];
+  const auto [first, end] = residency_window(in_, o);
+  if (first >= end || o.uses.empty()) return false;
+  std::vector<char>& fast = r[i];
+  const auto b = std::uniform_int_distribution<std::uint32_t>(first, end - 1)(rng_);
+  if (std::uniform_int_distribution<int>(0, 1)(rng_) == 0) {
+    const bool edge = (b > first && fast[b - 1] != fast[b]) || (b + 1 < end && fast[b + 1] != fast[b]);
+    if (!edge) return false;
+    fast[b] = !fast[b];
+    return true;
+  }
+  std::uint32_t lo = b, hi = b;
+  while (lo > first && fast[lo - 1] == fast[b]) --lo;
+  while (hi + 1 < end && fast[hi + 1] == fast[b]) ++hi;
+  if (!fast[b] && (lo == first || hi + 1 == end)) return false;  // fill only between two stays
+  std::fill(fast.begin() + lo, fast.begin() + hi + 1, fast[b] ? 0 : 1);
+  return true;
+}
+
+Plan ResidencySearch::run() {
+  seeds();
+  if (best_.cost == kRefused) {  // no seed was valid: sentinel's plan as it is (make_plan says why)
+    auto s = sentinel(in_);
+    Plan plan = s ? std::move(s).value() : first_touch(in_);
+    plan.policy = "search";
+    plan.variant = "no valid seed; sentinel's plan";
+    return plan;
+  }
+  find_spots();
+  for (std::uint32_t n = 0; n < in_.search_evaluations; ++n) {
+    Residency r = best_.r;
+    if (!mutate(r)) continue;
+    ++evaluations_;
+    Scored s = evaluate(std::move(r));
+    if (s.cost >= best_.cost) continue;
+    best_ = std::move(s);
+    find_spots();
+    ++kept_;
+  }
+  Plan plan = std::move(best_.plan);
+  plan.policy = "search";
+  plan.variant = fmt::format("from {}; {} evaluations, {} changes kept", variant_, evaluations_, kept_);
+  return plan;
+}
+
+}  // namespace
+
+Plan search(const PlanInputs& in) {
+  return ResidencySearch(in).run();
+}
+
+}  // namespace tensortier::migrator::policies
