@@ -320,6 +320,10 @@ nlohmann::json summarize(const MatrixConfig& c, const nlohmann::json& tasks) {
                     {"floor", median(floors)}};
           if (!bounds.empty()) cell["bound"] = median(bounds);
           if (!timed_bounds.empty()) cell["timed_bound"] = median(timed_bounds);
+          // The tightest valid bound (the exact model's or the timed one, tightened where it ran).
+          const double tightest = std::max(bounds.empty() ? 1.0 : median(bounds),
+                                           timed_bounds.empty() ? 1.0 : median(timed_bounds));
+          if (tightest > 1.0) cell["tightest_bound"] = tightest;
           if (load >= 0) cell["load"] = load;
           // A repetition off its siblings' median by more than kDisagreement: something else was
           // running then, or the cell is noise; flagged, not dropped.
@@ -328,6 +332,9 @@ nlohmann::json summarize(const MatrixConfig& c, const nlohmann::json& tasks) {
           if (v["ratio"].size() >= 2 && spread > kDisagreement) cell["disagreeing"] = true;
           for (auto& [k, values] : v) cell[k] = median(values);
           ratio_of[policy] = cell["ratio"].get<double>();
+          // What the policy adds over fast-only against what no plan can avoid adding.
+          if (tightest > 1.0 && policy != "fast-only")
+            cell["over_bound"] = (cell["ratio"].get<double>() - 1.0) / (tightest - 1.0);
           if (c.mover_cpu >= 0) cell["mover_cpu"] = c.mover_cpu;
           if (c.backend != "cpu") cell["backend"] = c.backend;
           cells.push_back(std::move(cell));
@@ -418,7 +425,8 @@ std::string markdown_tables(const nlohmann::json& summary) {
         "in brackets the penalty share, (policy - fast-only) / (slow-only - fast-only). Floor: the step "
         "time no plan can beat, over fast-only. Bound: the oracle's exact model (residency_model.h): no plan "
         "is predicted to run faster than this, over the profiled compute. Timed bound (timed_bound.h): the "
-        "same with the slow channel counted in time. In square brackets: what the plan predicted.\n\n";
+        "same with the slow channel counted in time (tightened: integral at uses, where it ran). In square brackets: what "
+        "the plan predicted; in braces: its added time over the tightest bound's (1.0: no plan adds less).\n\n";
     out +=
         "Load: the highest 1-minute load average around the row's tasks (a figure near or over the cores "
         "means other work shared them). `!`: a repetition's ratio is more than " +
@@ -451,9 +459,10 @@ std::string markdown_tables(const nlohmann::json& summary) {
         }
         const json& c = it->second;
         out += fmt::format(
-            " {:.2f}x{}{}{} |", c.value("ratio", 0.0), c.value("disagreeing", false) ? " !" : "",
+            " {:.2f}x{}{}{}{} |", c.value("ratio", 0.0), c.value("disagreeing", false) ? " !" : "",
             c.contains("penalty_share") ? fmt::format(" ({:.2f})", c.at("penalty_share").get<double>()) : "",
-            c.contains("predicted") ? fmt::format(" [{:.2f}x]", c.at("predicted").get<double>()) : "");
+            c.contains("predicted") ? fmt::format(" [{:.2f}x]", c.at("predicted").get<double>()) : "",
+            c.contains("over_bound") ? fmt::format(" {{{:.1f}}}", c.at("over_bound").get<double>()) : "");
       }
       out += "\n";
     }

@@ -111,6 +111,7 @@ Result<json> run_task(const MatrixConfig& c, const Task& task, const fs::path& o
   const Dataset data =
       synthetic_dataset(static_cast<std::size_t>(c.batch) * 4, 3, c.image_size, c.image_size, 10, 1);
   std::vector<PolicyRun> runs;
+  bool tightened_asked = false;
   for (const std::string& policy : task.policies) {
     RuntimeOptions options(task.spec);
     options.profile.enabled = true;  // a policy plans from the profile of step 1
@@ -119,6 +120,12 @@ Result<json> run_task(const MatrixConfig& c, const Task& task, const fs::path& o
     options.policy = task.kind == TaskKind::kNumactl ? "" : policy;
     options.fast_budget = task.budget;
     if (policy != "fast-only") options.timed_bound_s = 60;  // the timed bound's channel program
+    // The tightened program once a task, on its first planning policy's run (the bound is the
+    // profile's, not the policy's; the cells carry it over).
+    if (policy != "fast-only" && policy != "slow-only" && !tightened_asked) {
+      options.tightened_bound_s = c.tightened_bound_s;
+      tightened_asked = true;
+    }
     options.trial_steps = 0;  // each policy's plan as made, every measured step (no trial swap)
     if (c.mover_cpu >= 0) {   // a core of its own: its CPU takes nothing from the layers
       options.mover_cpu = c.mover_cpu;
@@ -420,6 +427,7 @@ struct Cli {
   int max_tasks = 0;
   bool mover_core = false;
   std::string backend = "cpu";
+  double tightened_bound_s = MatrixConfig{}.tightened_bound_s;
 };
 
 // A task's policies run side by side in one process, a runtime each: a cuda tier without a size
@@ -487,10 +495,11 @@ Result<MatrixConfig> matrix_from(const Cli& cli) {
   c.policies = bench::split_list(
       !cli.policies.empty() ? cli.policies
       : c.backend != "cpu"  ? "fast-only,smartpool,autoswap,sentinel,oracle"  // the GPU's: no page faults
-      : quick               ? "fast-only,slow-only,first-touch,reactive,autoswap,sentinel,oracle"
-              : "fast-only,slow-only,first-touch,interleave,reactive,reactive-2m,autoswap,sentinel,oracle");
+      : quick               ? "fast-only,slow-only,first-touch,reactive,autoswap,sentinel,oracle,search"
+              : "fast-only,slow-only,first-touch,interleave,reactive,reactive-2m,autoswap,sentinel,oracle,search");
   c.batch = cli.batch;
   c.image_size = cli.image_size;
+  c.tightened_bound_s = cli.tightened_bound_s;
   c.width = cli.width;
   c.steps = cli.steps > 0 ? cli.steps : quick ? 3 : 5;
   c.warmup = cli.warmup;
@@ -872,6 +881,10 @@ int main(int argc, char** argv) {
       "The mover on the last CPU of this process's alone, every policy's layers (fast-only's too) on "
       "the others, plans weighing moves without the mover's CPU: a server where migration has a core "
       "of its own");
+  app.add_option("--tightened-bound-s", cli.tightened_bound_s,
+                 "Seconds for the tightened bound's search (integral at uses), once a task; 0: none")
+      ->check(CLI::Range(0.0, 3600.0))
+      ->capture_default_str();
   app.add_option("--max-tasks", cli.max_tasks,
                  "Stop after this many tasks, as an interrupted run would (for tests)")
       ->check(CLI::NonNegativeNumber);

@@ -194,10 +194,12 @@ TEST(BenchMatrix, CellsAreMediansOverRepetitionsOfRatiosTakenWithinATask) {
   EXPECT_NEAR(sent->at("bound").get<double>(), 1.12, 1e-9) << "the median of 1.10, 1.20, 1.12";
   EXPECT_NEAR(sent->at("timed_bound").get<double>(), 1.05, 1e-9) << "the median of 1.05, 1.08, 1.04";
   EXPECT_NEAR(sent->at("predicted").get<double>(), 1.30, 1e-9) << "the median of 1.25, 1.40, 1.30";
+  EXPECT_NEAR(sent->at("tightest_bound").get<double>(), 1.12, 1e-9) << "the exact model's, over the timed 1.05";
+  EXPECT_NEAR(sent->at("over_bound").get<double>(), 0.30 / 0.12, 1e-9) << "added 0.30 against the bound's 0.12";
   EXPECT_NE(
       table.find(
-          "| mlp | fast=numa:0,slow=numa:1 | 20% | 3 |  | 110.0 | 1.00x | 1.12x | 1.05x | 3.00x | 1.30x "
-          "(0.15) [1.30x] |"),
+          "| mlp | fast=numa:0,slow=numa:1 | 20% | 3 |  | 110.0 | 1.00x | 1.12x | 1.05x | 3.00x {16.7} | "
+          "1.30x (0.15) [1.30x] {2.5} |"),
       std::string::npos)
       << table;
   EXPECT_NE(table.find("| mlp | membind-slow | 3 |"), std::string::npos) << table;

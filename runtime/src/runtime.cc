@@ -111,6 +111,7 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) 
   runtime->dead_moves_ = options.dead_moves;
   runtime->mover_steals_compute_ = std::clamp(options.mover_steals_compute, 0.0, 1.0);
   runtime->timed_bound_s_ = std::max(0.0, options.timed_bound_s);
+  runtime->tightened_bound_s_ = std::max(0.0, options.tightened_bound_s);
   runtime->mover_cpu_ = options.mover_cpu;
   runtime->room_wait_ = std::max(options.room_wait, std::chrono::nanoseconds{0});
   runtime->trial_steps_ = options.trial_steps;

@@ -210,6 +210,7 @@ void Runtime::set_plan_rates(migrator::PlanInputs& inputs) const {
   }
   inputs.room_wait_ns = static_cast<double>(room_wait_.count());
   inputs.timed_program_s = timed_bound_s_;
+  inputs.tightened_program_s = tightened_bound_s_;
   // A device tier's objects move over the GPU's link, and its kernels reach pinned memory over it.
   if (tier_provider_ != nullptr && allocator_.tier(fast).range_kind() == RangeKind::kDevice) {
     const LinkGbps link = tier_provider_->link_gbps();

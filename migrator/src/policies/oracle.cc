@@ -4,9 +4,10 @@
 // early as the budget allows), its own heuristics (Belady's rule with prefetch: at each boundary
 // the objects used within a lookahead moved in, nearest use first, room made by moving out those
 // used furthest away, or clean ones first) and every other whole-object policy's plan, all weighed
-// as if every move copied. The exact model leaves out time, so its optimum is a lower bound on
+// as if every move copied, and with ready memory in their places as laid out. The exact model leaves out time, so its optimum is a lower bound on
 // every whole-object plan's prediction (Plan::bound_extra_ns), not a plan that reaches it.
 #include "policies/policy_kit.h"
+#include "tensortier/migrator/places.h"
 
 #include <algorithm>
 #include <limits>
@@ -266,14 +267,28 @@ Plan next_use_plan(const PlanInputs& in, std::uint32_t horizon, bool clean_first
 
 // The exact model's plans: its residency with moves in led by 0, 1, 2, 3, 5, 8, ... boundaries, the
 // one the simulator predicts cheapest.
-Plan exact_residency_plan(const PlanInputs& in, const ResidencySolution& sol) {
+// `within`: the inputs the residency was solved for (a share of the room); the plans are weighed
+// over `in`, in their places where it runs in ready memory.
+Plan exact_residency_plan(const PlanInputs& in, const PlanInputs& within, const ResidencySolution& sol) {
   std::vector<std::uint32_t> leads{0};
   for (std::uint32_t h = 1; h < in.layers; h = h * 3 / 2 + 1) leads.push_back(h);
-  return cheapest_of(in, leads.size(), 0, [&](std::size_t k) {
-    Plan plan = from_residency(in, "oracle", lead_moves_in(in, sol.fast, leads[k]), true);
-    plan.interval_layers = leads[k];
-    return plan;
-  });
+  Plan best;
+  bool have = false;
+  for (std::uint32_t lead : leads) {
+    Plan plan = from_residency(in, "oracle", lead_moves_in(within, sol.fast, lead), true);
+    plan.interval_layers = lead;
+    if (in.ready_memory && !lay_out_places_timed(plan, in).empty()) continue;
+    if (!simulate(plan, in).empty()) continue;
+    if (!have || plan.predicted_extra_ns < best.predicted_extra_ns) {
+      best = std::move(plan);
+      have = true;
+    }
+  }
+  if (!have) {
+    best = from_residency(in, "oracle", sol.fast, true);
+    (void)simulate(best, in);
+  }
+  return best;
 }
 
 }  // namespace
@@ -300,16 +315,26 @@ Plan belady_oracle(const PlanInputs& in) {
 Plan oracle(const PlanInputs& in) {
   std::vector<std::pair<std::string, Plan>> candidates;
   const ResidencySolution exact = solve_residency(in, in.oracle_time_limit_s);
-  if (exact.solved) {
-    candidates.emplace_back(fmt::format("exact model's residency ({})",
-                                        exact.optimal ? "optimal" : "the best within the time limit"),
-                            exact_residency_plan(in, exact));
+  // With ready memory a plan's layout needs a little more than its bytes at a boundary: each
+  // candidate is also made within 97% and 94% of the room (make_plan would otherwise plan again
+  // under less, after the choice), and weighed in its places below.
+  for (const double share : in.ready_memory ? std::vector<double>{1.0, 0.97, 0.94} : std::vector<double>{1.0}) {
+    PlanInputs within = in;
+    within.fast_budget_bytes -=
+        static_cast<std::uint64_t>((1 - share) * static_cast<double>(plannable_room(in)));
+    const std::string of = share < 1 ? fmt::format(" within {:.0f}% of the room", 100 * share) : "";
+    const ResidencySolution sol = share < 1 ? solve_residency(within, in.oracle_time_limit_s) : exact;
+    if (sol.solved) {
+      candidates.emplace_back(
+          fmt::format("exact model's residency ({}){}", sol.optimal ? "optimal" : "the best within the time limit", of),
+          exact_residency_plan(in, within, sol));
+    }
+    candidates.emplace_back("Belady with prefetch" + of, belady_oracle(within));
+    candidates.emplace_back("first-touch's plan" + of, first_touch(within));
+    candidates.emplace_back("reactive's plan" + of, reactive(within));
+    candidates.emplace_back("autoswap's plan" + of, autoswap(within));
+    if (auto s = sentinel(within)) candidates.emplace_back("sentinel's plan" + of, std::move(s).value());
   }
-  candidates.emplace_back("Belady with prefetch", belady_oracle(in));
-  candidates.emplace_back("first-touch's plan", first_touch(in));
-  candidates.emplace_back("reactive's plan", reactive(in));
-  candidates.emplace_back("autoswap's plan", autoswap(in));
-  if (auto s = sentinel(in)) candidates.emplace_back("sentinel's plan", std::move(s).value());
   // The variants are weighed as if every move copied: a move of dead bytes is free by the
   // simulator's account, but a plan of many moves loses to moves that fail for room the training
   // thread takes first, which the simulator does not see (measured: docs/RESULTS.md, "Moves of
@@ -319,6 +344,9 @@ Plan oracle(const PlanInputs& in) {
   Plan best;
   bool have = false;
   for (auto& [variant, plan] : candidates) {
+    // With ready memory, each as it will run: laid out (a layout over the budget is no candidate:
+    // make_plan would plan again under less), then played in its places.
+    if (in.ready_memory && !lay_out_places_timed(plan, weigh).empty()) continue;
     if (!simulate(plan, weigh).empty()) continue;
     if (!have || plan.predicted_extra_ns < best.predicted_extra_ns) {
       best = std::move(plan);

@@ -140,6 +140,9 @@ struct RuntimeOptions {
   // (PlanInputs::timed_program_s; seconds on ResNet-18). 0: plans carry the window argument's
   // bound only (Plan::timed_bound). The benches set it.
   double timed_bound_s = 0;
+  // How long the tightened program (integral at uses, timed_bound.h) may search each time a plan
+  // is made (PlanInputs::tightened_program_s; tens of seconds on ResNet-18). 0: not searched.
+  double tightened_bound_s = 0;
 };
 
 // One layer's execution as marked by the program.
@@ -441,7 +444,7 @@ class Runtime {
   bool clean_moves_ = true;
   bool dead_moves_ = true;
   double mover_steals_compute_ = 1.0;
-  double timed_bound_s_ = 0;
+  double timed_bound_s_ = 0, tightened_bound_s_ = 0;
   int mover_cpu_ = -1;
   bool mover_cpu_warned_ = false;  // said once a run
   std::chrono::nanoseconds room_wait_{0};
