@@ -11,7 +11,7 @@
 #
 # Output: one section per step on stdout ("=== ..."), the figures as JSON lines, and OUT_DIR
 # (default build/device-out) with the logs and the profile. Exit 0 when every step ran and every
-# test passed (GPU tests skip, saying why, where there is no GPU).
+# test passed (GPU tests skip, saying why, where there is no GPU; with a GPU a skip fails the check).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -105,9 +105,19 @@ cmake --build "$build" --target "${targets[@]}" -j "$(nproc)" >"$out/build.log" 
 echo "built ${targets[*]}"
 
 step "tests: GPU (fake runtime, then the device), CPU (runtime, reliability)"
+# With a GPU here a skipped test is a failure of the check: the tests skip only where no device
+# exists, so a skip on a GPU machine is a backend that did not work, not one that was not tried.
+gpu_here=0
+nvidia-smi -L >/dev/null 2>&1 && gpu_here=1
 for t in "${gpu_tests[@]}" runtime_test reliability_test; do
   if "$build/tests/$t" >"$out/$t.log" 2>&1; then
-    echo "ok   $t: $(grep -E '^\[  (PASSED|SKIPPED) +\] [0-9]' "$out/$t.log" | tr '\n' ' ')"
+    skipped=$(grep -oE '^\[  SKIPPED \] [0-9]+' "$out/$t.log" | grep -oE '[0-9]+$' || true)
+    if [[ $gpu_here -eq 1 && -n $skipped && $skipped -gt 0 ]]; then
+      grep -E '^\[  SKIPPED \] [A-Z]' "$out/$t.log" | head -5
+      fail "$t: $skipped tests skipped on a machine with a GPU"
+    else
+      echo "ok   $t: $(grep -E '^\[  (PASSED|SKIPPED) +\] [0-9]' "$out/$t.log" | tr '\n' ' ')"
+    fi
   else
     grep -E 'FAILED|Failure' "$out/$t.log" | head -10
     fail "$t"

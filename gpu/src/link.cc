@@ -2,6 +2,7 @@
 #include "tensortier/gpu/link.h"
 
 #include <algorithm>
+#include <vector>
 
 namespace tensortier::gpu {
 
@@ -15,17 +16,22 @@ double link_gbps(Device& device, CudaCopyEngine& engine, std::size_t bytes, int 
     (void)device.wait(device.to_host(), start.value());
     float longest_ms = 0;
     bool failed = false;
+    // Every copy of the round issued before any is waited for: several at once (each way over the
+    // link) run together, as the figure for them says.
+    std::vector<EventHandle> ends;
     for (const auto& [dst, src, kind] : copies) {
       Result<EventHandle> end = engine.copy(dst, src, bytes, kind);
-      if (!end) {
+      if (end) {
+        ends.push_back(end.value());
+      } else {
         failed = true;
-        continue;
       }
+    }
+    for (EventHandle end : ends) {
       float ms = 0;
-      failed |= !device.synchronize(end.value()).is_ok() ||
-                api.event_elapsed_ms(&ms, start.value(), end.value()) != 0;
+      failed |= !device.synchronize(end).is_ok() || api.event_elapsed_ms(&ms, start.value(), end) != 0;
       longest_ms = std::max(longest_ms, ms);
-      device.release(end.value());
+      device.release(end);
     }
     device.release(start.value());
     if (failed) return 0;

@@ -410,6 +410,12 @@ Status Runtime::step_end() {
     return failed_precondition(
         fmt::format("step_end inside layer '{}' (call layer_end first)", current_step_.back().name));
   }
+  // With a device tier the step ends when the device's queued work does: the layers only queued
+  // it (its time was the host's issue time before, and the trial and the profile compared those).
+  if (layer_clock_ != nullptr) {
+    if (Status waited = tier_provider_->host_wait(); !waited.is_ok())
+      spdlog::warn("step_end: waiting for the device's queued work: {}", waited.message());
+  }
   const std::uint64_t duration_ns = now_ns() - step_start_ns_;
   in_step_.store(false, std::memory_order_release);
   const std::uint64_t step = steps_completed_.load();

@@ -12,6 +12,7 @@
 #include "tensortier/gpu/arena.h"
 #include "tensortier/gpu/copy_engine.h"
 #include "tensortier/gpu/device.h"
+#include "tensortier/gpu/link.h"
 
 namespace tensortier::gpu {
 namespace {
@@ -185,6 +186,33 @@ TEST(CudaMoveEngine, CopiesEachWayByTheTiersAndReturnsWhenDone) {
   EXPECT_EQ(engine.copy(homes->at(kMiB, kMiB), slots->at(0, kMiB), kMiB, {0, 1}), 1u);
   EXPECT_EQ(static_cast<const unsigned char*>(homes->at(kMiB, kMiB))[0], 5);
   EXPECT_EQ(engine.name(), "cuda");
+}
+
+// The link both ways at once: every copy of a round issued before any is waited for, so the two
+// directions run together. On the fake's 40 GB/s each way (separate copy streams), 16 MiB each
+// way take as long as one: 80 GB/s together. (Issued and waited one by one, the second started
+// when the first ended: 40.)
+TEST(GpuLink, CopiesOfOneRoundRunTogether) {
+  const CudaApi& api = FakeCuda::install();
+  FakeCuda& fake = FakeCuda::get();
+  fake.set_copy_gbps(CopyKind::kHostToDevice, 40);
+  fake.set_copy_gbps(CopyKind::kDeviceToHost, 40);
+  auto device = Device::open(api).value();
+  CudaCopyEngine engine(*device);
+  void *on_device = nullptr, *pinned = nullptr, *on_device2 = nullptr, *pinned2 = nullptr;
+  ASSERT_EQ(api.malloc_device(&on_device, 16 * kMiB), 0);
+  ASSERT_EQ(api.malloc_device(&on_device2, 16 * kMiB), 0);
+  ASSERT_EQ(api.malloc_pinned(&pinned, 16 * kMiB), 0);
+  ASSERT_EQ(api.malloc_pinned(&pinned2, 16 * kMiB), 0);
+  const double one_way =
+      link_gbps(*device, engine, 16 * kMiB, 3, {{on_device, pinned, CopyKind::kHostToDevice}});
+  const double both = link_gbps(
+      *device, engine, 16 * kMiB, 3,
+      {{on_device, pinned, CopyKind::kHostToDevice}, {pinned2, on_device2, CopyKind::kDeviceToHost}});
+  EXPECT_NEAR(one_way, 40, 0.5);
+  EXPECT_NEAR(both, 80, 1) << "the two directions ran one after the other";
+  for (void* p : {on_device, on_device2}) (void)api.free_device(p);
+  for (void* p : {pinned, pinned2}) (void)api.free_pinned(p);
 }
 
 }  // namespace

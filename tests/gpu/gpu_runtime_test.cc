@@ -507,5 +507,26 @@ TEST(CudaMoveEngine, CopiesWaitForTheLastLayerThatUsedTheirBytes) {
   ASSERT_EQ(api.free_device(slots), 0);
 }
 
+// A step on a device tier ends when the device's queued work does: step_end waits for the layer
+// stream before it reads the clock (it read it first: the trial and the profile compared the
+// host's issue times, not the GPU's work).
+TEST(GpuTiers, AStepEndsWhenTheDevicesQueuedWorkDoes) {
+  auto r = fake_runtime("fast=cuda:0:64MiB,slow=pinned:64MiB");
+  ASSERT_TRUE(r) << r.status().to_string();
+  Runtime& rt = *r->runtime;
+  FakeCuda& fake = FakeCuda::get();
+  auto o = rt.allocate("x", kMiB);
+  ASSERT_TRUE(o) << o.status().to_string();
+  const StreamHandle compute = rt.device_stream();
+  ASSERT_TRUE(rt.step_begin().is_ok());
+  std::vector<void*> at(1);
+  ASSERT_TRUE(rt.layer_begin("conv", std::vector<ObjectId>{}, std::vector<ObjectId>{o->id}, at).is_ok());
+  fake.kernel(compute, {}, {FakeCuda::bytes(at[0], kMiB)}, "conv writes x", 5.0);
+  ASSERT_TRUE(rt.layer_end().is_ok());
+  const int syncs = fake.stream_syncs(compute);
+  ASSERT_TRUE(rt.step_end().is_ok());
+  EXPECT_GT(fake.stream_syncs(compute), syncs) << "step_end did not wait for the device's queued work";
+}
+
 }  // namespace
 }  // namespace tensortier::gpu

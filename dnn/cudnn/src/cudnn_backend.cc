@@ -17,6 +17,18 @@ Result<std::unique_ptr<CudnnBackend>> CudnnBackend::create(Runtime& runtime, Bac
         "the cuda backend's layers run on a GPU, and this runtime has no device tier: give a cuda tier "
         "(e.g. --tiers fast=cuda:0,slow=pinned:8GiB)");
   }
+  // cuDNN and cuBLAS read and write the tiers' memory from the GPU: pageable host memory (a dram
+  // tier's mmap ranges) faults the context there without HMM; only device and pinned memory do.
+  for (std::size_t t = 0; t < runtime.tier_count(); ++t) {
+    const Tier& tier = runtime.tier(static_cast<TierIndex>(t));
+    if (tier.kind() != TierKind::kCuda && tier.kind() != TierKind::kPinned) {
+      return failed_precondition(
+          fmt::format("the cuda backend's layers run on the GPU, which cannot reach tier '{}' ({}, pageable "
+                      "host memory): "
+                      "give only cuda and pinned tiers (e.g. --tiers fast=cuda:0:8GiB,slow=pinned:32GiB)",
+                      tier.name(), to_string(tier.kind())));
+    }
+  }
   auto context = std::make_unique<Context>();
   context->stream = runtime.device_stream();
   context->deterministic = options.deterministic;
