@@ -22,7 +22,7 @@ nlohmann::json to_json(const MatrixConfig& c) {
               {"width", c.width},         {"steps", c.steps},           {"warmup", c.warmup},
               {"reps", c.reps},           {"numactl", c.numactl},       {"fast_node", c.fast_node},
               {"slow_node", c.slow_node}, {"emulate_as", c.emulate_as}, {"trace_policy", c.trace_policy},
-              {"mover_cpu", c.mover_cpu}, {"backend", c.backend}};
+              {"mover_cpu", c.mover_cpu}, {"backend", c.backend},       {"math", c.math}};
 }
 
 Result<MatrixConfig> config_from_json(const nlohmann::json& j) {
@@ -45,6 +45,7 @@ Result<MatrixConfig> config_from_json(const nlohmann::json& j) {
     j.at("trace_policy").get_to(c.trace_policy);
     c.mover_cpu = j.value("mover_cpu", -1);  // results written before --mover-core have none
     c.backend = j.value("backend", "cpu");   // nor before --backend
+    c.math = j.value("math", "fp32");        // nor before --math
     return c;
   } catch (const json::exception& e) {
     return invalid_argument(fmt::format("a matrix config that is not tensortier-bench's: {}", e.what()));
@@ -386,11 +387,8 @@ nlohmann::json summarize(const MatrixConfig& c, const nlohmann::json& tasks) {
       }
     }
   }
-  return json{{"cells", cells},
-              {"numactl", numactl},
-              {"emulation_checks", checks},
-              {"mover_cpu", c.mover_cpu},
-              {"backend", c.backend}};
+  return json{{"cells", cells},           {"numactl", numactl},   {"emulation_checks", checks},
+              {"mover_cpu", c.mover_cpu}, {"backend", c.backend}, {"math", c.math}};
 }
 
 std::string markdown_tables(const nlohmann::json& summary) {
@@ -409,9 +407,10 @@ std::string markdown_tables(const nlohmann::json& summary) {
   std::string out;
   if (const std::string backend = summary.value("backend", "cpu"); backend != "cpu") {
     out += fmt::format(
-        "**Backend {}**: every policy's layers (fast-only's too) as cuDNN and cuBLAS calls on the GPU; the "
-        "tiers are the GPU's (device memory, pinned host memory), moves copies over its link.\n\n",
-        backend);
+        "**Backend {}**, math {}: every policy's layers (fast-only's too) as cuDNN and cuBLAS calls on the "
+        "GPU; "
+        "the tiers are the GPU's (device memory, pinned host memory), moves copies over its link.\n\n",
+        backend, summary.value("math", "fp32"));
   }
   if (const int cpu = summary.value("mover_cpu", -1); cpu >= 0) {
     out += fmt::format(
@@ -425,8 +424,10 @@ std::string markdown_tables(const nlohmann::json& summary) {
         "in brackets the penalty share, (policy - fast-only) / (slow-only - fast-only). Floor: the step "
         "time no plan can beat, over fast-only. Bound: the oracle's exact model (residency_model.h): no plan "
         "is predicted to run faster than this, over the profiled compute. Timed bound (timed_bound.h): the "
-        "same with the slow channel counted in time (tightened: integral at uses, where it ran). In square brackets: what "
-        "the plan predicted; in braces: its added time over the tightest bound's (1.0: no plan adds less).\n\n";
+        "same with the slow channel counted in time (tightened: integral at uses, where it ran). In square "
+        "brackets: what "
+        "the plan predicted; in braces: its added time over the tightest bound's (1.0: no plan adds "
+        "less).\n\n";
     out +=
         "Load: the highest 1-minute load average around the row's tasks (a figure near or over the cores "
         "means other work shared them). `!`: a repetition's ratio is more than " +

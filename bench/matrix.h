@@ -53,6 +53,7 @@ struct MatrixConfig {
   // What computes the layers (dnn/backend_by_name.h): cpu (oneDNN), or cuda (cuDNN on a GPU, with
   // specs that hold a cuda tier; no numactl rows and no emulation check, which are about host memory).
   std::string backend = "cpu";
+  std::string math = "fp32";  // the cuda backend's (--math): fp32 or tf32
   // The tightened bound's search (timed_bound.h), on each task's first planning policy; 0: none.
   // A planning knob: not part of the matrix's identity (not in to_json).
   double tightened_bound_s = 30;

@@ -1,11 +1,16 @@
 #!/usr/bin/env python3
-"""PyTorch's side of the GPU figures (issue 37): the same models as tensortier's dnn/models.cc
-(bench/pytorch_step_time.py defines them), one training step on the GPU with SGD and momentum,
-cuDNN benchmark mode and TF32 on. Median step time over the timed steps, and the peak device
-bytes as PyTorch counts them (max_memory_allocated, max_memory_reserved); then the same under
+"""PyTorch's side of the GPU figures (issues 37, 51): the same models as tensortier's dnn/models.cc
+(bench/pytorch_step_time.py defines them), one training step on the GPU with SGD and momentum.
+Like for like with tensortier's --backend cuda: the same math (--math fp32, the default: TF32 off
+in cuDNN and cuBLAS, as tensortier's fp32; --math tf32: on, as tensortier's tf32) and the same way
+of choosing convolution algorithms (cuDNN's heuristics: benchmark mode off, as tensortier; --benchmark
+turns it on for both to be compared that way). Median step time over the timed steps, and the peak
+device bytes as PyTorch counts them, both: max_memory_allocated (live tensors, what tensortier's
+peak counts) and max_memory_reserved (its caching allocator's pool); then the same under
 torch.autograd.graph.save_on_cpu(pin_memory=True), the swap to pinned host memory PyTorch offers.
-Usage: pytorch_gpu_step.py MODEL BATCH STEPS WARMUP; prints one JSON line per mode. Without a
-GPU it prints one line saying so and exits 0."""
+Usage: pytorch_gpu_step.py MODEL BATCH STEPS WARMUP [--math fp32|tf32] [--benchmark]; prints one
+JSON line per mode. Without a GPU it prints one line saying so and exits 0."""
+import argparse
 import json
 import os
 import statistics
@@ -63,15 +68,24 @@ def measure(name, batch, steps, warmup, offload):
 
 
 def main():
-    name, batch, steps, warmup = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model")
+    parser.add_argument("batch", type=int)
+    parser.add_argument("steps", type=int)
+    parser.add_argument("warmup", type=int)
+    parser.add_argument("--math", choices=["fp32", "tf32"], default="fp32")
+    parser.add_argument("--benchmark", action="store_true", help="cuDNN benchmark mode (algorithms timed)")
+    a = parser.parse_args()
     if not torch.cuda.is_available():
         print(f"pytorch_gpu_step: not measured: no CUDA device for PyTorch {torch.__version__}")
         return
-    torch.backends.cudnn.benchmark = True
-    torch.backends.cuda.matmul.allow_tf32 = True
-    torch.backends.cudnn.allow_tf32 = True
+    torch.backends.cudnn.benchmark = a.benchmark
+    torch.backends.cuda.matmul.allow_tf32 = a.math == "tf32"
+    torch.backends.cudnn.allow_tf32 = a.math == "tf32"
     for offload in (False, True):
-        print("JSON " + json.dumps(measure(name, batch, steps, warmup, offload)), flush=True)
+        row = measure(a.model, a.batch, a.steps, a.warmup, offload)
+        row.update({"math": a.math, "cudnn_benchmark": a.benchmark})
+        print("JSON " + json.dumps(row), flush=True)
         torch.cuda.empty_cache()
 
 

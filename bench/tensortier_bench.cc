@@ -135,7 +135,7 @@ Result<json> run_task(const MatrixConfig& c, const Task& task, const fs::path& o
     if (!rt)
       return Status(rt.status().code(),
                     fmt::format("--tiers '{}' --policy {}: {}", task.spec, policy, rt.status().message()));
-    auto backend = make_backend(c.backend, *rt.value());
+    auto backend = make_backend(c.backend, *rt.value(), c.math);
     if (!backend) return backend.status();
     Engine engine = backend.value() ? Engine(*rt.value(), *backend.value()) : Engine(*rt.value());
     runs.push_back(PolicyRun{policy,
@@ -427,6 +427,7 @@ struct Cli {
   int max_tasks = 0;
   bool mover_core = false;
   std::string backend = "cpu";
+  std::string math = "fp32";
   double tightened_bound_s = MatrixConfig{}.tightened_bound_s;
 };
 
@@ -488,6 +489,7 @@ Result<MatrixConfig> matrix_from(const Cli& cli) {
   const bool quick = cli.mode == "quick";
   c.models = bench::split_list(!cli.models.empty() ? cli.models : "resnet18,vgg11");
   c.backend = cli.backend;
+  c.math = cli.math;
   c.budgets = bench::split_list(!cli.budgets.empty() ? cli.budgets
                                 : c.backend != "cpu" ? "100%,70%,50%"  // AutoSwap's (arXiv 1903.06631)
                                 : quick              ? "100%,20%"
@@ -496,7 +498,8 @@ Result<MatrixConfig> matrix_from(const Cli& cli) {
       !cli.policies.empty() ? cli.policies
       : c.backend != "cpu"  ? "fast-only,smartpool,autoswap,sentinel,oracle"  // the GPU's: no page faults
       : quick               ? "fast-only,slow-only,first-touch,reactive,autoswap,sentinel,oracle,search"
-              : "fast-only,slow-only,first-touch,interleave,reactive,reactive-2m,autoswap,sentinel,oracle,search");
+              : "fast-only,slow-only,first-touch,interleave,reactive,reactive-2m,autoswap,sentinel,oracle,"
+                "search");
   c.batch = cli.batch;
   c.image_size = cli.image_size;
   c.tightened_bound_s = cli.tightened_bound_s;
@@ -876,6 +879,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--no-plots", cli.no_plots, "Do not draw the PNGs");
   tensortier::cli::add_backend_flag(app, cli.backend);
+  tensortier::cli::add_math_flag(app, cli.math);
   app.add_flag(
       "--mover-core", cli.mover_core,
       "The mover on the last CPU of this process's alone, every policy's layers (fast-only's too) on "

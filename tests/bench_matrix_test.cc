@@ -194,8 +194,10 @@ TEST(BenchMatrix, CellsAreMediansOverRepetitionsOfRatiosTakenWithinATask) {
   EXPECT_NEAR(sent->at("bound").get<double>(), 1.12, 1e-9) << "the median of 1.10, 1.20, 1.12";
   EXPECT_NEAR(sent->at("timed_bound").get<double>(), 1.05, 1e-9) << "the median of 1.05, 1.08, 1.04";
   EXPECT_NEAR(sent->at("predicted").get<double>(), 1.30, 1e-9) << "the median of 1.25, 1.40, 1.30";
-  EXPECT_NEAR(sent->at("tightest_bound").get<double>(), 1.12, 1e-9) << "the exact model's, over the timed 1.05";
-  EXPECT_NEAR(sent->at("over_bound").get<double>(), 0.30 / 0.12, 1e-9) << "added 0.30 against the bound's 0.12";
+  EXPECT_NEAR(sent->at("tightest_bound").get<double>(), 1.12, 1e-9)
+      << "the exact model's, over the timed 1.05";
+  EXPECT_NEAR(sent->at("over_bound").get<double>(), 0.30 / 0.12, 1e-9)
+      << "added 0.30 against the bound's 0.12";
   EXPECT_NE(
       table.find(
           "| mlp | fast=numa:0,slow=numa:1 | 20% | 3 |  | 110.0 | 1.00x | 1.12x | 1.05x | 3.00x {16.7} | "
@@ -284,13 +286,17 @@ TEST(BenchMatrix, ACudaBackendRunIsLabelledInTablesAndCells) {
   c.policies = {"fast-only", "autoswap"};
   c.reps = 1;
   c.backend = "cuda";
+  c.math = "tf32";
   json tasks = json::object();
   const std::vector<Task> all = expand(c);
   tasks[all[0].id] = task_result(all[0], {{"fast-only", 10}, {"autoswap", 11}});
   const json s = summarize(c, tasks);
   ASSERT_FALSE(s.at("cells").empty());
   for (const json& cell : s.at("cells")) EXPECT_EQ(cell.value("backend", ""), "cuda");
-  EXPECT_NE(markdown_tables(s).find("**Backend cuda**"), std::string::npos) << markdown_tables(s);
+  EXPECT_NE(markdown_tables(s).find("**Backend cuda**, math tf32"), std::string::npos) << markdown_tables(s);
+  auto back = config_from_json(to_json(c));
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->math, "tf32") << "the math round-trips through results.json";
   c.backend = "cpu";
   const json cpu = summarize(c, tasks);
   for (const json& cell : cpu.at("cells")) EXPECT_FALSE(cell.contains("backend"));

@@ -6,7 +6,10 @@
 
 namespace tensortier::dnn {
 
-Result<std::unique_ptr<Backend>> make_backend(std::string_view name, Runtime& runtime) {
+Result<std::unique_ptr<Backend>> make_backend(std::string_view name, Runtime& runtime,
+                                              std::string_view math) {
+  if (math != "fp32" && math != "tf32")
+    return invalid_argument(fmt::format("unknown math '{}' (known: fp32, tf32)", math));
   if (name == "cpu") return std::unique_ptr<Backend>();
   if (name != "cuda") return invalid_argument(fmt::format("unknown backend '{}' (known: cpu, cuda)", name));
 #ifdef TENSORTIER_CUDNN_MODULE
@@ -16,9 +19,9 @@ Result<std::unique_ptr<Backend>> make_backend(std::string_view name, Runtime& ru
       load_module_symbol(TENSORTIER_CUDNN_MODULE, TENSORTIER_CUDNN_MODULE_BUILD,
                          reinterpret_cast<const void*>(&cpu_backend), "tensortier_dnn_make_cudnn_backend");
   if (!make) return unavailable("backend cuda: " + make.status().message());
-  using Make = void (*)(Runtime*, Result<std::unique_ptr<Backend>>*);
+  using Make = void (*)(Runtime*, bool tf32, Result<std::unique_ptr<Backend>>*);
   Result<std::unique_ptr<Backend>> made = unavailable("backend cuda: its module made nothing");
-  reinterpret_cast<Make>(make.value())(&runtime, &made);
+  reinterpret_cast<Make>(make.value())(&runtime, math == "tf32", &made);
   return made;
 #else
   (void)runtime;

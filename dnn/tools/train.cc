@@ -43,6 +43,7 @@ struct Options {
   int width = 64;
   std::string conv = "auto";    // convolution algorithm (ConvAlgorithm)
   std::string backend = "cpu";  // cpu (oneDNN) or cuda (cuDNN, cuBLAS)
+  std::string math = "fp32";    // the cuda backend's: fp32 or tf32
   MemoryOptions memory;         // --in-place, --fuse, --recompute
   int image_size = 32, channels = 3, classes = 10;
   std::size_t train_limit = 0, test_limit = 0, synthetic_count = 2048;
@@ -177,6 +178,7 @@ void add_training_flags(CLI::App& app, Options& o) {
       ->check(CLI::Range(1, 65536))
       ->capture_default_str();
   cli::add_backend_flag(app, o.backend);
+  cli::add_math_flag(app, o.math);
   app.add_option("--conv", o.conv,
                  "Convolutions: auto (oneDNN's Winograd kernels where they pay, else direct) or direct")
       ->capture_default_str();
@@ -324,7 +326,7 @@ Result<Run> make_run(const Options& o, const std::string& policy, const Dataset&
   if (!created) return created.status();
   run.rt = std::move(created).value();
   TENSORTIER_RETURN_IF_ERROR(apply_profile_flags(o, *run.rt));
-  auto backend = make_backend(o.backend, *run.rt);
+  auto backend = make_backend(o.backend, *run.rt, o.math);
   if (!backend) return backend.status();
   run.backend = std::move(backend).value();
   run.engine =

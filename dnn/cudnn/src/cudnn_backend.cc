@@ -144,8 +144,12 @@ Status CudnnBackend::sgd_update(Engine& engine, Param& p, const SgdOptions& sgd)
 // tensortier-train and tensortier-bench load this backend as a module for --backend cuda
 // (dnn/backend_by_name.cc, load_module.h) and make it through this.
 extern "C" __attribute__((visibility("default"))) void tensortier_dnn_make_cudnn_backend(
-    tensortier::Runtime* runtime, tensortier::Result<std::unique_ptr<tensortier::dnn::Backend>>* out) {
-  auto made = tensortier::dnn::cudnn::CudnnBackend::create(*runtime);
+    tensortier::Runtime* runtime, bool tf32,
+    tensortier::Result<std::unique_ptr<tensortier::dnn::Backend>>* out) {
+  tensortier::dnn::cudnn::BackendOptions options;
+  options.math =
+      tf32 ? tensortier::dnn::cudnn::MathMode::kTensorCores : tensortier::dnn::cudnn::MathMode::kFma;
+  auto made = tensortier::dnn::cudnn::CudnnBackend::create(*runtime, options);
   if (!made) {
     *out = made.status();
     return;

@@ -60,6 +60,16 @@ inline CLI::Option* add_backend_flag(CLI::App& app, std::string& backend) {
       ->capture_default_str();
 }
 
+// --math fp32|tf32: the cuda backend's arithmetic (the cpu backend has one: fp32).
+inline CLI::Option* add_math_flag(CLI::App& app, std::string& math) {
+  return app
+      .add_option("--math", math,
+                  "The cuda backend's math: fp32 (FMA in fp32, the CPU backend's arithmetic) or tf32 (tensor "
+                  "cores, PyTorch's default on a GPU); compare with PyTorch in the same mode")
+      ->check(CLI::IsMember({"fp32", "tf32"}))
+      ->capture_default_str();
+}
+
 // --policy NAME: the migration policy from the step after the profiled one.
 inline CLI::Option* add_policy_flag(CLI::App& app, std::string& policy) {
   return app.add_option("--policy", policy,

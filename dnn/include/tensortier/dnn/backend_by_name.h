@@ -18,6 +18,10 @@ namespace tensortier::dnn {
 // the cuDNN backend on the runtime's device tier for "cuda". Errors: kInvalidArgument for another
 // name; kUnavailable where this build has no cuda backend; CudnnBackend::create's (no device tier
 // in the runtime, no GPU).
-Result<std::unique_ptr<Backend>> make_backend(std::string_view name, Runtime& runtime);
+// `math` is the cuda backend's: "fp32" (FMA in fp32, the CPU backend's arithmetic) or "tf32" (tensor
+// cores, as PyTorch's default on a GPU); the cpu backend has one. Errors also: kInvalidArgument for
+// another math.
+Result<std::unique_ptr<Backend>> make_backend(std::string_view name, Runtime& runtime,
+                                              std::string_view math = "fp32");
 
 }  // namespace tensortier::dnn
