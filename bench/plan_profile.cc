@@ -133,6 +133,13 @@ int main(int argc, char** argv) {
                ms(p.room_wait_ns), ms(p.place_wait_ns), static_cast<double>(p.failed_in_bytes) / (1 << 20),
                problem.empty() ? "yes" : "no", s);
     if (!p.variant.empty()) fmt::print("|   | {} |\n", p.variant);
+    if (!p.places.empty() || !p.stay_put.empty()) {
+      fmt::print("|   | places: fast arena {:.1f} MiB (max-live {:.1f}), {:.1f} MiB beside it; planned again under less "
+                 "{} times; {} persistent objects staying put |\n",
+                 static_cast<double>(p.places.fast_bytes) / (1 << 20),
+                 static_cast<double>(p.places.fast_max_live_bytes) / (1 << 20),
+                 static_cast<double>(p.places.unplaced_fast_bytes) / (1 << 20), p.places.replans, p.stay_put.size());
+    }
     out.push_back({{"policy", policy},
                    {"predicted_extra_ms", ms(p.predicted_extra_ns)},
                    {"slow_access_mib", static_cast<double>(p.slow_access_bytes) / (1 << 20)},

@@ -24,8 +24,14 @@ def main():
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if out.returncode != 0:
         sys.exit(f"exit {out.returncode}:\n{out.stdout}\n{out.stderr}")
-    row = re.compile(r"^(\S+) +([\d.]+) ms +(\d+)-(\d+) +(\S+) +([\d.]+ \w+) +([\d.]+ \w+) / ([\d.]+ \w+) +([\d.]+)$")
-    rows = [m.groups() for m in map(row.match, out.stdout.splitlines()) if m]
+    row = re.compile(
+        r"^(\S+) +([\d.]+) ms +(\d+)-(\d+) +(\S+) +(\S+) +([\d.]+ \w+) +([\d.]+ \w+) / ([\d.]+ \w+) +([\d.]+)$")
+    # The predicted column (5) is dropped: the groups below are as before it.
+    rows = [(g[0], g[1], g[2], g[3], g[4], g[6], g[7], g[8], g[9])
+            for g in (m.groups() for m in map(row.match, out.stdout.splitlines()) if m)]
+    predicted = {m.group(1): m.group(6) for m in map(row.match, out.stdout.splitlines()) if m}
+    if not re.match(r"^[\d.]+x$", predicted.get("sentinel", "")):
+        sys.exit(f"sentinel's row has no predicted ratio: {predicted}:\n{out.stdout}")
     names = [r[0] for r in rows]
     if names != POLICIES:
         sys.exit(f"rows {names}, want {POLICIES}:\n{out.stdout}")

@@ -412,6 +412,9 @@ struct CompareRow {
   std::uint64_t moved_in_bytes = 0, moved_out_bytes = 0;  // in the last step
   double last_loss = 0;
   std::string chosen;  // the trial's finding, where it ran one
+  // Its plan's, over the profiled compute: the predicted step, and the largest bound it carries
+  // (the exact model's, the timed one); 0 where it has none.
+  double predicted_ratio = 0, bound_ratio = 0;
 };
 
 double median(std::vector<double> v) {
@@ -446,6 +449,11 @@ Result<CompareRow> compare_one(const Options& o, const std::string& policy, cons
   row.moved_out_bytes = stats.migration.last_step_bytes_out;
   row.last_loss = steps->loss.back();
   row.chosen = run->rt->trial_result();
+  if (const migrator::Plan* plan = run->rt->plan(); plan != nullptr && plan->compute_ns > 0) {
+    row.predicted_ratio = 1 + plan->predicted_extra_ns / plan->compute_ns;
+    const double bound_ns = std::max(plan->bound_extra_ns, plan->timed_bound_ns);
+    if (bound_ns > 0) row.bound_ratio = 1 + bound_ns / plan->compute_ns;
+  }
   fmt::print(" {:.1f} ms a step\n", row.median_ms);
   if (!run->rt->policy_failure().empty()) return failed_precondition(run->rt->policy_failure());
   return row;
@@ -472,18 +480,26 @@ Status compare_policies(const Options& o, const Dataset& train) {
     rows.push_back(std::move(row).value());
   }
   const auto reference = std::ranges::find(rows, std::string("fast-only"), &CompareRow::policy);
-  fmt::print("\n{:<12} {:>14} {:>12} {:>12} {:>22} {:>20} {:>12}\n", "policy", "step (median)", "steps timed",
-             "vs fast-only", "fast tier live (peak)", "moved a step in/out", "loss");
+  fmt::print("\n{:<12} {:>14} {:>12} {:>12} {:>11} {:>22} {:>20} {:>12}\n", "policy", "step (median)",
+             "steps timed", "vs fast-only", "predicted", "fast tier live (peak)", "moved a step in/out", "loss");
+  double bound_ratio = 0;  // the largest any plan carried: no plan is predicted under it
   for (const CompareRow& r : rows) {
     const std::string ratio = reference != rows.end() && reference->median_ms > 0
                                   ? fmt::format("{:.2f}x", r.median_ms / reference->median_ms)
                                   : "-";
-    fmt::print("{:<12} {:>11.1f} ms {:>12} {:>12} {:>22} {:>20} {:>12.6f}\n", r.policy, r.median_ms,
-               fmt::format("{}-{}", r.from_step, o.compare_steps), ratio, format_bytes(r.fast_peak_bytes),
+    fmt::print("{:<12} {:>11.1f} ms {:>12} {:>12} {:>11} {:>22} {:>20} {:>12.6f}\n", r.policy, r.median_ms,
+               fmt::format("{}-{}", r.from_step, o.compare_steps), ratio,
+               r.predicted_ratio > 0 ? fmt::format("{:.2f}x", r.predicted_ratio) : "-", format_bytes(r.fast_peak_bytes),
                format_bytes(r.moved_in_bytes) + " / " + format_bytes(r.moved_out_bytes), r.last_loss);
+    bound_ratio = std::max(bound_ratio, r.bound_ratio);
   }
+  if (bound_ratio > 0)
+    fmt::print("{:<12} {:>14} {:>12} {:>12} {:>11}   no plan is predicted to run faster (the exact model's bound, or the "
+               "timed one)\n",
+               "bound", "", "", "", fmt::format("{:.2f}x", bound_ratio));
   fmt::print(
-      "step time: the median of the steps after the profiled one and the policy's trial; fast tier live: the "
+      "step time: the median of the steps after the profiled one and the policy's trial; predicted: the plan's "
+      "own account of its step over the profiled compute; fast tier live: the "
       "most "
       "bytes of live objects on the fast tier from the policy's start; loss: at step {}, the same in every "
       "row "

@@ -59,6 +59,7 @@ class ResidencySearch {
   bool mutate(Residency& r);
   bool random_change(Residency& r, std::size_t& i);
   bool make_fit(Residency& r, std::size_t keep) const;
+  bool fits(const Residency& r) const;
   std::vector<std::uint64_t> held_bytes(const Residency& r) const;
 
   const PlanInputs& in_;
@@ -66,6 +67,8 @@ class ResidencySearch {
   std::mt19937 rng_;
   Scored best_;
   std::string variant_;
+  double bound_ns_ = 0;  // the exact model's bound at the whole room
+  std::string solver_;
   std::unordered_map<ObjectKey, std::size_t> index_;  // object key -> index in in_.objects
   std::vector<Spot> slow_uses_, late_ins_;            // find_spots()
   std::uint32_t evaluations_ = 0, kept_ = 0;
@@ -94,18 +97,26 @@ void ResidencySearch::consider(Residency r, const std::string& variant) {
 }
 
 // The seeds, each planned within the room less a share kept for the layout's slack over max-live
-// (ready memory lays the stays out at offsets, and a layout needs a little more than the bytes it
-// holds): 0 and 3% of it.
+// (ready memory lays the stays out at offsets, and a layout of many small stays needs up to a
+// third more than the bytes it holds): 0, 3, 6 and 10% of it. A seed whose moves in, led, hold
+// more than the room at a boundary's busiest moment is not played (its layout cannot fit).
 void ResidencySearch::seeds() {
-  for (const double slack : {0.0, 0.03}) {
+  for (const double slack : {0.0, 0.03, 0.06, 0.10}) {
     PlanInputs less = in_;
     less.fast_budget_bytes -= static_cast<std::uint64_t>(slack * static_cast<double>(room_));
     const std::string within = fmt::format("within {:.0f}% of the room", 100 * (1 - slack));
     const ResidencySolution exact = solve_residency(less, in_.oracle_time_limit_s);
+    if (slack == 0.0) {  // the model at the whole room bounds every plan (residency_model.h)
+      bound_ns_ = exact.bound_ns;
+      solver_ = fmt::format("CBC: {}; {} binaries, {} rows, {:.2f} s", exact.status, exact.binaries, exact.rows,
+                            exact.seconds);
+    }
     if (exact.solved) {
-      for (std::uint32_t lead : {0U, 1U, 2U, 4U, 8U})
-        consider(lead_moves_in(less, exact.fast, lead),
-                 fmt::format("the exact model's residency {}, moves in led {}", within, lead));
+      for (std::uint32_t lead : {0U, 1U, 2U, 4U, 8U}) {
+        Residency led = lead_moves_in(less, exact.fast, lead);
+        if (lead > 0 && !fits(led)) continue;
+        consider(std::move(led), fmt::format("the exact model's residency {}, moves in led {}", within, lead));
+      }
     }
     if (auto s = sentinel(less)) consider(residency_of(s.value(), less), "sentinel's plan " + within);
     consider(residency_of(belady_oracle(less), less), "Belady with prefetch " + within);
@@ -151,6 +162,11 @@ void ResidencySearch::find_spots() {
     if (at != index_.end())
       late_ins_.push_back({at->second, m.after_layer == kStepStart ? 0 : m.after_layer + 1});
   }
+}
+
+// Whether the residency holds no more than the room at any boundary's busiest moment.
+bool ResidencySearch::fits(const Residency& r) const {
+  return std::ranges::all_of(held_bytes(r), [&](std::uint64_t h) { return h <= room_; });
 }
 
 // Makes room where the residency passes it: at the first such boundary, the object fast there
@@ -255,6 +271,8 @@ Plan ResidencySearch::run() {
   }
   Plan plan = std::move(best_.plan);
   plan.policy = "search";
+  plan.bound_extra_ns = bound_ns_;
+  plan.solver = solver_;
   plan.variant = fmt::format("from {}; {} evaluations, {} changes kept", variant_, evaluations_, kept_);
   return plan;
 }
