@@ -114,7 +114,7 @@ TEST(TimedBound, TheTightenedProgramKeepsAnObjectWholeAtItsUse) {
 TEST(TimedBound, TheTightenedProgramIsNoLooserAndStillBelowEveryPlan) {
   std::mt19937 rng(23);
   int tighter = 0, compared = 0;
-  for (int seed = 0; seed < 200; ++seed) {
+  for (int seed = 0; seed < 120; ++seed) {
     PlanInputs in = random_inputs(rng, seed % 2 == 0, seed % 3 == 0);
     in.timed_program_s = 5;
     in.tightened_program_s = 5;
@@ -130,8 +130,8 @@ TEST(TimedBound, TheTightenedProgramIsNoLooserAndStillBelowEveryPlan) {
       EXPECT_GE(plan->predicted_extra_ns + 1, bound.tightened_ns) << policy << " seed " << seed;
     }
   }
-  EXPECT_GT(compared, 50);
-  EXPECT_GT(tighter, 10) << "inputs where integrality at uses raises the bound";
+  EXPECT_GT(compared, 30);
+  EXPECT_GT(tighter, 5) << "inputs where integrality at uses raises the bound";
 }
 
 }  // namespace
