@@ -50,7 +50,7 @@ LinearProgram::Solved LinearProgram::solve(double time_limit_s) const {
   std::vector<double> value(index.size());
   std::vector<CoinBigIndex> next(start.begin(), start.end() - 1);
   std::vector<double> row_lb(rows_.size()), row_ub(rows_.size());
-  constexpr double kInf = std::numeric_limits<double>::infinity();
+  constexpr double kInf = std::numeric_limits<double>::max();  // CBC's infinity (COIN_DBL_MAX)
   for (std::size_t i = 0; i < rows_.size(); ++i) {
     const Row& r = rows_[i];
     for (const auto& [c, v] : r.e.terms) {

@@ -180,7 +180,7 @@ std::string lay_out_places(Plan& plan, const PlanInputs& in) {
 }
 
 std::string lay_out_places_timed(Plan& plan, const PlanInputs& in) {
-  if (const std::string problem = lay_out(plan, in, false); !problem.empty()) return problem;
+  if (std::string problem = lay_out(plan, in, false); !problem.empty()) return problem;
   if (!simulate(plan, in).empty()) return "";  // not valid: nothing to time (the caller says why)
   Plan timed = plan;
   if (!lay_out(timed, in, true).empty() || !simulate(timed, in).empty()) return "";

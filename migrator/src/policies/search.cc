@@ -238,7 +238,7 @@ bool ResidencySearch::random_change(Residency& r, std::size_t& i) {
   if (std::uniform_int_distribution<int>(0, 1)(rng_) == 0) {
     const bool edge = (b > first && fast[b - 1] != fast[b]) || (b + 1 < end && fast[b + 1] != fast[b]);
     if (!edge) return false;
-    fast[b] = !fast[b];
+    fast[b] = fast[b] != 0 ? 0 : 1;
     return true;
   }
   std::uint32_t lo = b, hi = b;
