@@ -58,7 +58,8 @@ class ResidencySearch {
   void find_spots();
   bool mutate(Residency& r);
   bool random_change(Residency& r, std::size_t& i);
-  bool make_fit(Residency& r, std::size_t keep) const;
+  bool make_fit(Residency& r, std::size_t keep, int most_evictions = 4, std::uint64_t room = 0) const;
+  void shrink_seed();
   bool fits(const Residency& r) const;
   std::vector<std::uint64_t> held_bytes(const Residency& r) const;
 
@@ -67,7 +68,8 @@ class ResidencySearch {
   std::mt19937 rng_;
   Scored best_;
   std::string variant_;
-  double bound_ns_ = 0;  // the exact model's bound at the whole room
+  double bound_ns_ = 0;   // the exact model's bound at the whole room
+  Residency exact_full_;  // its residency there
   std::string solver_;
   std::unordered_map<ObjectKey, std::size_t> index_;  // object key -> index in in_.objects
   std::vector<Spot> slow_uses_, late_ins_;            // find_spots()
@@ -108,14 +110,16 @@ void ResidencySearch::seeds() {
     const ResidencySolution exact = solve_residency(less, in_.oracle_time_limit_s);
     if (slack == 0.0) {  // the model at the whole room bounds every plan (residency_model.h)
       bound_ns_ = exact.bound_ns;
-      solver_ = fmt::format("CBC: {}; {} binaries, {} rows, {:.2f} s", exact.status, exact.binaries, exact.rows,
-                            exact.seconds);
+      if (exact.solved) exact_full_ = exact.fast;
+      solver_ = fmt::format("CBC: {}; {} binaries, {} rows, {:.2f} s", exact.status, exact.binaries,
+                            exact.rows, exact.seconds);
     }
     if (exact.solved) {
       for (std::uint32_t lead : {0U, 1U, 2U, 4U, 8U}) {
         Residency led = lead_moves_in(less, exact.fast, lead);
         if (lead > 0 && !fits(led)) continue;
-        consider(std::move(led), fmt::format("the exact model's residency {}, moves in led {}", within, lead));
+        consider(std::move(led),
+                 fmt::format("the exact model's residency {}, moves in led {}", within, lead));
       }
     }
     if (auto s = sentinel(less)) consider(residency_of(s.value(), less), "sentinel's plan " + within);
@@ -169,13 +173,14 @@ bool ResidencySearch::fits(const Residency& r) const {
   return std::ranges::all_of(held_bytes(r), [&](std::uint64_t h) { return h <= room_; });
 }
 
-// Makes room where the residency passes it: at the first such boundary, the object fast there
-// whose next use is furthest (not `keep`) leaves until that use; up to a few times. False where
-// it still does not fit.
-bool ResidencySearch::make_fit(Residency& r, std::size_t keep) const {
-  for (int evictions = 0; evictions < 4; ++evictions) {
+// Makes room where the residency passes `room` (0: the room): at the first such boundary, the
+// object fast there whose next use is furthest (not `keep`) leaves until that use; up to
+// `most_evictions` times. False where it still does not fit.
+bool ResidencySearch::make_fit(Residency& r, std::size_t keep, int most_evictions, std::uint64_t room) const {
+  if (room == 0) room = room_;
+  for (int evictions = 0; evictions < most_evictions; ++evictions) {
     const std::vector<std::uint64_t> held = held_bytes(r);
-    auto over = std::ranges::find_if(held, [&](std::uint64_t h) { return h > room_; });
+    auto over = std::ranges::find_if(held, [&](std::uint64_t h) { return h > room; });
     if (over == held.end()) return true;
     const auto b = static_cast<std::uint32_t>(over - held.begin());
     std::size_t victim = keep;
@@ -191,11 +196,40 @@ bool ResidencySearch::make_fit(Residency& r, std::size_t keep) const {
         victim = i;
       }
     }
-    if (victim == keep || furthest == b) return false;  // every one fast there is used there
+    if (victim == keep || furthest == b) {      // every one fast there is used there
+      if (most_evictions < 1000) return false;  // a change's repair: not at the cost of a use
+      // A seed's: the largest of them left slow there (its use then reads the slow tier).
+      std::uint64_t largest = 0;
+      for (std::size_t i = 0; i < in_.objects.size(); ++i) {
+        const auto [first, end] = residency_window(in_, in_.objects[i]);
+        if (i != keep && b >= first && b < end && r[i][b] && in_.objects[i].bytes > largest) {
+          largest = in_.objects[i].bytes;
+          victim = i;
+        }
+      }
+      if (victim == keep) return false;
+      r[victim][b] = 0;
+      continue;
+    }
     const std::uint32_t end = residency_window(in_, in_.objects[victim]).second;
     std::fill(r[victim].begin() + b, r[victim].begin() + std::min(furthest, end), 0);
   }
-  return std::ranges::all_of(held_bytes(r), [&](std::uint64_t h) { return h <= room_; });
+  return std::ranges::all_of(held_bytes(r), [&](std::uint64_t h) { return h <= room; });
+}
+
+// Where no seed's layout fit (a small budget, whose layouts need a larger share more than their
+// bytes): the exact model's residency at the whole room with room made Belady-style within 85%,
+// 80%, 70%, 60% and 50% of it, the first whose layout fits.
+void ResidencySearch::shrink_seed() {
+  if (exact_full_.empty()) return;
+  for (const double share : {0.85, 0.80, 0.70, 0.60, 0.50}) {
+    Residency r = exact_full_;
+    const auto room = static_cast<std::uint64_t>(share * static_cast<double>(room_));
+    if (!make_fit(r, in_.objects.size(), 1'000'000, room)) continue;
+    consider(std::move(r),
+             fmt::format("the exact model's residency, room made within {:.0f}% of the room", 100 * share));
+    if (best_.cost != kRefused) return;
+  }
 }
 
 // One change (see the picture above): a slow use made fast, a late move in led earlier, or, at
@@ -251,6 +285,7 @@ bool ResidencySearch::random_change(Residency& r, std::size_t& i) {
 
 Plan ResidencySearch::run() {
   seeds();
+  if (best_.cost == kRefused && in_.ready_memory) shrink_seed();
   if (best_.cost == kRefused) {  // no seed was valid: sentinel's plan as it is (make_plan says why)
     auto s = sentinel(in_);
     Plan plan = s ? std::move(s).value() : first_touch(in_);
