@@ -134,11 +134,13 @@ int main(int argc, char** argv) {
                problem.empty() ? "yes" : "no", s);
     if (!p.variant.empty()) fmt::print("|   | {} |\n", p.variant);
     if (!p.places.empty() || !p.stay_put.empty()) {
-      fmt::print("|   | places: fast arena {:.1f} MiB (max-live {:.1f}), {:.1f} MiB beside it; planned again under less "
-                 "{} times; {} persistent objects staying put |\n",
-                 static_cast<double>(p.places.fast_bytes) / (1 << 20),
-                 static_cast<double>(p.places.fast_max_live_bytes) / (1 << 20),
-                 static_cast<double>(p.places.unplaced_fast_bytes) / (1 << 20), p.places.replans, p.stay_put.size());
+      fmt::print(
+          "|   | places: fast arena {:.1f} MiB (max-live {:.1f}), {:.1f} MiB beside it; planned again under "
+          "less "
+          "{} times; {} persistent objects staying put |\n",
+          static_cast<double>(p.places.fast_bytes) / (1 << 20),
+          static_cast<double>(p.places.fast_max_live_bytes) / (1 << 20),
+          static_cast<double>(p.places.unplaced_fast_bytes) / (1 << 20), p.places.replans, p.stay_put.size());
     }
     out.push_back({{"policy", policy},
                    {"predicted_extra_ms", ms(p.predicted_extra_ns)},

@@ -481,7 +481,8 @@ Status compare_policies(const Options& o, const Dataset& train) {
   }
   const auto reference = std::ranges::find(rows, std::string("fast-only"), &CompareRow::policy);
   fmt::print("\n{:<12} {:>14} {:>12} {:>12} {:>11} {:>22} {:>20} {:>12}\n", "policy", "step (median)",
-             "steps timed", "vs fast-only", "predicted", "fast tier live (peak)", "moved a step in/out", "loss");
+             "steps timed", "vs fast-only", "predicted", "fast tier live (peak)", "moved a step in/out",
+             "loss");
   double bound_ratio = 0;  // the largest any plan carried: no plan is predicted under it
   for (const CompareRow& r : rows) {
     const std::string ratio = reference != rows.end() && reference->median_ms > 0
@@ -489,16 +490,20 @@ Status compare_policies(const Options& o, const Dataset& train) {
                                   : "-";
     fmt::print("{:<12} {:>11.1f} ms {:>12} {:>12} {:>11} {:>22} {:>20} {:>12.6f}\n", r.policy, r.median_ms,
                fmt::format("{}-{}", r.from_step, o.compare_steps), ratio,
-               r.predicted_ratio > 0 ? fmt::format("{:.2f}x", r.predicted_ratio) : "-", format_bytes(r.fast_peak_bytes),
+               r.predicted_ratio > 0 ? fmt::format("{:.2f}x", r.predicted_ratio) : "-",
+               format_bytes(r.fast_peak_bytes),
                format_bytes(r.moved_in_bytes) + " / " + format_bytes(r.moved_out_bytes), r.last_loss);
     bound_ratio = std::max(bound_ratio, r.bound_ratio);
   }
   if (bound_ratio > 0)
-    fmt::print("{:<12} {:>14} {:>12} {:>12} {:>11}   no plan is predicted to run faster (the exact model's bound, or the "
-               "timed one)\n",
-               "bound", "", "", "", fmt::format("{:.2f}x", bound_ratio));
+    fmt::print(
+        "{:<12} {:>14} {:>12} {:>12} {:>11}   no plan is predicted to run faster (the exact model's bound, "
+        "or the "
+        "timed one)\n",
+        "bound", "", "", "", fmt::format("{:.2f}x", bound_ratio));
   fmt::print(
-      "step time: the median of the steps after the profiled one and the policy's trial; predicted: the plan's "
+      "step time: the median of the steps after the profiled one and the policy's trial; predicted: the "
+      "plan's "
       "own account of its step over the profiled compute; fast tier live: the "
       "most "
       "bytes of live objects on the fast tier from the policy's start; loss: at step {}, the same in every "

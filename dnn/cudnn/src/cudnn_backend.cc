@@ -123,8 +123,8 @@ Status CudnnBackend::accumulate(Engine& engine, std::string_view layer, const Te
   return device_layer(engine, layer, {&sum, &more}, {&sum}, [&]() -> Status {
     const float one = 1;
     // The 64-bit count: a tensor of 2^31 elements or more (8 GiB of floats) would wrap an int.
-    TT_CUBLAS(cublasSaxpy_64(context_->cublas, static_cast<std::int64_t>(sum.elements()), &one, more.data(), 1,
-                             sum.data(), 1));
+    TT_CUBLAS(cublasSaxpy_64(context_->cublas, static_cast<std::int64_t>(sum.elements()), &one, more.data(),
+                             1, sum.data(), 1));
     return Status::ok();
   });
 }
