@@ -26,6 +26,7 @@
 #include "tensortier/allocator/layer_charge.h"
 #include "tensortier/allocator/tier_spec.h"
 #include "tensortier/allocator/topology.h"
+#include "tensortier/migrator/plan.h"
 
 namespace tensortier {
 namespace {
@@ -163,7 +164,7 @@ Result<std::uint64_t> Runtime::fast_budget_for(const migrator::PlanInputs& input
   }
   // The references run on the tiers as they are: fast-only with all of the fast tier (the
   // baseline every other policy is measured against), slow-only with nothing planned fast.
-  if (policy_ == "fast-only" || policy_ == "slow-only") budget = tier_budget;
+  if (migrator::is_reference_policy(policy_)) budget = tier_budget;
   if (budget > tier_budget) {
     spdlog::warn(
         "policy {}: a fast budget of {} ({} of the profiled peak footprint {}) is more than the fast "

@@ -25,6 +25,7 @@
 #include "tensortier/allocator/layer_charge.h"
 #include "tensortier/allocator/tier_spec.h"
 #include "tensortier/allocator/topology.h"
+#include "tensortier/migrator/plan.h"
 #include "tensortier/settings.h"
 
 namespace tensortier {
@@ -144,7 +145,7 @@ Status check_migration(const std::string& policy, const std::string& fast_budget
         "RuntimeOptions::profile): turn profiling on, or run without the policy",
         policy));
   }
-  if (policy == "fast-only" || policy == "slow-only") return Status::ok();  // keep the tier's own budget
+  if (migrator::is_reference_policy(policy)) return Status::ok();  // keep the tier's own budget
   const FastBudget parsed = parse_fast_budget(fast_budget, "fast budget").value();  // checked before
   if (parsed.bytes > fast.budget_bytes()) {
     return invalid_argument(fmt::format(

@@ -10,6 +10,15 @@ std::uint64_t plannable_room(const PlanInputs& in) {
   return in.fast_budget_bytes > in.small_reserve_bytes ? in.fast_budget_bytes - in.small_reserve_bytes : 0;
 }
 
+std::uint64_t lowered_budget(const Plan& plan, const PlanInputs& in, std::uint64_t planned_bytes,
+                             std::uint32_t attempt) {
+  const std::uint64_t need =
+      plan.places.fast_bytes + plan.places.unplaced_fast_bytes + in.small_reserve_bytes;
+  const std::uint64_t over = need > in.fast_budget_bytes ? need - in.fast_budget_bytes : 0;
+  const std::uint64_t cut = over + (attempt + 1) * (in.fast_budget_bytes / 100);
+  return planned_bytes - std::min(planned_bytes, cut);
+}
+
 std::vector<std::size_t> birth_order(const PlanInputs& in) {
   std::vector<std::size_t> order(in.objects.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;

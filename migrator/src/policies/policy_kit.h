@@ -20,6 +20,12 @@ std::uint64_t plannable_room(const PlanInputs& in);
 // by birth boundary (key order within one).
 std::vector<std::size_t> birth_order(const PlanInputs& in);
 
+// The budget to plan again under where `plan`, made under `planned_bytes`, was laid out over
+// `in`'s budget: less by the overshoot and 1% more of the budget each attempt (a policy's layout
+// need not shrink by what its budget does); 0 where nothing would be left.
+std::uint64_t lowered_budget(const Plan& plan, const PlanInputs& in, std::uint64_t planned_bytes,
+                             std::uint32_t attempt);
+
 // Puts the object on `tier` where the step starts it (persistent) or where it is born.
 void place(Plan& plan, const PlanObject& o, TierIndex tier);
 

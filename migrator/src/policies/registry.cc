@@ -1,6 +1,7 @@
 // The policies by name: the one list of them (policy_names(), --policy, TENSORTIER_POLICY) and
 // make_plan, which makes a policy's plan, leaves the objects that must stay in place
 // (leave_in_place.cc) and plays it over the step (simulate) for its predictions and verdict.
+#include <algorithm>
 #include <iterator>
 #include <string>
 #include <vector>
@@ -17,6 +18,9 @@ namespace {
 struct PolicyEntry {
   const char* name;
   Result<Plan> (*make)(const PlanInputs& inputs);
+  // A reference (fast-only, slow-only): run on the tiers as they are, with the fast tier's own
+  // budget, and never planned again under less.
+  bool reference = false;
 };
 
 template <Plan (*Policy)(const PlanInputs&)>
@@ -26,11 +30,16 @@ Result<Plan> always(const PlanInputs& inputs) {
 
 // Every policy, in the order help texts and comparisons list them (docs/POLICIES.md).
 constexpr PolicyEntry kPolicies[] = {
-    {"fast-only", always<policies::fast_only>},     {"slow-only", always<policies::slow_only>},
-    {"first-touch", always<policies::first_touch>}, {"interleave", always<policies::interleave>},
-    {"reactive", always<policies::reactive>},       {"reactive-2m", always<policies::reactive_2m>},
-    {"autoswap", always<policies::autoswap>},       {"sentinel", policies::sentinel},
-    {"oracle", always<policies::oracle>},           {"smartpool", always<policies::smartpool>},
+    {"fast-only", always<policies::fast_only>, true},
+    {"slow-only", always<policies::slow_only>, true},
+    {"first-touch", always<policies::first_touch>},
+    {"interleave", always<policies::interleave>},
+    {"reactive", always<policies::reactive>},
+    {"reactive-2m", always<policies::reactive_2m>},
+    {"autoswap", always<policies::autoswap>},
+    {"sentinel", policies::sentinel},
+    {"oracle", always<policies::oracle>},
+    {"smartpool", always<policies::smartpool>},
     {"search", always<policies::search>},
 };
 
@@ -45,6 +54,11 @@ const std::vector<std::string>& policy_names() {
     return out;
   }();
   return names;
+}
+
+bool is_reference_policy(std::string_view policy) {
+  return std::ranges::any_of(kPolicies,
+                             [&](const PolicyEntry& e) { return e.reference && policy == e.name; });
 }
 
 std::string known_policies() {
@@ -90,16 +104,11 @@ Result<Plan> make_plan(std::string_view policy, const PlanInputs& in) {
     const bool fits = lay_out_places_timed(plan, played).empty();
     (void)simulate(plan, played);
     // Neither the reference nor a plan that moves nothing (must_fit) needs less under a lower budget.
-    if (fits || attempt == kMostReplans || policy == "fast-only" || plan.must_fit) {
+    if (fits || attempt == kMostReplans || entry->reference || plan.must_fit) {
       plan.places.replans = attempt;
       return plan;
     }
-    const std::uint64_t need =
-        plan.places.fast_bytes + plan.places.unplaced_fast_bytes + in.small_reserve_bytes;
-    // The overshoot, and 1% more of the budget each time (a policy's layout need not shrink by
-    // what its budget does).
-    const std::uint64_t cut = need - in.fast_budget_bytes + (attempt + 1) * (in.fast_budget_bytes / 100);
-    const std::uint64_t lowered = plan.fast_budget_bytes - std::min(plan.fast_budget_bytes, cut);
+    const std::uint64_t lowered = policies::lowered_budget(plan, in, plan.fast_budget_bytes, attempt);
     if (lowered <= in.small_reserve_bytes + stay_put.fast_bytes()) return plan;
     inputs.fast_budget_bytes = lowered - stay_put.fast_bytes();
   }

@@ -136,6 +136,9 @@ struct Plan {
 const std::vector<std::string>& policy_names();
 // The names, comma-separated, for error messages.
 std::string known_policies();
+// Whether `policy` is a reference (fast-only, slow-only): it runs on the tiers as they are, with
+// the fast tier's own budget, whatever budget is asked for.
+bool is_reference_policy(std::string_view policy);
 
 // The plan `policy` makes. Errors: kInvalidArgument naming an unknown policy and the known ones.
 Result<Plan> make_plan(std::string_view policy, const PlanInputs& inputs);
