@@ -17,9 +17,9 @@
 #include "emulated_note.h"
 #include "migration_stats.h"
 #include "stats.h"
-#include "tensortier/cli/memory_flags.h"
 #include "tensortier/cli/runtime_flags.h"
 #include "tensortier/dnn/data.h"
+#include "tensortier/dnn/memory_flags.h"
 #include "tensortier/dnn/models.h"
 #include "tensortier/settings.h"
 
@@ -132,7 +132,7 @@ int main(int argc, char** argv) {
                  "Convolution algorithm of every mode: auto (Winograd where it pays) or direct")
       ->capture_default_str();
   MemoryOptions memory;
-  cli::add_memory_flags(app, memory, "every mode; ");
+  dnn::add_memory_flags(app, memory, "every mode; ");
   bool keep_tensors = false;
   app.add_flag("--keep-tensors", keep_tensors,
                "Every forward tensor kept to its backward and parameters' gradients across steps, as "

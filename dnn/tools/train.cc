@@ -19,10 +19,10 @@
 #include <CLI/CLI.hpp>
 
 #include "tensortier/allocator/tier_spec.h"
-#include "tensortier/cli/memory_flags.h"
 #include "tensortier/cli/runtime_flags.h"
 #include "tensortier/dnn/backend_by_name.h"
 #include "tensortier/dnn/data.h"
+#include "tensortier/dnn/memory_flags.h"
 #include "tensortier/dnn/models.h"
 #include "tensortier/migrator/plan.h"
 #include "tensortier/timeline.h"
@@ -182,7 +182,7 @@ void add_training_flags(CLI::App& app, Options& o) {
   app.add_option("--conv", o.conv,
                  "Convolutions: auto (oneDNN's Winograd kernels where they pay, else direct) or direct")
       ->capture_default_str();
-  cli::add_memory_flags(app, o.memory);
+  dnn::add_memory_flags(app, o.memory);
   app.add_option("--image-size", o.image_size, "Synthetic data: image height and width")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();

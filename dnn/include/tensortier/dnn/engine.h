@@ -63,7 +63,7 @@ enum class ConvAlgorithm {
   kAuto,
 };
 // What the engine does to hold less, each on by default and each for networks built after it is
-// set (Engine::set_memory_options; tensortier/cli/memory_flags.h puts them on a command line).
+// set (Engine::set_memory_options; tensortier/dnn/memory_flags.h puts them on a command line).
 struct MemoryOptions {
   // ReLUs and residual adds run in place where the graph allows (the first input read by nothing
   // else, and its producer's backward not reading its output): the layer writes over that

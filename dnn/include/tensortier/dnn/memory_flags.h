@@ -1,7 +1,7 @@
 // The dnn engine's memory flags (dnn::MemoryOptions) on a program's command line (CLI11),
 // registered in one place for tensortier-train and bench_training: --in-place, --fuse and
 // --recompute, each on by default and turned off by its --no- form. For programs that link
-// tensortier_dnn.
+// tensortier_dnn and CLI11 (dnn's, not cli/'s: cli/ sits below dnn/ and knows nothing of it).
 //
 // Thread safety: call while building the command line, before parsing.
 #pragma once
@@ -12,10 +12,10 @@
 
 #include "tensortier/dnn/engine.h"
 
-namespace tensortier::cli {
+namespace tensortier::dnn {
 
 // `what` says whom the flags apply to in this program ("every mode; "), or nothing.
-inline void add_memory_flags(CLI::App& app, dnn::MemoryOptions& options, const std::string& what = "") {
+inline void add_memory_flags(CLI::App& app, MemoryOptions& options, const std::string& what = "") {
   app.add_flag("--in-place,!--no-in-place", options.in_place,
                "ReLUs and residual adds write over their first input where nothing else reads it (less "
                "memory, same results; " +
@@ -29,4 +29,4 @@ inline void add_memory_flags(CLI::App& app, dnn::MemoryOptions& options, const s
                    what + "default on)");
 }
 
-}  // namespace tensortier::cli
+}  // namespace tensortier::dnn
