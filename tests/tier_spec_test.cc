@@ -53,9 +53,14 @@ TEST(TierSpec, GpuTiersParseAndAreNotHostTiers) {
   EXPECT_NE(s.message().find("the GPU backend (gpu/) opens it"), std::string::npos) << s.message();
 }
 
+// Every kind (each with its argument, with a size and without) parses and formats back the same.
 TEST(TierSpec, RoundTripsThroughFormat) {
-  auto configs = parse_tier_spec("fast=numa:0:1GiB,slow=emulated:cxl:3GiB,p=pmem:/tmp/x");
-  ASSERT_TRUE(configs);
+  const std::string spec =
+      "fast=numa:0:1GiB,slow=emulated:cxl:3GiB,p=pmem:/tmp/x,d=dram,k=daxkmem:2GiB,g=cuda:1:16GiB,h=pinned,"
+      "n=numa:3";
+  auto configs = parse_tier_spec(spec);
+  ASSERT_TRUE(configs) << configs.status().to_string();
+  EXPECT_EQ(format_tier_spec(configs.value()), spec);
   auto again = parse_tier_spec(format_tier_spec(configs.value()));
   ASSERT_TRUE(again) << again.status().to_string();
   EXPECT_EQ(format_tier_spec(again.value()), format_tier_spec(configs.value()));

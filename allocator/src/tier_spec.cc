@@ -3,7 +3,9 @@
 
 #include <array>
 #include <charconv>
+#include <optional>
 #include <set>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -45,8 +47,6 @@ constexpr std::array<UnitEntry, 9> kUnits{{{"TiB", 1ULL << 40},
                                            {"K", 1ULL << 10},
                                            {"B", 1}}};
 
-constexpr std::string_view kKnownKinds = "dram, numa, daxkmem, pmem, emulated, cuda, pinned";
-
 // The largest unit that states `bytes` exactly: 8GiB, 1536MiB, 4097B.
 std::string format_size(std::uint64_t bytes) {
   for (const auto& unit : kUnits) {
@@ -69,6 +69,56 @@ constexpr EnumName<TierKind> kTierKindNames[] = {
     {TierKind::kPmem, "pmem"},     {TierKind::kEmulated, "emulated"}, {TierKind::kCuda, "cuda"},
     {TierKind::kPinned, "pinned"},
 };
+
+// The argument a kind takes between its name and the SIZE: reads it into the config (an error
+// message where it is wrong) and writes it back.
+using ReadArgument = std::string (*)(TierConfig& config, std::string_view arg);
+using WriteArgument = std::string (*)(const TierConfig& config);
+
+std::string read_numa_node(TierConfig& config, std::string_view arg) {
+  config.numa_node = parse_index(arg);
+  return config.numa_node < 0 ? fmt::format("'{}' is not a NUMA node number (0, 1, ...)", arg) : "";
+}
+std::string read_pmem_dir(TierConfig& config, std::string_view arg) {
+  config.pmem_dir = std::string(arg);
+  return arg.empty() ? "pmem needs a directory: pmem:/mnt/pmem0[:SIZE]" : "";
+}
+std::string read_preset(TierConfig& config, std::string_view arg) {
+  config.preset = std::string(arg);
+  return "";
+}
+std::string read_cuda_device(TierConfig& config, std::string_view arg) {
+  config.cuda_device = parse_index(arg);
+  return config.cuda_device < 0 ? fmt::format("'{}' is not a CUDA device number (0, 1, ...)", arg) : "";
+}
+
+// Each kind's grammar: KIND[:ARGUMENT][:SIZE], the argument required where the kind has one.
+struct KindGrammar {
+  TierKind kind;
+  const char* usage;  // what the kind takes, for an error
+  ReadArgument read;  // nullptr: no argument
+  WriteArgument write;
+};
+constexpr KindGrammar kKindGrammars[] = {
+    {TierKind::kDram, "an optional SIZE: dram[:SIZE]", nullptr, nullptr},
+    {TierKind::kNuma, "a node number and an optional SIZE: numa:NODE[:SIZE]", read_numa_node,
+     [](const TierConfig& c) { return std::to_string(c.numa_node); }},
+    {TierKind::kDaxKmem, "an optional SIZE: daxkmem[:SIZE]", nullptr, nullptr},
+    {TierKind::kPmem, "a directory and an optional SIZE: pmem:DIR[:SIZE]", read_pmem_dir,
+     [](const TierConfig& c) { return c.pmem_dir; }},
+    {TierKind::kEmulated, "a preset and an optional SIZE: emulated:PRESET[:SIZE]", read_preset,
+     [](const TierConfig& c) { return c.preset; }},
+    {TierKind::kCuda, "a device number and an optional SIZE: cuda:DEVICE[:SIZE]", read_cuda_device,
+     [](const TierConfig& c) { return std::to_string(c.cuda_device); }},
+    {TierKind::kPinned, "an optional SIZE: pinned[:SIZE]", nullptr, nullptr},
+};
+
+const KindGrammar& grammar_of(TierKind kind) {
+  for (const KindGrammar& g : kKindGrammars) {
+    if (g.kind == kind) return g;
+  }
+  return kKindGrammars[0];  // every kind is in the table (tier_spec_test round-trips each)
+}
 
 }  // namespace
 
@@ -128,66 +178,31 @@ Result<std::vector<TierConfig>> parse_tier_spec(std::string_view spec) {
     if (!names.insert(config.name).second) return error("the name '" + config.name + "' is used twice");
     const std::vector<std::string_view> args = split(entry.substr(eq + 1), ':');
     const std::string_view kind = args[0];
-    // Positional arguments after the kind: `required` of them, then an optional SIZE.
-    auto take_args = [&](std::size_t required, const char* usage) -> Status {
-      if (args.size() < 1 + required || args.size() > 2 + required) {
-        return error(fmt::format("'{}' takes {}", kind, usage));
-      }
-      if (args.size() == 2 + required) {
-        auto size = parse_size_bytes(args[1 + required]);
-        if (!size) return error(size.status().message());
-        if (size.value() == 0) return error("a budget of 0 bytes holds nothing; give a size > 0");
-        if (size.value() < kPageBytes) {
-          return error(
-              fmt::format("a budget of {} bytes is less than one {} KiB page, which is the least any "
-                          "object takes; give at least 4KiB",
-                          size.value(), kPageBytes / 1024));
-        }
-        config.budget_bytes = size.value();
-      }
-      return Status::ok();
-    };
-    Status status;
-    if (kind == "dram") {
-      config.kind = TierKind::kDram;
-      status = take_args(0, "an optional SIZE: dram[:SIZE]");
-    } else if (kind == "daxkmem") {
-      config.kind = TierKind::kDaxKmem;
-      status = take_args(0, "an optional SIZE: daxkmem[:SIZE]");
-    } else if (kind == "numa") {
-      config.kind = TierKind::kNuma;
-      status = take_args(1, "a node number and an optional SIZE: numa:NODE[:SIZE]");
-      if (status.is_ok()) {
-        config.numa_node = parse_index(args[1]);
-        if (config.numa_node < 0)
-          return error(fmt::format("'{}' is not a NUMA node number (0, 1, ...)", args[1]));
-      }
-    } else if (kind == "pmem") {
-      config.kind = TierKind::kPmem;
-      status = take_args(1, "a directory and an optional SIZE: pmem:DIR[:SIZE]");
-      if (status.is_ok()) {
-        if (args[1].empty()) return error("pmem needs a directory: pmem:/mnt/pmem0[:SIZE]");
-        config.pmem_dir = std::string(args[1]);
-      }
-    } else if (kind == "emulated") {
-      config.kind = TierKind::kEmulated;
-      status = take_args(1, "a preset and an optional SIZE: emulated:PRESET[:SIZE]");
-      if (status.is_ok()) config.preset = std::string(args[1]);
-    } else if (kind == "cuda") {
-      config.kind = TierKind::kCuda;
-      status = take_args(1, "a device number and an optional SIZE: cuda:DEVICE[:SIZE]");
-      if (status.is_ok()) {
-        config.cuda_device = parse_index(args[1]);
-        if (config.cuda_device < 0)
-          return error(fmt::format("'{}' is not a CUDA device number (0, 1, ...)", args[1]));
-      }
-    } else if (kind == "pinned") {
-      config.kind = TierKind::kPinned;
-      status = take_args(0, "an optional SIZE: pinned[:SIZE]");
-    } else {
-      return error(fmt::format("unknown tier kind '{}' (known: {})", kind, kKnownKinds));
+    const std::optional<TierKind> known = value_named(kind, kTierKindNames);
+    if (!known)
+      return error(fmt::format("unknown tier kind '{}' (known: {})", kind, names_of(kTierKindNames)));
+    config.kind = *known;
+    const KindGrammar& grammar = grammar_of(config.kind);
+    // KIND, its argument where it has one, then an optional SIZE (read first, as before the table).
+    const std::size_t required = grammar.read != nullptr ? 1 : 0;
+    if (args.size() < 1 + required || args.size() > 2 + required) {
+      return error(fmt::format("'{}' takes {}", kind, grammar.usage));
     }
-    if (!status.is_ok()) return status;
+    if (args.size() == 2 + required) {
+      auto size = parse_size_bytes(args[1 + required]);
+      if (!size) return error(size.status().message());
+      if (size.value() == 0) return error("a budget of 0 bytes holds nothing; give a size > 0");
+      if (size.value() < kPageBytes) {
+        return error(
+            fmt::format("a budget of {} bytes is less than one {} KiB page, which is the least any "
+                        "object takes; give at least 4KiB",
+                        size.value(), kPageBytes / 1024));
+      }
+      config.budget_bytes = size.value();
+    }
+    if (grammar.read != nullptr) {
+      if (const std::string wrong = grammar.read(config, args[1]); !wrong.empty()) return error(wrong);
+    }
     configs.push_back(std::move(config));
   }
   return configs;
@@ -198,10 +213,7 @@ std::string format_tier_spec(const std::vector<TierConfig>& configs) {
   for (const TierConfig& c : configs) {
     if (!out.empty()) out += ',';
     out += c.name + '=' + to_string(c.kind);
-    if (c.kind == TierKind::kNuma) out += fmt::format(":{}", c.numa_node);
-    if (c.kind == TierKind::kPmem) out += ':' + c.pmem_dir;
-    if (c.kind == TierKind::kEmulated) out += ':' + c.preset;
-    if (c.kind == TierKind::kCuda) out += fmt::format(":{}", c.cuda_device);
+    if (const WriteArgument write = grammar_of(c.kind).write; write != nullptr) out += ':' + write(c);
     if (c.budget_bytes != 0) out += ':' + format_size(c.budget_bytes);
   }
   return out;
