@@ -141,6 +141,12 @@ fi
 # shellcheck source=/dev/null
 [[ $mode == run ]] && build=$out/build && { source "$env_file" || { echo "device_check: run 'build' first ($env_file)"; exit 1; }; }
 
+if [[ $mode == --dry-run && ! -f $build/CMakeCache.txt ]]; then
+  step "configure $build (the machine's packages; the GPU backend where CUDA and cuDNN are found)"
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTENSORTIER_GPU=AUTO >"$out/configure.log" 2>&1 ||
+    { tail -30 "$out/configure.log"; echo "device_check: FAIL: configure"; exit 1; }
+fi
+
 # What the checks run: the CPU side always, the GPU side where the backend is configured.
 targets=(tensortier-train reliability_test runtime_test)
 gpu_tests=(gpu_fake_test gpu_runtime_test gpu_device_test cudnn_descriptors_test cudnn_backend_test)
@@ -153,10 +159,6 @@ else
 fi
 
 if [[ $mode != run ]]; then
-  if [[ $mode == --dry-run && ! -f $build/CMakeCache.txt ]]; then
-    cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTENSORTIER_GPU=AUTO >"$out/configure.log" 2>&1 ||
-      { tail -30 "$out/configure.log"; echo "device_check: FAIL: configure"; exit 1; }
-  fi
   step "build ${targets[*]}"
   if cmake --build "$build" --target "${targets[@]}" -j "$(nproc)" >"$out/build.log" 2>&1; then
     row build ok "${#targets[@]} targets in $build; GPU backend $([[ $gpu_built -eq 1 ]] && echo built || echo 'not built (no CUDA toolkit or cuDNN)')"
