@@ -60,7 +60,7 @@ class Backend {
   virtual Status sgd_update(Engine& engine, Param& param, const SgdOptions& sgd) = 0;
 };
 
-// The CPU backend: the oneDNN layers of layers.cc, the loss and SGD as loops over floats.
+// The CPU backend: the oneDNN layers of src/layers/ (one file each), the loss and SGD as loops over floats.
 Backend& cpu_backend();
 
 }  // namespace tensortier::dnn
