@@ -1,5 +1,5 @@
 // Moves into planned places (MoveOptions::place): a copy between two mapped ranges, then the new
-// address published. The same three phases as move() (object_allocator.cc): under the lock, take
+// address published. The same three phases as move() (object_moves.cc): under the lock, take
 // the place (start_place_move_locked); without it, copy (transfer); under it again, commit or let
 // the place go (finish_place_move).
 #include <fmt/format.h>
