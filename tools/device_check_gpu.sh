@@ -75,7 +75,7 @@ gpu_command() {
   local log=$out/$name.log
   if "$@" >"$log" 2>&1 && [[ $gpu_here -eq 1 ]]; then return 0; fi
   if [[ $gpu_here -eq 0 ]] && grep -qE 'no CUDA device|has no GPU backend' "$log"; then
-    row "$name" skipped "$(grep -m1 -oE 'no CUDA device[^(]*|has no GPU backend' "$log")"
+    row "$name" skipped "$(grep -m1 -oE 'no CUDA device[^(]*|this build of tensortier has no GPU backend' "$log")"
     return 1
   fi
   row "$name" FAIL "$(tail -2 "$log" | tr '\n' ' ')"
@@ -152,8 +152,9 @@ targets=(tensortier-train reliability_test runtime_test)
 gpu_tests=(gpu_fake_test gpu_runtime_test gpu_device_test cudnn_descriptors_test cudnn_backend_test)
 gpu_built=0
 grep -q 'cudnn_backend_test' "$build/build.ninja" 2>/dev/null && gpu_built=1
+grep -q 'build bench/tensortier-bench:' "$build/build.ninja" 2>/dev/null && targets+=(tensortier-bench)
 if [[ $gpu_built -eq 1 ]]; then
-  targets+=("${gpu_tests[@]}" bench_gpu_link tensortier-bench)
+  targets+=("${gpu_tests[@]}" bench_gpu_link)
 else
   gpu_tests=()
 fi
@@ -230,7 +231,9 @@ else
 fi
 
 step "tensortier-bench --backend cuda: ResNet-18, batch 64, the GPU's policies side by side"
-if gpu_command bench_cuda timeout 120 "$build/bench/tensortier-bench" --backend cuda \
+if [[ ! -x $build/bench/tensortier-bench ]]; then
+  row bench_cuda skipped "tensortier-bench is not part of $build (TENSORTIER_BUILD_BENCH off)"
+elif gpu_command bench_cuda timeout 120 "$build/bench/tensortier-bench" --backend cuda \
   --tiers fast=cuda:0:8GiB,slow=pinned:8GiB --models resnet18 --batch 64 --budgets 100%,70%,50% \
   --policies smartpool,autoswap,sentinel --steps 3 --tightened-bound-s 0 --no-plots --fresh --out "$out/bench-cuda"; then
   cat "$out/bench-cuda/table.md"
