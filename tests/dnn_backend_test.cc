@@ -88,14 +88,43 @@ TEST(CpuBackend, EveryLayerGivesItsSpecsShape) {
   }
 }
 
+// A layer whose parameters cannot be written (as a device copy may fail): the CPU layer otherwise.
+class UnwritableParams final : public Layer {
+ public:
+  explicit UnwritableParams(std::unique_ptr<Layer> inner) : Layer(inner->name()), inner_(std::move(inner)) {}
+  Result<dnnl::memory::desc> build(Engine& engine, const std::vector<dnnl::memory::desc>& inputs) override {
+    return inner_->build(engine, inputs);
+  }
+  Status forward(Engine& engine, const std::vector<const Tensor*>& inputs, const Tensor& output,
+                 bool training) override {
+    return inner_->forward(engine, inputs, output, training);
+  }
+  Status backward(Engine& engine, const std::vector<const Tensor*>& inputs, const Tensor& output,
+                  const Tensor& diff_out, const std::vector<Tensor*>& diff_in) override {
+    return inner_->backward(engine, inputs, output, diff_out, diff_in);
+  }
+  std::vector<Param*> params() override { return inner_->params(); }
+  Status init_params(Engine& /*engine*/, std::uint64_t /*seed*/) override {
+    return unavailable("the copy of the initial weights failed");
+  }
+
+ private:
+  std::unique_ptr<Layer> inner_;
+};
+
 // A backend that forwards to the CPU one and counts what the Network asked of it, and can be told
-// to make one layer of a wrong shape.
+// to make one layer of a wrong shape, or one whose parameters cannot be written.
 class CountingBackend final : public Backend {
  public:
   std::string_view name() const override { return "counting"; }
   Result<std::unique_ptr<Layer>> make_layer(const LayerSpec& spec) override {
     ++calls["make_layer"];
     if (spec.name == wrong_shape) return cpu_backend().make_layer(make_conv(spec.name, {3, 1, 1, 0, false}));
+    if (spec.name == unwritable) {
+      auto layer = cpu_backend().make_layer(spec);
+      if (!layer) return layer.status();
+      return std::unique_ptr<Layer>(std::make_unique<UnwritableParams>(std::move(layer).value()));
+    }
     return cpu_backend().make_layer(spec);
   }
   Result<StepResult> softmax_cross_entropy(Engine& engine, const Tensor& logits, const Tensor& labels,
@@ -113,6 +142,7 @@ class CountingBackend final : public Backend {
   }
   std::map<std::string, int> calls;
   std::string wrong_shape;
+  std::string unwritable;
 };
 
 struct Trained {
@@ -175,6 +205,21 @@ TEST(Backends, ALayerOfAnotherShapeThanItsSpecFailsTheBuild) {
       built.message().find("layer 'block.conv1' of the counting backend gives an output of 4x3x8x8, its spec "
                            "4x8x8x8"),
       std::string::npos)
+      << built.to_string();
+}
+
+// A layer's parameters that cannot be written fail the build with the layer's error (the cuDNN
+// backend's copies of initial weights to the device can fail): no network trains on garbage.
+TEST(Backends, ParametersThatCannotBeWrittenFailTheBuild) {
+  CountingBackend counting;
+  counting.unwritable = "block.conv1";
+  auto runtime = Runtime::create({"fast=dram:1G"});
+  ASSERT_TRUE(runtime);
+  Engine engine(*runtime.value(), counting);
+  auto net = make_model("resblock", {3, 8}).value();
+  const Status built = net->build(engine, {4, 3, 8, 8}, 5);
+  ASSERT_FALSE(built.is_ok());
+  EXPECT_NE(built.message().find("the copy of the initial weights failed"), std::string::npos)
       << built.to_string();
 }
 

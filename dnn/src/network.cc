@@ -28,7 +28,7 @@ Status Network::build(Engine& engine, const dnnl::memory::dims& input_dims, std:
   if (memory.in_place) choose_in_place();
   recompute_ = memory.recompute_batch_norm;
   TENSORTIER_RETURN_IF_ERROR(use_shape(engine, input_dims));
-  for (Node& node : nodes_) node.layer->init_params(engine, seed);
+  for (Node& node : nodes_) TENSORTIER_RETURN_IF_ERROR(node.layer->init_params(engine, seed));
   const auto& logits = nodes_.back().output_desc.dims();
   if (logits.size() != 2)
     return invalid_argument(fmt::format("network '{}' must end in N x classes logits", name_));

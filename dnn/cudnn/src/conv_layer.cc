@@ -112,8 +112,8 @@ class ConvLayer final : public Layer {
     if (spec_.bias) return {&weight_, &bias_};
     return {&weight_};
   }
-  void init_params(Engine& e, std::uint64_t seed) override {
-    (void)init_weight_and_bias(e, name_, weight_, spec_.bias ? &bias_ : nullptr, fan_in_, seed);
+  Status init_params(Engine& e, std::uint64_t seed) override {
+    return init_weight_and_bias(e, name_, weight_, spec_.bias ? &bias_ : nullptr, fan_in_, seed);
   }
   std::string implementation() const override {
     if (current_ == nullptr) return {};

@@ -35,6 +35,12 @@ Result<std::unique_ptr<CudnnBackend>> CudnnBackend::create(Runtime& runtime, Bac
   context->math = options.math;
   std::unique_ptr<CudnnBackend> backend(new CudnnBackend(std::move(context)));  // frees the handles on error
   Context& c = *backend->context_;
+  // The handles belong to the device current at their creation: the runtime's (its stream's, for
+  // cuda:N), whichever device this thread had current before.
+  int device = 0;
+  TENSORTIER_RETURN_IF_ERROR(cuda_call_status(
+      cudaStreamGetDevice(reinterpret_cast<cudaStream_t>(c.stream), &device), "cudaStreamGetDevice"));
+  TENSORTIER_RETURN_IF_ERROR(cuda_call_status(cudaSetDevice(device), "cudaSetDevice"));
   TT_CUDNN(cudnnCreate(&c.cudnn));
   TT_CUDNN(cudnnSetStream(c.cudnn, reinterpret_cast<cudaStream_t>(c.stream)));
   TT_CUBLAS(cublasCreate(&c.cublas));

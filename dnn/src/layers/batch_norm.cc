@@ -75,7 +75,7 @@ class BatchNorm final : public Layer {
           if (!r) return r.status();
           *t = std::move(r).value();
         }
-        init_params(e, 0);
+        TENSORTIER_RETURN_IF_ERROR(init_params(e, 0));
       }
       return shapes_.add(inputs, std::move(shape)).data;
     });
@@ -147,13 +147,14 @@ class BatchNorm final : public Layer {
   }
 
   std::vector<Param*> params() override { return {&scale_, &shift_}; }
-  void init_params(Engine&, std::uint64_t) override {
+  Status init_params(Engine&, std::uint64_t) override {
     for (std::size_t c = 0; c < scale_.value.elements(); ++c) {
       scale_.value.data()[c] = 1;
       shift_.value.data()[c] = 0;
       running_mean_.data()[c] = 0;
       running_var_.data()[c] = 1;
     }
+    return Status::ok();
   }
 
  private:

@@ -187,9 +187,9 @@ class Conv final : public Layer {
     if (o_.bias) return {&weight_, &bias_};
     return {&weight_};
   }
-  void init_params(Engine& e, std::uint64_t seed) override {
-    uniform_init(e, weight_, fan_in_, seed, name_ + ".weight");
-    if (o_.bias) uniform_init(e, bias_, fan_in_, seed, name_ + ".bias");
+  Status init_params(Engine& e, std::uint64_t seed) override {
+    TENSORTIER_RETURN_IF_ERROR(uniform_init(e, weight_, fan_in_, seed, name_ + ".weight"));
+    return o_.bias ? uniform_init(e, bias_, fan_in_, seed, name_ + ".bias") : Status::ok();
   }
   std::string implementation() const override {
     return shapes_.empty() ? std::string() : shapes_->implementation;

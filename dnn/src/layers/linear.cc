@@ -78,9 +78,9 @@ class Linear final : public Layer {
     if (bias_on_) return {&weight_, &bias_};
     return {&weight_};
   }
-  void init_params(Engine& e, std::uint64_t seed) override {
-    uniform_init(e, weight_, fan_in_, seed, name_ + ".weight");
-    if (bias_on_) uniform_init(e, bias_, fan_in_, seed, name_ + ".bias");
+  Status init_params(Engine& e, std::uint64_t seed) override {
+    TENSORTIER_RETURN_IF_ERROR(uniform_init(e, weight_, fan_in_, seed, name_ + ".weight"));
+    return bias_on_ ? uniform_init(e, bias_, fan_in_, seed, name_ + ".bias") : Status::ok();
   }
 
  private:

@@ -43,11 +43,11 @@ inline Status weight_and_bias(Engine& e, const std::string& layer, const memory:
 
 // PyTorch's default init of conv and linear layers: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), drawn in
 // the plain layout and reordered into the parameter's own.
-inline void uniform_init(Engine& e, Param& p, std::size_t fan_in, std::uint64_t seed,
-                         const std::string& name) {
+inline Status uniform_init(Engine& e, Param& p, std::size_t fan_in, std::uint64_t seed,
+                           const std::string& name) {
   const std::vector<float> values =
       uniform_init_values(p.plain.get_size() / sizeof(float), fan_in, seed, name);
-  (void)e.reorder_now(p.plain, values.data(), p.value.desc(), p.value.address());
+  return e.reorder_now(p.plain, values.data(), p.value.desc(), p.value.address());
 }
 
 inline memory::desc any(const memory::dims& dims) {

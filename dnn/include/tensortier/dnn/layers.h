@@ -86,8 +86,9 @@ class Layer {
     return failed_precondition(name_ + " cannot compute its output again");
   }
   virtual std::vector<Param*> params() { return {}; }
-  // Initializes parameters from a seeded generator (PyTorch's default schemes).
-  virtual void init_params(Engine& /*engine*/, std::uint64_t /*seed*/) {}
+  // Initializes parameters from a seeded generator (PyTorch's default schemes). Errors: writing
+  // them (a device copy); the network is then not built.
+  virtual Status init_params(Engine& /*engine*/, std::uint64_t /*seed*/) { return Status::ok(); }
   // The oneDNN kernels a built layer runs, where it chose among several (convolutions: forward /
   // backward data / backward weights, e.g. "jit_wino_4x3:avx512_core / ..."); empty otherwise.
   virtual std::string implementation() const { return {}; }

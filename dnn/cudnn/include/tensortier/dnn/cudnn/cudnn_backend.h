@@ -41,8 +41,9 @@ struct BackendOptions {
 
 class CudnnBackend final : public Backend {
  public:
-  // On the runtime's device. Errors: kFailedPrecondition where the runtime has no device tier
-  // (naming the tier spec to give); kUnavailable where cuDNN or cuBLAS find no GPU to use.
+  // On the runtime's device (its stream's, made current on this thread for the handles). Errors:
+  // kFailedPrecondition where the runtime has no device tier (naming the tier spec to give);
+  // kUnavailable where CUDA, cuDNN or cuBLAS find no GPU to use.
   static Result<std::unique_ptr<CudnnBackend>> create(Runtime& runtime, BackendOptions options = {});
   ~CudnnBackend() override;
   CudnnBackend(const CudnnBackend&) = delete;
