@@ -132,6 +132,26 @@ Result<PlanInputs> inputs_from_profile(const profiler::StepProfile& profile, Tie
   return in;
 }
 
+void set_rates(PlanInputs& in, const TierRates& r) {
+  if (r.slow_read_gbps > 0 && r.slow_write_gbps > 0) {
+    in.move_in_gbps = r.slow_read_gbps;
+    in.move_out_gbps = r.slow_write_gbps;
+    in.slow_access_ns_per_byte = r.slow_access_ns_per_byte;
+  }
+  if (r.fast_read_gbps > 0 && r.fast_write_gbps > 0) {
+    const double threads = std::max(1U, r.cpu_threads);
+    in.mover_cpu_ns_per_byte = threads / r.fast_read_gbps + threads / r.fast_write_gbps;
+    in.mover_steals_compute = r.mover_steals_compute;
+  }
+  in.clean_moves_out_free = r.clean_moves_out_free;
+  in.dead_moves_free = r.dead_moves_free;
+  in.ready_memory = r.ready_memory;
+  in.room_wait_ns = r.room_wait_ns;
+  in.timed_program_s = r.timed_program_s;
+  in.tightened_program_s = r.tightened_program_s;
+  in.set_link_rates(r.link_to_fast_gbps, r.link_to_slow_gbps);
+}
+
 bool bytes_dead_at(const PlanInputs& in, const PlanObject& o, std::uint32_t boundary) {
   if (o.accessed_undeclared) return false;
   auto next = std::ranges::lower_bound(o.uses, boundary);

@@ -91,7 +91,7 @@ Result<migrator::PlanInputs> Runtime::plan_inputs(const profiler::StepProfile& p
   const Result<std::uint64_t> budget = fast_budget_for(inputs.value());
   if (!budget) return budget.status();
   inputs->fast_budget_bytes = *budget;
-  set_plan_rates(inputs.value());
+  migrator::set_rates(inputs.value(), plan_rates(fast, slow));
   return inputs;
 }
 
@@ -184,39 +184,37 @@ Result<std::uint64_t> Runtime::fast_budget_for(const migrator::PlanInputs& input
       format_bytes(footprint)));
 }
 
-// The rates a plan is weighed with: the slow tier's cost model (where it has one) for moves and
-// slow accesses, and the mover's CPU per byte copied.
-void Runtime::set_plan_rates(migrator::PlanInputs& inputs) const {
-  const TierIndex fast = inputs.fast, slow = inputs.slow;
+// The rates a plan is weighed with, read off the tiers and settings (migrator::set_rates applies
+// them): the slow tier's cost model (where it has one) for moves, slow accesses and the DRAM
+// bandwidths the mover's copies take; a GPU's link where the fast tier is a device's.
+migrator::TierRates Runtime::plan_rates(TierIndex fast, TierIndex slow) const {
+  migrator::TierRates rates;
   if (const CostModel* model = allocator_.tier(slow).cost_model(); model != nullptr) {
-    inputs.move_in_gbps = model->slow_read_gbps();
-    inputs.move_out_gbps = model->slow_write_gbps();
-    inputs.slow_access_ns_per_byte =
+    rates.slow_read_gbps = model->slow_read_gbps();
+    rates.slow_write_gbps = model->slow_write_gbps();
+    rates.slow_access_ns_per_byte =
         static_cast<double>(model->layer_charge_ns(1 << 20, 0) + model->layer_charge_ns(0, 1 << 20)) / 2.0 /
         static_cast<double>(1 << 20);
+    rates.fast_read_gbps = model->fast_read_gbps();
+    rates.fast_write_gbps = model->fast_write_gbps();
+    rates.cpu_threads = std::thread::hardware_concurrency();
+    rates.mover_steals_compute = mover_steals_compute_;
   }
-  inputs.clean_moves_out_free = clean_moves_;
-  inputs.ready_memory = ready_memory_;
+  rates.clean_moves_out_free = clean_moves_;
+  rates.ready_memory = ready_memory_;
   // Dead bytes go uncopied only where moves remap (between anonymous tiers); move_pages carries
   // every page, dead or not, and a move to a new address copies.
-  inputs.dead_moves_free = dead_moves_ && allocator_.move_method(fast, slow) == MoveMethod::kRemap &&
-                           allocator_.move_method(slow, fast) == MoveMethod::kRemap;
-  // The mover copies with one thread: a byte read and written at one thread's share of the
-  // measured DRAM bandwidths (the emulated tier's model has them). How much of that the layers
-  // lose: RuntimeOptions::mover_steals_compute.
-  if (const CostModel* model = allocator_.tier(slow).cost_model(); model != nullptr) {
-    const double threads = std::max(1U, std::thread::hardware_concurrency());
-    inputs.mover_cpu_ns_per_byte = threads / model->fast_read_gbps() + threads / model->fast_write_gbps();
-    inputs.mover_steals_compute = mover_steals_compute_;
-  }
-  inputs.room_wait_ns = static_cast<double>(room_wait_.count());
-  inputs.timed_program_s = timed_bound_s_;
-  inputs.tightened_program_s = tightened_bound_s_;
-  // A device tier's objects move over the GPU's link, and its kernels reach pinned memory over it.
+  rates.dead_moves_free = dead_moves_ && allocator_.move_method(fast, slow) == MoveMethod::kRemap &&
+                          allocator_.move_method(slow, fast) == MoveMethod::kRemap;
+  rates.room_wait_ns = static_cast<double>(room_wait_.count());
+  rates.timed_program_s = timed_bound_s_;
+  rates.tightened_program_s = tightened_bound_s_;
   if (tier_provider_ != nullptr && allocator_.tier(fast).range_kind() == RangeKind::kDevice) {
     const LinkGbps link = tier_provider_->link_gbps();
-    inputs.set_link_rates(link.to_device, link.to_host);
+    rates.link_to_fast_gbps = link.to_device;
+    rates.link_to_slow_gbps = link.to_host;
   }
+  return rates;
 }
 
 // Shadows kept where clean moves are free; births wait for the plan's moves out of the fast tier

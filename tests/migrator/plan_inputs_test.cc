@@ -128,5 +128,51 @@ TEST(Plan, AnEarlierStepsObjectDoesNotShareItsKeyWithThisStepsInThePlan) {
   }
 }
 
+// A runtime's rates into the inputs: the slow channel and slow accesses, the mover's CPU per byte
+// as one thread's share of DRAM's bandwidths read and written, the settings; rates not known (0)
+// leave the inputs' own; a GPU's link prices moves and slow accesses over the slow tier's and
+// takes no CPU.
+TEST(PlanInputs, TheRuntimesRatesGoInInOnePlace) {
+  TierRates rates;
+  rates.slow_read_gbps = 2.0;
+  rates.slow_write_gbps = 0.5;
+  rates.slow_access_ns_per_byte = 0.7;
+  rates.fast_read_gbps = 40;
+  rates.fast_write_gbps = 20;
+  rates.cpu_threads = 4;
+  rates.mover_steals_compute = 1;
+  rates.clean_moves_out_free = rates.dead_moves_free = rates.ready_memory = true;
+  rates.room_wait_ns = 123;
+  rates.timed_program_s = 5;
+  rates.tightened_program_s = 6;
+  PlanInputs in;
+  set_rates(in, rates);
+  EXPECT_EQ(in.move_in_gbps, 2.0);
+  EXPECT_EQ(in.move_out_gbps, 0.5);
+  EXPECT_EQ(in.slow_access_ns_per_byte, 0.7);
+  EXPECT_DOUBLE_EQ(in.mover_cpu_ns_per_byte, 4 / 40.0 + 4 / 20.0);
+  EXPECT_EQ(in.mover_steals_compute, 1);
+  EXPECT_TRUE(in.clean_moves_out_free && in.dead_moves_free && in.ready_memory);
+  EXPECT_EQ(in.room_wait_ns, 123);
+  EXPECT_EQ(in.timed_program_s, 5);
+  EXPECT_EQ(in.tightened_program_s, 6);
+
+  PlanInputs defaults, unknown;
+  set_rates(unknown, TierRates{});  // no cost model, no link: the inputs' own rates
+  EXPECT_EQ(unknown.move_in_gbps, defaults.move_in_gbps);
+  EXPECT_EQ(unknown.move_out_gbps, defaults.move_out_gbps);
+  EXPECT_EQ(unknown.slow_access_ns_per_byte, defaults.slow_access_ns_per_byte);
+  EXPECT_EQ(unknown.mover_cpu_ns_per_byte, defaults.mover_cpu_ns_per_byte);
+
+  rates.link_to_fast_gbps = 50;
+  rates.link_to_slow_gbps = 25;
+  PlanInputs gpu;
+  set_rates(gpu, rates);
+  EXPECT_EQ(gpu.move_in_gbps, 50);
+  EXPECT_EQ(gpu.move_out_gbps, 25);
+  EXPECT_DOUBLE_EQ(gpu.slow_access_ns_per_byte, (1 / 50.0 + 1 / 25.0) / 2);
+  EXPECT_EQ(gpu.mover_cpu_ns_per_byte, 0);
+}
+
 }  // namespace
 }  // namespace tensortier::migrator

@@ -351,7 +351,7 @@ class Runtime {
   // Its phases (runtime_migration.cc): the fast budget (none: the policy failed), the plan's
   // rates, the allocator made ready for the plan, the plan's summary logged.
   Result<std::uint64_t> fast_budget_for(const migrator::PlanInputs& inputs) const;
-  void set_plan_rates(migrator::PlanInputs& inputs) const;
+  migrator::TierRates plan_rates(TierIndex fast, TierIndex slow) const;
   // pin_objects without its wait for the device's queued work.
   Status pin_unwaited(std::span<const ObjectId> ids, std::span<void*> addresses);
   // write_object, read_object, zero_object: pins the object, checks the range, and runs `copy` at

@@ -132,6 +132,32 @@ struct PlanInputs {
   }
 };
 
+// What a runtime's tiers and settings price a plan with, as plain numbers read off its tiers' cost
+// models and its options; set_rates puts them into PlanInputs, the one place that knows how. A
+// rate of 0 is not known: the inputs keep theirs.
+struct TierRates {
+  double slow_read_gbps = 0;           // the slow tier's channel: moves in read it,
+  double slow_write_gbps = 0;          // moves out write it
+  double slow_access_ns_per_byte = 0;  // a byte a layer reads or writes there, on average
+  double fast_read_gbps = 0;           // DRAM as all of the machine's threads read it,
+  double fast_write_gbps = 0;          // and write it
+  unsigned cpu_threads = 1;            // the mover copies at one thread's share of those
+  double mover_steals_compute = 0;     // PlanInputs::mover_steals_compute
+  double link_to_fast_gbps = 0;        // a GPU's link, which its copies and kernels cross
+  double link_to_slow_gbps = 0;        // (PlanInputs::set_link_rates)
+  bool clean_moves_out_free = false;
+  bool dead_moves_free = false;
+  bool ready_memory = false;
+  double room_wait_ns = std::chrono::duration<double, std::nano>(kDefaultRoomWait).count();
+  double timed_program_s = 0;
+  double tightened_program_s = 0;
+};
+
+// `rates` into `inputs`: moves and slow accesses at the slow tier's rates, the mover's CPU per
+// byte as one thread's share of DRAM's bandwidths (a byte read and written), a GPU's link where
+// given (over the slow tier's), the settings as they are.
+void set_rates(PlanInputs& inputs, const TierRates& rates);
+
 // The key a plan names an object by: its own, or its id where it was made in an earlier step than
 // the profiled one (then its key, the allocation's ordinal in that step, is also the key of an
 // object of the profiled step). At the plan's start, the objects in Plan::start (alive before and
