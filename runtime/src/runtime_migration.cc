@@ -335,8 +335,12 @@ void Runtime::move_all(Leaves leaves, TierIndex to) {
 bool Runtime::open_places(const migrator::Plan& plan) {
   const migrator::PlacesPlan& places = plan.places;
   if (!ready_memory_ || places.empty() || !places.problem.empty()) {
-    if (ready_memory_ && !places.problem.empty())
-      spdlog::warn("policy {}: no ready memory, its moves go in place: {}", policy_, places.problem);
+    if (ready_memory_ && !places.problem.empty()) {
+      // A trial's phase runs an edit of the plan (plan_edits.cc), laid out anew: say which.
+      const std::string phase =
+          trial_ ? fmt::format(" (its trial's phase {})", trial_->phases()[trial_->running_phase()]) : "";
+      spdlog::warn("policy {}{}: no ready memory, its moves go in place: {}", policy_, phase, places.problem);
+    }
     return false;
   }
   // The arena needs the fast tier's room: the objects the plan places or starts somewhere leave it
