@@ -192,14 +192,19 @@ TEST(Backends, TheNetworkComputesThroughItsEnginesBackend) {
   EXPECT_EQ(through_counting.weights, through_cpu.weights);
 }
 
+// Builds a residual block through `backend`: what its build returned.
+Status build_resblock(Backend& backend) {
+  auto runtime = Runtime::create({"fast=dram:1G"});
+  if (!runtime) return runtime.status();
+  Engine engine(*runtime.value(), backend);
+  auto net = make_model("resblock", {3, 8}).value();
+  return net->build(engine, {4, 3, 8, 8}, 5);
+}
+
 TEST(Backends, ALayerOfAnotherShapeThanItsSpecFailsTheBuild) {
   CountingBackend counting;
   counting.wrong_shape = "block.conv1";  // 3 output channels where the spec says 8
-  auto runtime = Runtime::create({"fast=dram:1G"});
-  ASSERT_TRUE(runtime);
-  Engine engine(*runtime.value(), counting);
-  auto net = make_model("resblock", {3, 8}).value();
-  const Status built = net->build(engine, {4, 3, 8, 8}, 5);
+  const Status built = build_resblock(counting);
   ASSERT_FALSE(built.is_ok());
   EXPECT_NE(
       built.message().find("layer 'block.conv1' of the counting backend gives an output of 4x3x8x8, its spec "
@@ -213,11 +218,7 @@ TEST(Backends, ALayerOfAnotherShapeThanItsSpecFailsTheBuild) {
 TEST(Backends, ParametersThatCannotBeWrittenFailTheBuild) {
   CountingBackend counting;
   counting.unwritable = "block.conv1";
-  auto runtime = Runtime::create({"fast=dram:1G"});
-  ASSERT_TRUE(runtime);
-  Engine engine(*runtime.value(), counting);
-  auto net = make_model("resblock", {3, 8}).value();
-  const Status built = net->build(engine, {4, 3, 8, 8}, 5);
+  const Status built = build_resblock(counting);
   ASSERT_FALSE(built.is_ok());
   EXPECT_NE(built.message().find("the copy of the initial weights failed"), std::string::npos)
       << built.to_string();
