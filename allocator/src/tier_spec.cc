@@ -1,6 +1,7 @@
 // Parser for the tier spec grammar documented in tier_spec.h and docs/TIERS.md.
 #include "tensortier/allocator/tier_spec.h"
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <optional>
@@ -113,11 +114,17 @@ constexpr KindGrammar kKindGrammars[] = {
     {TierKind::kPinned, "an optional SIZE: pinned[:SIZE]", nullptr, nullptr},
 };
 
-const KindGrammar& grammar_of(TierKind kind) {
-  for (const KindGrammar& g : kKindGrammars) {
-    if (g.kind == kind) return g;
+constexpr bool every_kind_has_a_grammar() {
+  for (const EnumName<TierKind>& named : kTierKindNames) {
+    if (std::ranges::none_of(kKindGrammars, [&](const KindGrammar& g) { return g.kind == named.value; }))
+      return false;
   }
-  return kKindGrammars[0];  // every kind is in the table (tier_spec_test round-trips each)
+  return true;
+}
+static_assert(every_kind_has_a_grammar(), "a tier kind in kTierKindNames has no row in kKindGrammars");
+
+const KindGrammar& grammar_of(TierKind kind) {
+  return *std::ranges::find(kKindGrammars, kind, &KindGrammar::kind);  // there: the assert above
 }
 
 }  // namespace

@@ -309,17 +309,19 @@ Plan belady_oracle(const PlanInputs& in) {
                      [&](std::size_t i) { return next_use_plan(in, variants[i].first, variants[i].second); });
 }
 
-// A heuristic's plan as make_plan would run it: where its layout overshoots the room, planned
-// again under less (at most four times, as make_plan); nothing where none fits. At small budgets
-// the oracle's shares of the room (down to 90%) are not enough for some heuristics' layouts
-// (sentinel's at 10% of ResNet-18's peak fits after two such cuts).
-template <typename Make>
-std::optional<Plan> fitted(const PlanInputs& in, Make make) {
+// A heuristic's plan as make_plan would run it where its layout overshoots the room: planned again
+// under less (at most kMostReplans times, as make_plan); nothing where it fits as made (the oracle
+// has that plan already) or where none fits. At small budgets the oracle's shares of the room
+// (down to 90%) are not enough for some heuristics' layouts (sentinel's at 10% of ResNet-18's
+// peak fits after two such cuts).
+std::optional<Plan> fitted(const PlanInputs& in, Result<Plan> (*make)(const PlanInputs&)) {
   PlanInputs within = in;
-  for (std::uint32_t attempt = 0; attempt < 5; ++attempt) {
-    std::optional<Plan> plan = make(within);
+  for (std::uint32_t attempt = 0; attempt <= kMostReplans; ++attempt) {
+    Result<Plan> plan = make(within);
     if (!plan) return std::nullopt;
-    if (lay_out_places_timed(*plan, in).empty()) return plan;
+    if (lay_out_places_timed(*plan, in).empty()) {
+      return attempt > 0 ? std::optional<Plan>(std::move(plan).value()) : std::nullopt;
+    }
     const std::uint64_t lowered = lowered_budget(*plan, in, within.fast_budget_bytes, attempt);
     if (lowered <= in.small_reserve_bytes) return std::nullopt;
     within.fast_budget_bytes = lowered;
@@ -358,14 +360,11 @@ Plan oracle(const PlanInputs& in) {
     if (auto s = sentinel(within)) candidates.emplace_back("sentinel's plan" + of, std::move(s).value());
   }
   if (in.ready_memory) {
-    using Heuristic = std::optional<Plan> (*)(const PlanInputs&);
+    using Heuristic = Result<Plan> (*)(const PlanInputs&);
     const std::pair<const char*, Heuristic> heuristics[] = {
-        {"reactive's plan", [](const PlanInputs& i) { return std::optional<Plan>(reactive(i)); }},
-        {"autoswap's plan", [](const PlanInputs& i) { return std::optional<Plan>(autoswap(i)); }},
-        {"sentinel's plan", [](const PlanInputs& i) {
-           Result<Plan> s = sentinel(i);
-           return s ? std::optional<Plan>(std::move(s).value()) : std::nullopt;
-         }}};
+        {"reactive's plan", [](const PlanInputs& i) -> Result<Plan> { return reactive(i); }},
+        {"autoswap's plan", [](const PlanInputs& i) -> Result<Plan> { return autoswap(i); }},
+        {"sentinel's plan", sentinel}};
     for (const auto& [name, make] : heuristics) {
       if (auto plan = fitted(in, make))
         candidates.emplace_back(fmt::format("{}, planned again under less until its layout fits", name),

@@ -20,6 +20,10 @@ std::uint64_t plannable_room(const PlanInputs& in);
 // by birth boundary (key order within one).
 std::vector<std::size_t> birth_order(const PlanInputs& in);
 
+// How many times make_plan (and the oracle, weighing a heuristic as make_plan runs it) plans again
+// under a lower budget where a plan's layout overshoots the room.
+inline constexpr std::uint32_t kMostReplans = 4;
+
 // The budget to plan again under where `plan`, made under `planned_bytes`, was laid out over
 // `in`'s budget: less by the overshoot and 1% more of the budget each attempt (a policy's layout
 // need not shrink by what its budget does); 0 where nothing would be left.

@@ -43,8 +43,6 @@ constexpr PolicyEntry kPolicies[] = {
     {"search", always<policies::search>},
 };
 
-constexpr std::uint32_t kMostReplans = 4;
-
 }  // namespace
 
 const std::vector<std::string>& policy_names() {
@@ -104,7 +102,7 @@ Result<Plan> make_plan(std::string_view policy, const PlanInputs& in) {
     const bool fits = lay_out_places_timed(plan, played).empty();
     (void)simulate(plan, played);
     // Neither the reference nor a plan that moves nothing (must_fit) needs less under a lower budget.
-    if (fits || attempt == kMostReplans || entry->reference || plan.must_fit) {
+    if (fits || attempt == policies::kMostReplans || entry->reference || plan.must_fit) {
       plan.places.replans = attempt;
       return plan;
     }
