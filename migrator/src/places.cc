@@ -54,14 +54,17 @@ MovesByKey moves_by_key(Plan& plan, TierIndex fast) {
   return out;
 }
 
+// Where a move out at boundary b lets its place go (places.h): after b's births (kBoundary), at
+// the births of the boundary the plan's last simulate() found its copy done by (kTimed:
+// PlannedMove::done_by, where later), or to b's births, which wait for its copy (kEager).
+enum class OutClock { kBoundary, kTimed, kEager };
+
 // Walks one placed object's moves (its tier as it comes into the step, then each move): its fast
 // stays and its moves out (to its home). Returns whether it ever changes tier.
 class StayWalker {
  public:
-  // timed: a stay a move out ends holds its place until the move's copy is done (its done_by, as
-  // the plan's last simulate() found it), where that is later than its boundary.
-  StayWalker(const Plan& plan, std::uint64_t end_tick, bool timed)
-      : plan_(plan), end_tick_(end_tick), timed_(timed) {}
+  StayWalker(const Plan& plan, std::uint64_t end_tick, OutClock clock)
+      : plan_(plan), end_tick_(end_tick), clock_(clock) {}
 
   bool walk(const PlanObject& o, const std::vector<PlannedMove*>& moves, std::vector<Stay>& stays,
             std::vector<PlannedMove*>& outs) {
@@ -87,9 +90,7 @@ class StayWalker {
       if (tier == plan_.fast) {
         stays.push_back(Stay{o.key, t, to, o.bytes, false, false, {m}});
       } else {
-        stays.back().end = t + 1;                    // its place is free for b's moves in, not for b's births
-        if (timed_ && m->done_by > boundary_of(*m))  // free for the births of the boundary it is done by
-          stays.back().end = std::min(to, std::max(t + 1, birth_tick(m->done_by)));
+        stays.back().end = out_end(*m, t, to);
         outs.push_back(m);
       }
     }
@@ -117,9 +118,23 @@ class StayWalker {
     stays.pop_back();
   }
 
+  // Where the stay that a move out at tick t ends lets its place go (OutClock).
+  std::uint64_t out_end(const PlannedMove& m, std::uint64_t t, std::uint64_t to) const {
+    switch (clock_) {
+      case OutClock::kEager:
+        return t;             // b's births may take it, and wait for the copy
+      case OutClock::kTimed:  // free for the births of the boundary it is done by
+        if (m.done_by > boundary_of(m)) return std::min(to, std::max(t + 1, birth_tick(m.done_by)));
+        return t + 1;
+      case OutClock::kBoundary:
+        break;
+    }
+    return t + 1;  // free for b's moves in, not for b's births
+  }
+
   const Plan& plan_;
   std::uint64_t end_tick_;
-  bool timed_;
+  OutClock clock_;
 };
 
 // The stays' offsets in the fast arena: wrap stays stacked at the bottom (all of them are fast at
@@ -171,34 +186,43 @@ bool ever_fast(const Plan& plan, const PlanObject& o, const std::vector<PlannedM
 
 namespace {
 
-std::string lay_out(Plan& plan, const PlanInputs& in, bool timed);
+std::string lay_out(Plan& plan, const PlanInputs& in, OutClock clock);
 
 }  // namespace
 
 std::string lay_out_places(Plan& plan, const PlanInputs& in) {
-  return lay_out(plan, in, false);
+  return lay_out(plan, in, OutClock::kBoundary);
 }
 
 std::string lay_out_places_timed(Plan& plan, const PlanInputs& in) {
-  if (std::string problem = lay_out(plan, in, false); !problem.empty()) return problem;
-  if (!simulate(plan, in).empty()) return "";  // not valid: nothing to time (the caller says why)
+  const std::string problem = lay_out(plan, in, OutClock::kBoundary);
+  const bool valid = problem.empty() && simulate(plan, in).empty();
+  Plan eager = plan;  // needs less room than the first: it may fit where that one does not
+  if (lay_out(eager, in, OutClock::kEager).empty() && simulate(eager, in).empty() &&
+      (!valid || eager.predicted_extra_ns < plan.predicted_extra_ns)) {
+    plan = std::move(eager);
+    return "";
+  }
+  if (!problem.empty()) return problem;
+  if (!valid) return "";  // not valid: nothing to time (the caller says why)
   Plan timed = plan;
-  if (!lay_out(timed, in, true).empty() || !simulate(timed, in).empty()) return "";
+  if (!lay_out(timed, in, OutClock::kTimed).empty() || !simulate(timed, in).empty()) return "";
   if (timed.predicted_extra_ns < plan.predicted_extra_ns) plan = std::move(timed);
   return "";
 }
 
 namespace {
 
-std::string lay_out(Plan& plan, const PlanInputs& in, bool timed) {
+std::string lay_out(Plan& plan, const PlanInputs& in, OutClock clock) {
   plan.places = PlacesPlan{};
   for (PlannedMove& m : plan.moves) m.place = kNoPlace;
   if (plan.segment_bytes != 0 || in.objects.empty()) return {};
   PlacesPlan& places = plan.places;
+  places.births_wait_for_outs = clock == OutClock::kEager;
   const std::uint64_t end_tick = step_end_tick(in.layers);
   MovesByKey moves = moves_by_key(plan, plan.fast);
   const std::vector<PlannedMove*> none;
-  StayWalker walker(plan, end_tick, timed);
+  StayWalker walker(plan, end_tick, clock);
   std::vector<Stay> stays;
   std::vector<PlannedBuffer> homes;
   std::vector<std::pair<const PlanObject*, std::vector<PlannedMove*>>> home_of;  // object, its moves out

@@ -36,52 +36,55 @@
 #include "linear_program.h"
 #include "tensortier/migrator/residency_model.h"
 #include "tensortier/migrator/timed_bound.h"
+#include "timed_program.h"
 
 namespace tensortier::migrator {
 namespace {
 
 class ChannelProgram {
  public:
-  ChannelProgram(const PlanInputs& in, bool integral_uses);
-  // The optimum in ns; status says what the solver did.
-  double solve(double time_limit_s, std::string& status) const;
+  ChannelProgram(const PlanInputs& in, UseShares uses);
+  ChannelSolution solve(double time_limit_s) const;
 
  private:
   static constexpr double kMiB = 1024.0 * 1024.0;
-  void add_object(const PlanObject& o);
+  void add_object(std::size_t i);
   void add_transition(const PlanObject& o, std::uint32_t l, std::uint32_t next, const std::vector<int>& s,
                       const std::vector<int>& d);
   void add_layers();
   void integral_share(int s, std::uint64_t bytes);
 
   const PlanInputs& in_;
-  bool integral_uses_;
+  UseShares uses_;
   LinearProgram lp_;
   double charge_ms_ = 0, traffic_ms_ = 0, in_ms_ = 0, out_ms_ = 0, cpu_ms_ = 0;  // a MiB
   std::vector<Expr> room_;                                                       // per boundary: fast MiB
-  std::vector<Expr> moves_;   // per layer: the moves' channel ms in its interval
-  std::vector<Expr> used_;    // per layer: those of the objects it uses
-  std::vector<Expr> charge_;  // per layer: its slow accesses' charge, ms
-  Expr traffic_;              // the slow accesses' channel ms over the step
+  std::vector<Expr> moves_;              // per layer: the moves' channel ms in its interval
+  std::vector<Expr> used_;               // per layer: those of the objects it uses
+  std::vector<Expr> charge_;             // per layer: its slow accesses' charge, ms
+  Expr traffic_;                         // the slow accesses' channel ms over the step
+  std::vector<std::vector<int>> share_;  // per object, per boundary: its s column (-1: none)
 };
 
-ChannelProgram::ChannelProgram(const PlanInputs& in, bool integral_uses)
+ChannelProgram::ChannelProgram(const PlanInputs& in, UseShares uses)
     : in_(in),
-      integral_uses_(integral_uses),
+      uses_(uses),
       room_(in.layers),
       moves_(in.layers),
       used_(in.layers),
-      charge_(in.layers) {
+      charge_(in.layers),
+      share_(in.objects.size()) {
   charge_ms_ = in.slow_access_ns_per_byte * kMiB / 1e6;
   traffic_ms_ = in.slow_traffic_ns_per_byte() * kMiB / 1e6;
   in_ms_ = kMiB / in.move_in_gbps / 1e6;
   out_ms_ = kMiB / in.move_out_gbps / 1e6;
   cpu_ms_ = in.mover_cpu_ns_per_byte * in.mover_steals_compute * kMiB / 1e6;
-  for (const PlanObject& o : in.objects) add_object(o);
+  for (std::size_t i = 0; i < in.objects.size(); ++i) add_object(i);
   add_layers();
 }
 
-void ChannelProgram::add_object(const PlanObject& o) {
+void ChannelProgram::add_object(std::size_t i) {
+  const PlanObject& o = in_.objects[i];
   const auto window = residency_window(in_, o);
   const std::uint32_t first = window.first, end = window.second;
   const bool declared = std::ranges::any_of(o.uses, [&](std::uint32_t t) { return t >= first && t < end; });
@@ -93,11 +96,12 @@ void ChannelProgram::add_object(const PlanObject& o) {
     room_[t].add(s[t], -mib).constant += mib;
     if (in_.clean_moves_out_free) d[t] = lp_.column(0, 1);
   }
+  share_[i] = s;
   for (std::uint32_t t : o.uses) {
     if (t < first || t >= end) continue;
     charge_[t].add(s[t], mib * charge_ms_);
     traffic_.add(s[t], mib * traffic_ms_);
-    if (integral_uses_) integral_share(s[t], o.bytes);
+    if (uses_ != UseShares::kFluid) integral_share(s[t], o.bytes);
   }
   // Layer l's interval takes boundary l to the next (a persistent object's last, around the cycle).
   const std::uint32_t last = o.persistent ? end : end - 1;
@@ -113,11 +117,12 @@ void ChannelProgram::add_object(const PlanObject& o) {
 
 // The share s of an object of `bytes` slow at a use: whole segments and the remainder (see above).
 void ChannelProgram::integral_share(int s, std::uint64_t bytes) {
-  const std::uint64_t full = bytes / kSegmentBytes, rest = bytes % kSegmentBytes;
+  const std::uint64_t unit =
+      uses_ == UseShares::kWholeObjects ? std::max<std::uint64_t>(bytes, 1) : kSegmentBytes;
+  const std::uint64_t full = bytes / unit, rest = bytes % unit;
   Expr e;
   e.add(s, static_cast<double>(bytes) / kMiB);
-  if (full > 0)
-    e.add(lp_.column(0, static_cast<double>(full), 0, true), -static_cast<double>(kSegmentBytes) / kMiB);
+  if (full > 0) e.add(lp_.column(0, static_cast<double>(full), 0, true), -static_cast<double>(unit) / kMiB);
   if (rest > 0) e.add(lp_.column(0, 1, 0, true), -static_cast<double>(rest) / kMiB);
   lp_.row(std::move(e), 'E', 0);
 }
@@ -170,45 +175,65 @@ void ChannelProgram::add_layers() {
   lp_.row(step.add(traffic_, -1), 'G', -compute_ms);
 }
 
-double ChannelProgram::solve(double time_limit_s, std::string& status) const {
+ChannelSolution ChannelProgram::solve(double time_limit_s) const {
+  ChannelSolution out;
   const LinearProgram::Solved solved = lp_.solve(time_limit_s);
+  out.optimal = solved.optimal;
   if (solved.infeasible) {
-    status = "infeasible: the room cannot hold what must be fast";
-    return 0;
+    out.status = "infeasible: the room cannot hold what must be fast";
+    return out;
   }
-  if (integral_uses_) {  // the search's best possible objective bounds the optimum, proven or not
-    if (!std::isfinite(solved.best_possible)) {
-      status = fmt::format("no bound within {:.1f} s", time_limit_s);
-      return 0;
+  if (!solved.x.empty()) {
+    out.solved = true;
+    out.slow_share.resize(share_.size());
+    for (std::size_t i = 0; i < share_.size(); ++i) {
+      out.slow_share[i].assign(in_.layers, -1.0);
+      for (std::size_t t = 0; t < share_[i].size(); ++t)
+        if (share_[i][t] >= 0) out.slow_share[i][t] = solved.x[static_cast<std::size_t>(share_[i][t])];
     }
-    status = fmt::format("{} columns ({} integer), {} rows, {} in {:.2f} s", lp_.columns(), lp_.integers(),
-                         lp_.rows(), solved.optimal ? "optimal" : "its search's bound", solved.seconds);
-    return std::max(0.0, solved.best_possible * 1e6);
+  }
+  if (uses_ != UseShares::kFluid) {  // the search's best possible objective bounds the optimum, proven or not
+    if (!std::isfinite(solved.best_possible)) {
+      out.status = fmt::format("no bound within {:.1f} s", time_limit_s);
+      return out;
+    }
+    out.status =
+        fmt::format("{} columns ({} integer), {} rows, {} in {:.2f} s", lp_.columns(), lp_.integers(),
+                    lp_.rows(), solved.optimal ? "optimal" : "its search's bound", solved.seconds);
+    out.bound_ns = std::max(0.0, solved.best_possible * 1e6);
+    return out;
   }
   if (!solved.optimal || solved.x.empty()) {
-    status = fmt::format("not solved within {:.1f} s", time_limit_s);
-    return 0;
+    out.status = fmt::format("not solved within {:.1f} s", time_limit_s);
+    return out;
   }
-  status = fmt::format("{} columns, {} rows, solved in {:.2f} s", lp_.columns(), lp_.rows(), solved.seconds);
-  return std::max(0.0, solved.objective * 1e6);
+  out.status =
+      fmt::format("{} columns, {} rows, solved in {:.2f} s", lp_.columns(), lp_.rows(), solved.seconds);
+  out.bound_ns = std::max(0.0, solved.objective * 1e6);
+  return out;
 }
 
 }  // namespace
 
 double channel_program_bound(const PlanInputs& in, double time_limit_s, std::string& status) {
-  if (in.layers == 0 || in.move_in_gbps <= 0 || in.move_out_gbps <= 0) {
-    status = "not run: no layers or no move bandwidth";
-    return 0;
-  }
-  return ChannelProgram(in, false).solve(time_limit_s, status);
+  ChannelSolution solved = solve_channel_program(in, UseShares::kFluid, time_limit_s);
+  status = std::move(solved.status);
+  return solved.bound_ns;
 }
 
 double tightened_program_bound(const PlanInputs& in, double time_limit_s, std::string& status) {
+  ChannelSolution solved = solve_channel_program(in, UseShares::kSegments, time_limit_s);
+  status = std::move(solved.status);
+  return solved.bound_ns;
+}
+
+ChannelSolution solve_channel_program(const PlanInputs& in, UseShares uses, double time_limit_s) {
   if (in.layers == 0 || in.move_in_gbps <= 0 || in.move_out_gbps <= 0) {
-    status = "not run: no layers or no move bandwidth";
-    return 0;
+    ChannelSolution none;
+    none.status = "not run: no layers or no move bandwidth";
+    return none;
   }
-  return ChannelProgram(in, true).solve(time_limit_s, status);
+  return ChannelProgram(in, uses).solve(time_limit_s);
 }
 
 }  // namespace tensortier::migrator

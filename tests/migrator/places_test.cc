@@ -1,10 +1,11 @@
 // Ready memory (places.cc): every plan's places replayed event by event against an independent
 // occupancy map: no birth or move in finds its place held by another object (a birth, not even
-// by one moving out at its boundary), every arena holds
+// by one moving out at its boundary, unless the layout is eager), every arena holds
 // what is placed in it, persistent objects end the step where they began it, and the layout fits
 // the budget.
 #include "tensortier/migrator/places.h"
 #include "plan_test_util.h"
+#include "policies/policy_kit.h"
 
 namespace tensortier::migrator {
 namespace {
@@ -24,10 +25,12 @@ class PlaceReplay {
       for (const PlanObject& o : in_.objects) {
         if (!o.persistent && o.freed == b) at_.erase(o.key);
       }
+      // An eager layout (births_wait_for_outs): the births wait for b's moves out.
+      if (plan_.places.births_wait_for_outs) moves_at(b, /*in=*/false);
       for (const PlanObject& o : in_.objects) {
         if (!o.persistent && o.born == b) born(o);
       }
-      moves_at(b, /*in=*/false);
+      if (!plan_.places.births_wait_for_outs) moves_at(b, /*in=*/false);
       moves_at(b, /*in=*/true);
       if (!problem_.empty()) return problem_;
     }
@@ -164,6 +167,29 @@ TEST(Places, AMoveInTakesThePlaceItsPredecessorLeavesAtTheSameBoundary) {
   EXPECT_EQ(plan.places.homes, 4U);
   EXPECT_EQ(PlaceReplay(plan, hand.in).run(), "");
   for (const PlannedMove& m : plan.moves) EXPECT_NE(m.place, kNoPlace) << m.key << " after " << m.after_layer;
+}
+
+// Room for one 4 MiB object: A, used by layer 0, moves out at boundary 1, where B is born. Laid
+// out at the boundary's clock they need 8 MiB (B cannot take A's place before A's copy ends); the
+// eager layout gives B A's place, and B waits for A's copy (4 MiB at 10 GB/s).
+TEST(Places, AnEagerLayoutLetsABirthTakeThePlaceOfAMoveOutAndWaitForItsCopy) {
+  PlanInputs in = plain_inputs(3, 4 * kMiB);
+  in.ready_memory = true;
+  in.objects.push_back({1, 4 * kMiB, 0, 2, false, false, {0}, {0}, {}, false});  // A
+  in.objects.push_back({2, 4 * kMiB, 1, 2, false, false, {1}, {1}, {}, false});  // B
+  in.peak_bytes = 8 * kMiB;
+  const Residency r = {{1, 0, 0}, {0, 1, 0}};
+  Plan boundary = policies::from_residency(in, "hand", r, true);
+  EXPECT_NE(lay_out_places(boundary, in), "") << "8 MiB at the boundary's clock";
+  Plan plan = policies::from_residency(in, "hand", r, true);
+  ASSERT_EQ(lay_out_places_timed(plan, in), "");
+  EXPECT_TRUE(plan.places.births_wait_for_outs);
+  EXPECT_EQ(plan.places.fast_bytes, 4 * kMiB);
+  EXPECT_EQ(plan.places.first.at(2), plan.places.first.at(1)) << "B is born in A's place";
+  EXPECT_EQ(PlaceReplay(plan, in).run(), "");
+  ASSERT_EQ(simulate(plan, in), "");
+  EXPECT_NEAR(plan.room_wait_ns + plan.place_wait_ns, 4.0 * kMiB / 10, 1e3)
+      << "B waits for A's copy out (for room, then for its place: one wait)";
 }
 
 // SmartPool: every object fast at a place, no moves, in an arena within 1% of the step's max-live

@@ -332,7 +332,7 @@ std::optional<Plan> fitted(const PlanInputs& in, Result<Plan> (*make)(const Plan
 // The oracle: with full knowledge of the step, the plan the simulator predicts cheapest among
 // the exact model's (residency_model.h, solved within PlanInputs::oracle_time_limit_s), its own
 // heuristics (Belady's rule with prefetch over every lookahead, evicting by next use or clean
-// objects first) and every other policy's plan (first-touch, reactive, autoswap, sentinel).
+// objects first) and every other policy's plan (first-touch, reactive, autoswap, sentinel, channel).
 // Plan::variant says which one it is; Plan::bound_extra_ns is the exact model's bound.
 Plan oracle(const PlanInputs& in) {
   std::vector<std::pair<std::string, Plan>> candidates;
@@ -359,6 +359,7 @@ Plan oracle(const PlanInputs& in) {
     candidates.emplace_back("autoswap's plan" + of, autoswap(within));
     if (auto s = sentinel(within)) candidates.emplace_back("sentinel's plan" + of, std::move(s).value());
   }
+  candidates.emplace_back("the channel program's solution rounded (the channel policy's plan)", channel(in));
   if (in.ready_memory) {
     using Heuristic = Result<Plan> (*)(const PlanInputs&);
     const std::pair<const char*, Heuristic> heuristics[] = {

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -77,6 +78,40 @@ Residency lead_moves_in(const PlanInputs& in, Residency r, std::uint32_t lead);
 // from_residency would turn back into such a plan.
 Residency residency_of(const Plan& plan, const PlanInputs& in);
 
+// A residency's room (residency_room.cc): the fast bytes it holds at each boundary's busiest
+// moment (its births' or its moves in's, on ready memory's clock: places.h), and whether that is
+// within `room` everywhere.
+std::vector<std::uint64_t> held_bytes(const PlanInputs& in, const Residency& r);
+bool fits_room(const PlanInputs& in, const Residency& r, std::uint64_t room);
+
+// Makes room where the residency passes `room`: at the first such boundary, the object fast there
+// whose next use is furthest (not `keep`) leaves until that use; up to `most_evictions` times.
+// Where every object fast there is used there, it fails, or (most_evictions >= kEvictUses) leaves
+// the largest of them slow at that boundary. False where it still does not fit.
+inline constexpr int kEvictUses = 1000;
+bool make_room(const PlanInputs& in, Residency& r, std::size_t keep, int most_evictions, std::uint64_t room);
+
+// A residency's plan as a search weighs it: laid out where the inputs run in ready memory, played
+// by the simulator, and costed at its predicted added time plus its moves in predicted refused
+// (room births took first) charged again as slow accesses, so that no plan wins on moves that will
+// not happen. cost_ns is infinite where the plan is not valid or its layout is over the budget.
+struct ScoredPlan {
+  Residency residency;
+  Plan plan;
+  double cost_ns = std::numeric_limits<double>::infinity();
+};
+ScoredPlan score_residency(const PlanInputs& in, std::string policy, Residency r);
+
+// Phases 1 and 2 of the channel policy's rounding (channel.cc) for one object: from its slow share
+// at each boundary (-1 where the program has none), whether it is fast there.
+std::vector<char> round_channel_shares(const PlanInputs& in, const PlanObject& o,
+                                       const std::vector<double>& share, double between);
+
+// The channel program's solutions (timed_program.h) rounded into residencies (channel.cc), each
+// with what it is: at the room and at 95% of it, rounded two ways between uses, room made two
+// ways, with moves in led 0, 1, 2 and 4 boundaries.
+std::vector<std::pair<Residency, std::string>> channel_residencies(const PlanInputs& in);
+
 // The policies (one file each in this folder); their plans' predictions are not filled.
 Plan fast_only(const PlanInputs& in);
 Plan slow_only(const PlanInputs& in);
@@ -89,6 +124,7 @@ Result<Plan> sentinel(const PlanInputs& in);
 Plan oracle(const PlanInputs& in);
 Plan smartpool(const PlanInputs& in);
 Plan search(const PlanInputs& in);
+Plan channel(const PlanInputs& in);
 // The oracle's own heuristic (Belady's rule with prefetch, every lookahead): the cheapest of its plans.
 Plan belady_oracle(const PlanInputs& in);
 

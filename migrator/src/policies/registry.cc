@@ -41,6 +41,7 @@ constexpr PolicyEntry kPolicies[] = {
     {"oracle", always<policies::oracle>},
     {"smartpool", always<policies::smartpool>},
     {"search", always<policies::search>},
+    {"channel", always<policies::channel>},
 };
 
 }  // namespace

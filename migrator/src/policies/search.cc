@@ -4,8 +4,9 @@
 // memory, the layout over the budget) is what simulate() sees, so the search plays each candidate
 // there, places laid out, and keeps what it predicts cheaper:
 //
-//   seeds: the exact residency with its moves in led 0, 1, 2, 4, 8 boundaries; sentinel's plan;
-//          the oracle's Belady plan                       (each as a residency)
+//   seeds: the exact residency with its moves in led 0, 1, 2, 4, 8 boundaries; the channel
+//          program's solution rounded (channel.cc); sentinel's plan; the oracle's Belady plan
+//                                                         (each as a residency)
 //     -> best seed
 //     -> N times: one object's residency changed        (a stay made longer or shorter at either
 //                 (a fixed-seed generator picks which)    end, a slow use made fast, a stay dropped,
@@ -43,30 +44,22 @@ class ResidencySearch {
   Plan run();
 
  private:
-  struct Scored {
-    Residency r;
-    Plan plan;
-    double cost = kRefused;
-  };
   struct Spot {
     std::size_t object;
     std::uint32_t boundary;
   };
-  Scored evaluate(Residency r) const;
   void seeds();
   void consider(Residency r, const std::string& variant);
   void find_spots();
   bool mutate(Residency& r);
   bool random_change(Residency& r, std::size_t& i);
-  bool make_fit(Residency& r, std::size_t keep, int most_evictions = 4, std::uint64_t room = 0) const;
   void shrink_seed();
-  bool fits(const Residency& r) const;
-  std::vector<std::uint64_t> held_bytes(const Residency& r) const;
+  bool fits(const Residency& r) const { return fits_room(in_, r, room_); }
 
   const PlanInputs& in_;
   const std::uint64_t room_;
   std::mt19937 rng_;
-  Scored best_;
+  ScoredPlan best_;
   std::string variant_;
   double bound_ns_ = 0;   // the exact model's bound at the whole room
   Residency exact_full_;  // its residency there
@@ -76,23 +69,10 @@ class ResidencySearch {
   std::uint32_t evaluations_ = 0, kept_ = 0;
 };
 
-// The plan of residency `r`, its places laid out where the inputs run in ready memory, and the
-// simulator's account of it (kRefused: not valid, or its layout over the budget).
-ResidencySearch::Scored ResidencySearch::evaluate(Residency r) const {
-  Scored s;
-  s.plan = from_residency(in_, "search", r, true);
-  s.r = std::move(r);
-  if (in_.ready_memory && !lay_out_places_timed(s.plan, in_).empty()) return s;
-  if (!simulate(s.plan, in_).empty()) return s;
-  s.cost = s.plan.predicted_extra_ns + static_cast<double>(s.plan.failed_in_bytes) *
-                                           in_.slow_access_ns_per_byte;  // refused: charged again
-  return s;
-}
-
 void ResidencySearch::consider(Residency r, const std::string& variant) {
   ++evaluations_;
-  Scored s = evaluate(std::move(r));
-  if (s.cost < best_.cost) {
+  ScoredPlan s = score_residency(in_, "search", std::move(r));
+  if (s.cost_ns < best_.cost_ns) {
     best_ = std::move(s);
     variant_ = variant;
   }
@@ -122,31 +102,13 @@ void ResidencySearch::seeds() {
                  fmt::format("the exact model's residency {}, moves in led {}", within, lead));
       }
     }
+    if (slack == 0.0) {
+      for (auto& [r, what] : channel_residencies(in_)) consider(std::move(r), what);
+    }
     if (auto s = sentinel(less)) consider(residency_of(s.value(), less), "sentinel's plan " + within);
     consider(residency_of(belady_oracle(less), less), "Belady with prefetch " + within);
     if (!in_.ready_memory) break;  // no layout: the room is the room
   }
-}
-
-// The fast bytes each boundary b holds at its busiest moment: the larger of its births' moment
-// (what was fast before b and is still alive, and what b's births put there: an object moving
-// out at b holds its place until its move ends, after b's births) and its moves in's (what is
-// fast at b). Ready memory lays the stays out on that clock (places.h).
-std::vector<std::uint64_t> ResidencySearch::held_bytes(const Residency& r) const {
-  const std::uint32_t L = in_.layers;
-  std::vector<std::uint64_t> after(L, 0), births(L, 0);
-  for (std::size_t i = 0; i < in_.objects.size(); ++i) {
-    const PlanObject& o = in_.objects[i];
-    const auto [first, end] = residency_window(in_, o);
-    for (std::uint32_t b = first; b < end; ++b) {
-      if (r[i][b]) after[b] += o.bytes;
-      const bool born_here = !o.persistent && b == first;
-      const std::uint32_t before = b == 0 ? L - 1 : b - 1;
-      if (born_here ? r[i][b] : (r[i][before] && (o.persistent || b > first))) births[b] += o.bytes;
-    }
-  }
-  for (std::uint32_t b = 0; b < L; ++b) after[b] = std::max(after[b], births[b]);
-  return after;
 }
 
 // The best plan's spots worth a change: its uses the layers find slow (weighed by bytes), and its
@@ -158,7 +120,7 @@ void ResidencySearch::find_spots() {
     const PlanObject& o = in_.objects[i];
     const auto [first, end] = residency_window(in_, o);
     for (std::uint32_t u : o.uses)
-      if (u >= first && u < end && !best_.r[i][u]) slow_uses_.push_back({i, u});
+      if (u >= first && u < end && !best_.residency[i][u]) slow_uses_.push_back({i, u});
   }
   for (const PlannedMove& m : best_.plan.moves) {
     if (m.to != in_.fast || !m.predicted_late) continue;
@@ -166,55 +128,6 @@ void ResidencySearch::find_spots() {
     if (at != index_.end())
       late_ins_.push_back({at->second, m.after_layer == kStepStart ? 0 : m.after_layer + 1});
   }
-}
-
-// Whether the residency holds no more than the room at any boundary's busiest moment.
-bool ResidencySearch::fits(const Residency& r) const {
-  return std::ranges::all_of(held_bytes(r), [&](std::uint64_t h) { return h <= room_; });
-}
-
-// Makes room where the residency passes `room` (0: the room): at the first such boundary, the
-// object fast there whose next use is furthest (not `keep`) leaves until that use; up to
-// `most_evictions` times. False where it still does not fit.
-bool ResidencySearch::make_fit(Residency& r, std::size_t keep, int most_evictions, std::uint64_t room) const {
-  if (room == 0) room = room_;
-  for (int evictions = 0; evictions < most_evictions; ++evictions) {
-    const std::vector<std::uint64_t> held = held_bytes(r);
-    auto over = std::ranges::find_if(held, [&](std::uint64_t h) { return h > room; });
-    if (over == held.end()) return true;
-    const auto b = static_cast<std::uint32_t>(over - held.begin());
-    std::size_t victim = keep;
-    std::uint32_t furthest = 0;
-    for (std::size_t i = 0; i < in_.objects.size(); ++i) {
-      const PlanObject& o = in_.objects[i];
-      const auto [first, end] = residency_window(in_, o);
-      if (i == keep || b < first || b >= end || !r[i][b]) continue;
-      auto next = std::lower_bound(o.uses.begin(), o.uses.end(), b);
-      const std::uint32_t use = next == o.uses.end() ? end : *next;
-      if (use > furthest) {
-        furthest = use;
-        victim = i;
-      }
-    }
-    if (victim == keep || furthest == b) {      // every one fast there is used there
-      if (most_evictions < 1000) return false;  // a change's repair: not at the cost of a use
-      // A seed's: the largest of them left slow there (its use then reads the slow tier).
-      std::uint64_t largest = 0;
-      for (std::size_t i = 0; i < in_.objects.size(); ++i) {
-        const auto [first, end] = residency_window(in_, in_.objects[i]);
-        if (i != keep && b >= first && b < end && r[i][b] && in_.objects[i].bytes > largest) {
-          largest = in_.objects[i].bytes;
-          victim = i;
-        }
-      }
-      if (victim == keep) return false;
-      r[victim][b] = 0;
-      continue;
-    }
-    const std::uint32_t end = residency_window(in_, in_.objects[victim]).second;
-    std::fill(r[victim].begin() + b, r[victim].begin() + std::min(furthest, end), 0);
-  }
-  return std::ranges::all_of(held_bytes(r), [&](std::uint64_t h) { return h <= room; });
 }
 
 // Where no seed's layout fit (a small budget, whose layouts need a larger share more than their
@@ -225,10 +138,10 @@ void ResidencySearch::shrink_seed() {
   for (const double share : {0.85, 0.80, 0.70, 0.60, 0.50}) {
     Residency r = exact_full_;
     const auto room = static_cast<std::uint64_t>(share * static_cast<double>(room_));
-    if (!make_fit(r, in_.objects.size(), 1'000'000, room)) continue;
+    if (!make_room(in_, r, in_.objects.size(), kEvictUses, room)) continue;
     consider(std::move(r),
              fmt::format("the exact model's residency, room made within {:.0f}% of the room", 100 * share));
-    if (best_.cost != kRefused) return;
+    if (best_.cost_ns != kRefused) return;
   }
 }
 
@@ -257,7 +170,7 @@ bool ResidencySearch::mutate(Residency& r) {
   } else if (!random_change(r, i)) {
     return false;
   }
-  return make_fit(r, i);
+  return make_room(in_, r, i, 4, room_);
 }
 
 // A random object's stay edge moved, or a run of one state through a random boundary flipped (a
@@ -285,8 +198,8 @@ bool ResidencySearch::random_change(Residency& r, std::size_t& i) {
 
 Plan ResidencySearch::run() {
   seeds();
-  if (best_.cost == kRefused && in_.ready_memory) shrink_seed();
-  if (best_.cost == kRefused) {  // no seed was valid: sentinel's plan as it is (make_plan says why)
+  if (best_.cost_ns == kRefused && in_.ready_memory) shrink_seed();
+  if (best_.cost_ns == kRefused) {  // no seed was valid: sentinel's plan as it is (make_plan says why)
     auto s = sentinel(in_);
     Plan plan = s ? std::move(s).value() : first_touch(in_);
     plan.policy = "search";
@@ -295,11 +208,11 @@ Plan ResidencySearch::run() {
   }
   find_spots();
   for (std::uint32_t n = 0; n < in_.search_evaluations; ++n) {
-    Residency r = best_.r;
+    Residency r = best_.residency;
     if (!mutate(r)) continue;
     ++evaluations_;
-    Scored s = evaluate(std::move(r));
-    if (s.cost >= best_.cost) continue;
+    ScoredPlan s = score_residency(in_, "search", std::move(r));
+    if (s.cost_ns >= best_.cost_ns) continue;
     best_ = std::move(s);
     find_spots();
     ++kept_;

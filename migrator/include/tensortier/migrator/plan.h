@@ -64,7 +64,10 @@ struct PlacesPlan {
   std::uint64_t fast_max_live_bytes = 0;  // the stays' max-live: no layout needs less
   std::uint64_t unplaced_fast_bytes = 0;  // fast bytes of objects with no place (beside the arena)
   std::uint32_t replans = 0;              // times the policy planned again under a lower budget
-  std::string problem;                    // "" where it fits the budget
+  // Births at a boundary may take the places of that boundary's moves out, and wait for their
+  // copies (places.h: the eager layout); else a birth never finds its place held.
+  bool births_wait_for_outs = false;
+  std::string problem;  // "" where it fits the budget
   bool empty() const { return fast_bytes == 0 && home_bytes == 0; }
 };
 
