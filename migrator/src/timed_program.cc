@@ -117,12 +117,10 @@ void ChannelProgram::add_object(std::size_t i) {
 
 // The share s of an object of `bytes` slow at a use: whole segments and the remainder (see above).
 void ChannelProgram::integral_share(int s, std::uint64_t bytes) {
-  const std::uint64_t unit =
-      uses_ == UseShares::kWholeObjects ? std::max<std::uint64_t>(bytes, 1) : kSegmentBytes;
-  const std::uint64_t full = bytes / unit, rest = bytes % unit;
+  const std::uint64_t full = bytes / kSegmentBytes, rest = bytes % kSegmentBytes;
   Expr e;
   e.add(s, static_cast<double>(bytes) / kMiB);
-  if (full > 0) e.add(lp_.column(0, static_cast<double>(full), 0, true), -static_cast<double>(unit) / kMiB);
+  if (full > 0) e.add(lp_.column(0, static_cast<double>(full), 0, true), -static_cast<double>(kSegmentBytes) / kMiB);
   if (rest > 0) e.add(lp_.column(0, 1, 0, true), -static_cast<double>(rest) / kMiB);
   lp_.row(std::move(e), 'E', 0);
 }

@@ -22,9 +22,9 @@ struct ChannelSolution {
   std::vector<std::vector<double>> slow_share;
 };
 
-// An object's share on the slow tier where a layer uses it: fluid (the channel program), whole 2 MiB
-// segments (the tightened program: every plan), or all or nothing (a plan that moves whole objects).
-enum class UseShares { kFluid, kSegments, kWholeObjects };
+// An object's share on the slow tier where a layer uses it: fluid (the channel program) or whole
+// 2 MiB segments (the tightened program: no plan has less than a segment partly fast).
+enum class UseShares { kFluid, kSegments };
 
 // The channel program over `inputs`, solved within `time_limit_s`. Never fails: where no solution
 // was found, `solved` is false and `status` says why.
