@@ -195,7 +195,7 @@ std::string lay_out_places(Plan& plan, const PlanInputs& in) {
 }
 
 std::string lay_out_places_timed(Plan& plan, const PlanInputs& in) {
-  const std::string problem = lay_out(plan, in, OutClock::kBoundary);
+  std::string problem = lay_out(plan, in, OutClock::kBoundary);
   const bool valid = problem.empty() && simulate(plan, in).empty();
   Plan eager = plan;  // needs less room than the first: it may fit where that one does not
   if (lay_out(eager, in, OutClock::kEager).empty() && simulate(eager, in).empty() &&

@@ -120,7 +120,8 @@ void ChannelProgram::integral_share(int s, std::uint64_t bytes) {
   const std::uint64_t full = bytes / kSegmentBytes, rest = bytes % kSegmentBytes;
   Expr e;
   e.add(s, static_cast<double>(bytes) / kMiB);
-  if (full > 0) e.add(lp_.column(0, static_cast<double>(full), 0, true), -static_cast<double>(kSegmentBytes) / kMiB);
+  if (full > 0)
+    e.add(lp_.column(0, static_cast<double>(full), 0, true), -static_cast<double>(kSegmentBytes) / kMiB);
   if (rest > 0) e.add(lp_.column(0, 1, 0, true), -static_cast<double>(rest) / kMiB);
   lp_.row(std::move(e), 'E', 0);
 }

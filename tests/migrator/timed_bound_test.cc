@@ -71,7 +71,8 @@ TEST(TimedBound, NoValidPlanIsPredictedBelowIt) {
     PlanInputs in = random_inputs(rng, seed % 2 == 0, seed % 3 == 0);
     in.oracle_time_limit_s = 1;
     in.timed_program_s = 5;
-    for (const char* policy : {"slow-only", "first-touch", "reactive", "autoswap", "sentinel", "oracle", "channel"}) {
+    for (const char* policy :
+         {"slow-only", "first-touch", "reactive", "autoswap", "sentinel", "oracle", "channel"}) {
       if (std::string(policy) == "oracle" && seed % 10 != 0) continue;  // the solver is slow
       auto plan = make_plan(policy, in);
       ASSERT_TRUE(plan);
