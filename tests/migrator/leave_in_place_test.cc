@@ -93,8 +93,9 @@ TEST(Plan, ObjectsBornInTheStepAndTouchedUnpinnedStayWhereTheyAreBorn) {
       some_policy_moved_it |= moved;
       // Left in place where the policy moved it; a policy that reads PlanObject::stays (the
       // channel program keeps its share constant) plans it staying and leaves nothing.
-      if (!plan->left_in_place.empty() || policy != "channel")
+      if (!plan->left_in_place.empty() || policy != "channel") {
         EXPECT_EQ(plan->left_in_place, moved ? std::vector<ObjectKey>{20} : std::vector<ObjectKey>{});
+      }
       if (!moved) {  // nothing to leave: the very plan the policy made
         EXPECT_EQ(plan->moves.size(), free_plan->moves.size());
         continue;
