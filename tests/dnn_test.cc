@@ -30,13 +30,14 @@ struct Fixture {
 
 // A built model, its data set and one loaded batch.
 Fixture make(std::unique_ptr<Network> net, const std::string& spec, dnnl::memory::dims input, int classes,
-             std::size_t samples = 0, const MemoryOptions& memory = {}) {
+             std::size_t samples = 0, const MemoryOptions& memory = {}, bool junk_fill = false) {
   Fixture f;
   auto rt = Runtime::create({spec});
   EXPECT_TRUE(rt) << rt.status().to_string();
   f.rt = std::move(rt).value();
   f.engine = std::make_unique<Engine>(*f.rt);
   f.engine->set_memory_options(memory);
+  f.engine->set_junk_fill(junk_fill);
   f.net = std::move(net);
   const Status built = f.net->build(*f.engine, input, /*seed=*/42);
   EXPECT_TRUE(built.is_ok()) << built.to_string();
@@ -49,10 +50,10 @@ Fixture make(std::unique_ptr<Network> net, const std::string& spec, dnnl::memory
 }
 
 Fixture make(const std::string& model, const std::string& spec, dnnl::memory::dims input, int classes,
-             int width, std::size_t samples = 0, const MemoryOptions& memory = {}) {
+             int width, std::size_t samples = 0, const MemoryOptions& memory = {}, bool junk_fill = false) {
   auto net = make_model(model, {classes, width});
   EXPECT_TRUE(net) << net.status().to_string();
-  return make(std::move(net).value(), spec, input, classes, samples, memory);
+  return make(std::move(net).value(), spec, input, classes, samples, memory, junk_fill);
 }
 
 // conv (with and without bias), batch norm, residual add, average pooling (padded), global
@@ -209,6 +210,31 @@ TEST(Training, ResultsDoNotDependOnWhereTensorsLive) {
   EXPECT_EQ(fast_only.second, mixed.second);
   EXPECT_EQ(fast_only.first, numa.first);
   EXPECT_LT(fast_only.first.back(), fast_only.first.front());  // and it learns
+}
+
+// Every tensor the engine does not zero (forward outputs, parameter gradients, scratchpads,
+// workspaces) filled with NaN bytes first (Engine::set_junk_fill): the same losses and parameters
+// to the bit, with every memory option on and with none, so no layer reads bytes it did not write.
+TEST(Training, NoLayerReadsBytesItDidNotWrite) {
+  struct Case {
+    const char* model;
+    dnnl::memory::dims input;
+  };
+  for (const Case& c : {Case{"resnet18", {4, 3, 16, 16}}, Case{"vgg11_bn", {4, 3, 32, 32}},
+                        Case{"lenet5", {4, 1, 28, 28}}, Case{"mlp", {4, 1, 4, 4}}}) {
+    for (const MemoryOptions& memory : {MemoryOptions{}, MemoryOptions::none()}) {
+      SCOPED_TRACE(std::string(c.model) + (memory.in_place ? ", memory options on" : ", memory options off"));
+      auto run = [&](bool junk) {
+        Fixture f = make(c.model, "fast=dram:1GiB", c.input, 3, 8, 8, memory, junk);
+        return train_steps(f, 4, 2, {0.05F, 0.9F, 1e-4F});
+      };
+      const Trained plain = run(false);
+      const Trained junk = run(true);
+      EXPECT_EQ(junk.losses, plain.losses);
+      EXPECT_EQ(junk.params, plain.params);
+      EXPECT_TRUE(std::ranges::all_of(plain.losses, [](double l) { return std::isfinite(l); }));
+    }
+  }
 }
 
 // ReLUs and residual adds in place (MemoryOptions::in_place): the same losses and parameters to the

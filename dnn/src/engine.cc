@@ -115,6 +115,8 @@ Result<Tensor> Engine::allocate(std::string_view name, const dnnl::memory::desc&
     }
   } else if (zero) {
     std::memset(tensor.address_, 0, bytes);
+  } else if (junk_fill_ && !device_tier()) {
+    std::memset(tensor.address_, 0xFF, bytes);
   }
   tensor.runtime_ = runtime_;
   tensor.desc_ = desc;

@@ -202,7 +202,9 @@ Status Network::forward(Engine& engine, const Tensor& images, bool training) {
     std::vector<const Tensor*> in;
     for (int j : node.inputs) in.push_back(&output_of(j));
     if (node.in_place_of < 0) {
-      auto out = engine.allocate(node.layer->name() + ".out", node.output_desc, kActivations);
+      // Not zeroed: every layer's forward writes all of its output (each oneDNN primitive, each
+      // cuDNN call with beta = 0); Training.NoLayerReadsBytesItDidNotWrite checks it on the CPU.
+      auto out = engine.allocate(node.layer->name() + ".out", node.output_desc, kActivations, /*zero=*/false);
       if (!out) return out.status();
       node.output = std::move(out).value();
     }
@@ -268,7 +270,9 @@ Status Network::backward(Engine& engine, const SgdOptions* sgd) {
         continue;
       }
       Node& source = nodes_[static_cast<std::size_t>(j)];
-      auto d = engine.allocate(source.layer->name() + ".out.grad", source.output_desc, kGradients);
+      // Not zeroed either: every layer's backward writes all of each input's gradient.
+      auto d =
+          engine.allocate(source.layer->name() + ".out.grad", source.output_desc, kGradients, /*zero=*/false);
       if (!d) return d.status();
       fresh[k] = std::move(d).value();
       diff_in.push_back(&fresh[k]);

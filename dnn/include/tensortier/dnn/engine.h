@@ -165,9 +165,14 @@ class Engine {
   std::uint64_t peak_live_bytes_between_primitives() const { return peak_between_primitives_bytes_; }
 
   // A new zero-filled tensor of `desc`'s size in `group` (`zero` false: its bytes are whatever
-  // the memory held, for a tensor written before it is read). Errors come from the runtime.
+  // the memory held, for a tensor written before it is read; junk where set_junk_fill is on).
+  // Errors come from the runtime.
   Result<Tensor> allocate(std::string_view name, const dnnl::memory::desc& desc, Group group,
                           bool zero = true);
+  // Tensors allocated with `zero` false get every byte 0xFF (a NaN in float32) where the host can
+  // address them (not device tiers): a test's way to show that no layer reads bytes it was not
+  // given. Off by default (then they hold whatever the memory held).
+  void set_junk_fill(bool on) { junk_fill_ = on; }
   // Frees the tensor's object (no-op on an empty tensor).
   void release(Tensor& tensor);
 
@@ -225,6 +230,7 @@ class Engine {
   Backend* backend_;  // borrowed
   ConvAlgorithm conv_algorithm_ = ConvAlgorithm::kAuto;
   MemoryOptions memory_;
+  bool junk_fill_ = false;
   std::uint64_t peak_between_primitives_bytes_ = 0;
   dnnl::engine engine_;
   dnnl::stream stream_;
