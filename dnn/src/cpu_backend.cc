@@ -27,18 +27,20 @@ class CpuBackend final : public Backend {
     const auto classes = static_cast<std::size_t>(logits.dims()[1]);
     if (labels.bytes() != n * sizeof(std::int32_t))
       return invalid_argument("labels do not match the batch size");
-    const auto* label = static_cast<const std::int32_t*>(labels.address());
-    for (std::size_t i = 0; i < n; ++i) {
-      if (label[i] < 0 || static_cast<std::size_t>(label[i]) >= classes) {
-        return invalid_argument(
-            fmt::format("label {} of sample {} is outside 0..{}", label[i], i, classes - 1));
-      }
-    }
     StepResult result;
     result.count = n;
     std::vector<const Tensor*> writes;
     if (diff != nullptr) writes.push_back(diff);
+    Status bad_label = Status::ok();
     TENSORTIER_RETURN_IF_ERROR(engine.host_layer("loss", {&logits, &labels}, writes, [&] {
+      // Read pinned, inside the layer: a policy may move the labels between layers.
+      const auto* label = static_cast<const std::int32_t*>(labels.address());
+      for (std::size_t i = 0; i < n && bad_label.is_ok(); ++i) {
+        if (label[i] < 0 || static_cast<std::size_t>(label[i]) >= classes)
+          bad_label = invalid_argument(
+              fmt::format("label {} of sample {} is outside 0..{}", label[i], i, classes - 1));
+      }
+      if (!bad_label.is_ok()) return;  // nothing written
       double total = 0;
       const float* all_logits = logits.data();
       float* all_diff = diff != nullptr ? diff->data() : nullptr;
@@ -60,6 +62,7 @@ class CpuBackend final : public Backend {
       }
       result.loss = total / static_cast<double>(n);
     }));
+    if (!bad_label.is_ok()) return bad_label;
     return result;
   }
 

@@ -160,6 +160,30 @@ TEST(CudnnBackend, TrainsAsTheCpuBackendDoes) {
   }
 }
 
+// A label outside the model's classes (a 3-class LeNet-5 fed labels 0..9): the kernel flags the
+// row and the step fails with the CPU backend's line, naming the label and the sample.
+TEST(CudnnBackend, ALabelOutsideTheClassesIsAClearError) {
+  auto rt = Runtime::create({kGpuTiers});
+  SKIP_WITHOUT_GPU(rt);
+  ASSERT_TRUE(rt) << rt.status().to_string();
+  auto backend = CudnnBackend::create(*rt.value());
+  ASSERT_TRUE(backend) << backend.status().to_string();
+  Engine engine(*rt.value(), *backend.value());
+  auto net = make_model("lenet5", {3, 6});
+  ASSERT_TRUE(net);
+  ASSERT_TRUE(net.value()->build(engine, {16, 1, 28, 28}, 42).is_ok());
+  const Dataset data = synthetic_dataset(16, 1, 28, 28, 10, 7);
+  ASSERT_TRUE(std::ranges::any_of(data.labels, [](std::int32_t l) { return l >= 3; }));
+  BatchIterator it(data, 16, 1, /*shuffle=*/false);
+  Batch batch;
+  ASSERT_TRUE(it.next(engine, batch).is_ok());
+  ASSERT_TRUE(rt.value()->step_begin().is_ok());
+  auto result = net.value()->train_step(engine, batch, {0.05F, 0.9F, 1e-4F});
+  ASSERT_FALSE(result);
+  EXPECT_NE(result.status().message().find("is outside 0..2"), std::string::npos)
+      << result.status().message();
+}
+
 // Deterministic mode: where the objects live (all in device memory, or moved out to pinned
 // memory and back under a policy) changes no bit.
 TEST(CudnnBackend, RunsUnderPoliciesAreBitIdentical) {

@@ -75,22 +75,16 @@ Result<std::unique_ptr<Layer>> CudnnBackend::make_layer(const LayerSpec& spec) {
       spec.kind);
 }
 
-// Labels are checked on the host first (a copy of n ints), as the CPU backend checks them; the
-// rows' losses come back as doubles and are summed on the host in row order.
+// The rows' losses come back as doubles and are summed on the host in row order. Labels are
+// checked by the kernel, which flags a row whose label is outside 0..classes-1 (correct -1, the
+// label in its loss, its gradient row zero): the same error as the CPU backend's, from the
+// read-back the losses take anyway, with no copy of the labels to the host each step.
 Result<StepResult> CudnnBackend::softmax_cross_entropy(Engine& engine, const Tensor& logits,
                                                        const Tensor& labels, const Tensor* diff) {
   const auto n = static_cast<std::size_t>(logits.dims()[0]);
   const auto classes = static_cast<std::size_t>(logits.dims()[1]);
   if (labels.bytes() != n * sizeof(std::int32_t))
     return invalid_argument("labels do not match the batch size");
-  std::vector<std::int32_t> label(n);
-  TENSORTIER_RETURN_IF_ERROR(engine.read_to_host(
-      labels, [&](const void* b) { std::copy_n(static_cast<const std::int32_t*>(b), n, label.begin()); }));
-  for (std::size_t i = 0; i < n; ++i) {
-    if (label[i] < 0 || static_cast<std::size_t>(label[i]) >= classes)
-      return invalid_argument(
-          fmt::format("label {} of sample {} is outside 0..{}", label[i], i, classes - 1));
-  }
   // Each row's loss (a double, as two floats) and whether it was right (a float's bits).
   auto rows =
       engine.allocate("loss.rows", plain_desc({static_cast<std::int64_t>(3 * n)}), kWorkspaces, false);
@@ -107,18 +101,27 @@ Result<StepResult> CudnnBackend::softmax_cross_entropy(Engine& engine, const Ten
   });
   StepResult result;
   result.count = n;
+  Status bad_label = Status::ok();
   if (status.is_ok()) {
     status = engine.read_to_host(r, [&](const void* b) {
       const auto* losses = static_cast<const double*>(b);
       const auto* correct = reinterpret_cast<const std::int32_t*>(losses + n);
       double total = 0;
       for (std::size_t i = 0; i < n; ++i) {
+        if (correct[i] < 0) {  // the kernel's flag: a label outside 0..classes-1
+          if (bad_label.is_ok()) {
+            bad_label = invalid_argument(fmt::format("label {} of sample {} is outside 0..{}",
+                                                     static_cast<std::int64_t>(losses[i]), i, classes - 1));
+          }
+          continue;
+        }
         total += losses[i];
         result.correct += static_cast<std::size_t>(correct[i]);
       }
       result.loss = total / static_cast<double>(n);
     });
   }
+  if (status.is_ok()) status = bad_label;
   engine.release(r);
   if (!status.is_ok()) return status;
   return result;

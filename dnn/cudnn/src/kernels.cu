@@ -13,6 +13,13 @@ __global__ void softmax_xent(const float* logits, const std::int32_t* labels, in
   if (i >= n) return;
   const float* row = logits + static_cast<std::size_t>(i) * classes;
   const int target = labels[i];
+  float* d = diff != nullptr ? diff + static_cast<std::size_t>(i) * classes : nullptr;
+  if (target < 0 || target >= classes) {  // said, not read: the row's loss is the label, flagged
+    loss_rows[i] = target;
+    correct[i] = -1;
+    for (int c = 0; d != nullptr && c < classes; ++c) d[c] = 0;
+    return;
+  }
   int top_index = 0;
   for (int c = 1; c < classes; ++c) {
     if (row[c] > row[top_index]) top_index = c;
@@ -23,8 +30,7 @@ __global__ void softmax_xent(const float* logits, const std::int32_t* labels, in
   const double log_sum = log(sum) + top;
   loss_rows[i] = log_sum - row[target];
   correct[i] = top_index == target ? 1 : 0;
-  if (diff == nullptr) return;
-  float* d = diff + static_cast<std::size_t>(i) * classes;
+  if (d == nullptr) return;
   for (int c = 0; c < classes; ++c) {
     const double p = exp(static_cast<double>(row[c]) - log_sum);
     d[c] = static_cast<float>((p - (target == c ? 1.0 : 0.0)) / static_cast<double>(n));

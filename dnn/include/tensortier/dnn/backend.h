@@ -48,8 +48,8 @@ class Backend {
   virtual Result<std::unique_ptr<Layer>> make_layer(const LayerSpec& spec) = 0;
   // Softmax cross-entropy of `logits` (N x classes, plain) against `labels` (N int32) as one
   // marked layer "loss": the mean loss and the top-1 count; with `diff`, the loss's gradient with
-  // respect to the logits. Errors: labels of another count or outside 0..classes-1 (nothing
-  // written).
+  // respect to the logits. Errors: labels of another count or outside 0..classes-1, naming the
+  // first such label and its sample (the gradient's bytes are then unspecified).
   virtual Result<StepResult> softmax_cross_entropy(Engine& engine, const Tensor& logits, const Tensor& labels,
                                                    const Tensor* diff) = 0;
   // sum += more, elementwise over tensors of one layout, as one marked layer `layer`.
