@@ -160,6 +160,54 @@ TEST(CudnnBackend, TrainsAsTheCpuBackendDoes) {
   }
 }
 
+// ReLUs in place on the GPU (MemoryOptions::in_place: each writes over its producer's output and
+// its backward gives cuDNN the output as x): the same losses to the bit as apart, every ReLU
+// reading and writing one object.
+TEST(CudnnBackend, InPlaceRelusChangeNoResult) {
+  struct Run {
+    std::vector<double> losses;
+    std::size_t relus = 0, in_place = 0;
+  };
+  auto run = [](const MemoryOptions& memory) -> Result<Run> {
+    auto rt = Runtime::create({kGpuTiers});
+    if (!rt) return rt.status();
+    auto backend = CudnnBackend::create(*rt.value());
+    if (!backend) return backend.status();
+    Engine engine(*rt.value(), *backend.value());
+    engine.set_memory_options(memory);
+    auto net = make_model("resnet18", {10, 8});
+    if (!net) return net.status();
+    TENSORTIER_RETURN_IF_ERROR(net.value()->build(engine, {8, 3, 16, 16}, 42));
+    const Dataset data = synthetic_dataset(16, 3, 16, 16, 10, 7);
+    BatchIterator it(data, 8, 3);
+    Batch batch;
+    Run out;
+    for (int step = 0; step < 2; ++step) {
+      TENSORTIER_RETURN_IF_ERROR(it.next(engine, batch));
+      TENSORTIER_RETURN_IF_ERROR(rt.value()->step_begin());
+      auto result = net.value()->train_step(engine, batch, {0.05F, 0.9F, 1e-4F});
+      if (!result) return result.status();
+      TENSORTIER_RETURN_IF_ERROR(rt.value()->step_end());
+      out.losses.push_back(result->loss);
+    }
+    for (const LayerRecord& l : rt.value()->last_step_layers()) {
+      if (!l.name.ends_with("relu.fwd")) continue;
+      ++out.relus;
+      if (l.reads.size() == 1 && l.writes.size() == 1 && l.reads[0] == l.writes[0]) ++out.in_place;
+    }
+    return out;
+  };
+  auto in_place = run({.in_place = true, .fuse_batch_norm_relu = false});
+  SKIP_WITHOUT_GPU(in_place);
+  ASSERT_TRUE(in_place) << in_place.status().to_string();
+  auto apart = run({.in_place = false, .fuse_batch_norm_relu = false});
+  ASSERT_TRUE(apart) << apart.status().to_string();
+  EXPECT_EQ(in_place->losses, apart->losses);
+  EXPECT_EQ(in_place->relus, 17u);
+  EXPECT_EQ(in_place->in_place, 17u);
+  EXPECT_EQ(apart->in_place, 0u);
+}
+
 // A label outside the model's classes (a 3-class LeNet-5 fed labels 0..9): the kernel flags the
 // row and the step fails with the CPU backend's line, naming the label and the sample.
 TEST(CudnnBackend, ALabelOutsideTheClassesIsAClearError) {

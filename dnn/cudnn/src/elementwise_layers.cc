@@ -1,6 +1,6 @@
 // The cuDNN backend's layers without parameters: ReLU (cudnnActivationForward / Backward, which
-// reads the input and the output), max and average pooling (cudnnPoolingForward / Backward,
-// which read both too) and the residual add (cudnnOpTensor; its gradient copied to both inputs).
+// reads the input and the output; in place, the output as both), max and average pooling (cudnnPoolingForward
+// / Backward, which read both too) and the residual add (cudnnOpTensor; its gradient copied to both inputs).
 // One file: each is a few calls over its descriptors.
 #include <cuda_runtime_api.h>
 
@@ -31,22 +31,30 @@ class ReluLayer final : public Layer {
       return Status::ok();
     });
   }
+  // In place (MemoryOptions::in_place: the output is the input's object), backward gives cuDNN the
+  // output as x too: ReLU's gradient is dy where x > 0, and y > 0 exactly there (as Caffe runs
+  // cuDNN's ReLU in place).
   Status backward(Engine& e, const std::vector<const Tensor*>& in, const Tensor& out, const Tensor& diff_out,
                   const std::vector<Tensor*>& diff_in) override {
     if (diff_in[0] == nullptr) return Status::ok();
-    return device_layer(e, name_ + ".bwd", {in[0], &out, &diff_out}, {diff_in[0]}, [&]() -> Status {
+    const Tensor* x = in_place_ ? &out : in[0];
+    return device_layer(e, name_ + ".bwd", {x, &out, &diff_out}, {diff_in[0]}, [&]() -> Status {
       TT_CUDNN(cudnnActivationBackward(context_.cudnn, d_.relu.get(), &kOne, d_.x.get(), out.address(),
-                                       d_.x.get(), diff_out.address(), d_.x.get(), in[0]->address(), &kZero,
+                                       d_.x.get(), diff_out.address(), d_.x.get(), x->address(), &kZero,
                                        d_.x.get(), diff_in[0]->address()));
       return Status::ok();
     });
   }
+  bool can_run_in_place() const override { return true; }
+  void set_in_place(bool on) override { in_place_ = on; }
+  bool backward_reads_input(std::size_t /*k*/) const override { return !in_place_; }
   bool backward_reads_output() const override { return true; }
   bool is_relu() const override { return true; }
 
  private:
   Context& context_;
   ReluDescriptors d_;
+  bool in_place_ = false;
 };
 
 class PoolLayer final : public Layer {
