@@ -52,7 +52,13 @@ void CudaMoveEngine::last_uses_locked(std::uintptr_t begin, std::uintptr_t end,
 void CudaMoveEngine::layer_used(std::span<const UsedRange> ranges) {
   if (ranges.empty()) return;
   Result<EventHandle> recorded = device_.record(device_.compute());
-  if (!recorded) return;  // then copies wait for nothing new: the runtime's error shows at the next copy
+  if (!recorded) {  // no event to wait for: the layer's work is waited for here instead
+    if (!device_.synchronize_stream(device_.compute()).is_ok()) {
+      std::lock_guard lock(mutex_);
+      unordered_ = true;
+    }
+    return;
+  }
   Device* device = &device_;
   auto event = std::shared_ptr<EventHandle>(new EventHandle(recorded.value()), [device](EventHandle* e) {
     device->release(*e);
@@ -84,6 +90,7 @@ unsigned CudaMoveEngine::copy(void* to, const void* from, std::size_t bytes, Cop
   std::vector<std::shared_ptr<EventHandle>> uses;  // held until the copy is issued
   {
     std::lock_guard lock(mutex_);
+    if (unordered_) return 0;  // a layer's work may still be under way on these bytes
     const auto src = reinterpret_cast<std::uintptr_t>(from), dst = reinterpret_cast<std::uintptr_t>(to);
     last_uses_locked(src, src + bytes, uses);
     last_uses_locked(dst, dst + bytes, uses);

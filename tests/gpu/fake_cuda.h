@@ -117,6 +117,13 @@ class FakeCuda {
     auto it = stream_syncs_.find(stream);
     return it == stream_syncs_.end() ? 0 : it->second;
   }
+  // The next `n` event records fail (cudaErrorLaunchFailure), and, with `syncs_too`, the next `n`
+  // stream synchronizations as well: a device in trouble.
+  void fail_next_records(int n, bool syncs_too = false) {
+    std::lock_guard lock(mutex_);
+    failing_records_ = n;
+    failing_syncs_ = syncs_too ? n : 0;
+  }
   // Events recorded on a stream of another device than the event's (CUDA refuses them).
   int wrong_device_records() const {
     std::lock_guard lock(mutex_);
@@ -217,6 +224,10 @@ class FakeCuda {
     };
     api_.stream_synchronize = [](StreamHandle s) -> CudaStatus {
       const auto lock = get().guard();
+      if (get().failing_syncs_ > 0) {
+        --get().failing_syncs_;
+        return 719;
+      }
       get().host_waits_for(get().streams_[s]);
       get().host_time() = std::max(get().host_time(), get().time_ms_[s]);
       ++get().stream_syncs_[s];
@@ -245,6 +256,10 @@ class FakeCuda {
     };
     api_.event_record = [](EventHandle e, StreamHandle s) -> CudaStatus {
       const auto lock = get().guard();
+      if (get().failing_records_ > 0) {
+        --get().failing_records_;
+        return 719;  // cudaErrorLaunchFailure
+      }
       auto it = get().events_.find(e);
       if (it == get().events_.end()) return 400;
       if (get().device_of_[e] != get().device_of_[s]) {  // as CUDA: an event and a stream of two devices
@@ -385,6 +400,7 @@ class FakeCuda {
   int waits_ = 0;
   std::map<std::uintptr_t, int> device_of_;  // each stream's and event's device (current where made)
   int wrong_device_records_ = 0;
+  int failing_records_ = 0, failing_syncs_ = 0;  // fail_next_records
   std::map<StreamHandle, int> stream_syncs_;
   int copies_[4] = {0, 0, 0, 0};            // by CopyKind
   Clock host_;                              // what host waits have seen completed

@@ -507,6 +507,39 @@ TEST(CudaMoveEngine, CopiesWaitForTheLastLayerThatUsedTheirBytes) {
   ASSERT_EQ(api.free_device(slots), 0);
 }
 
+// Where a layer's event cannot be recorded, the engine waits for the layer's work on the host, so
+// the copy after it does not race the kernel; where that wait fails too, every later copy is
+// refused (the move fails and the bytes stay where they are) instead of racing.
+TEST(CudaMoveEngine, ALayerWhoseEventFailsIsWaitedForOrNoCopyRuns) {
+  const CudaApi& api = FakeCuda::install();
+  FakeCuda& fake = FakeCuda::get();
+  auto device = Device::open(api).value();
+  void* slots = nullptr;
+  ASSERT_EQ(api.malloc_device(&slots, 2 * kMiB), 0);
+  std::vector<std::byte> home(kMiB);
+  auto* x = static_cast<std::byte*>(slots);
+  const UsedRange used[] = {{x, kMiB}};
+  {
+    CudaMoveEngine engine(*device, 0);
+    fake.kernel(device->compute(), {}, {FakeCuda::bytes(x, kMiB)}, "layer writes x");
+    const int syncs = fake.stream_syncs(device->compute());
+    fake.fail_next_records(1);
+    engine.layer_used(used);
+    EXPECT_EQ(fake.stream_syncs(device->compute()), syncs + 1) << "the layer waited for instead";
+    EXPECT_EQ(engine.copy(home.data(), x, kMiB, {0, 1}), 1u);
+    EXPECT_TRUE(fake.races().empty()) << fake.races().front();
+  }
+  CudaMoveEngine engine(*device, 0);
+  fake.kernel(device->compute(), {}, {FakeCuda::bytes(x + kMiB, kMiB)}, "layer writes y");
+  fake.fail_next_records(1, /*syncs_too=*/true);
+  const UsedRange y[] = {{x + kMiB, kMiB}};
+  engine.layer_used(y);
+  EXPECT_EQ(engine.copy(home.data(), x + kMiB, kMiB, {0, 1}), 0u) << "refused: y's kernel may be under way";
+  EXPECT_EQ(engine.copy(home.data(), x, kMiB, {0, 1}), 0u) << "and every copy after it";
+  EXPECT_TRUE(fake.races().empty()) << fake.races().front();
+  ASSERT_EQ(api.free_device(slots), 0);
+}
+
 // A step on a device tier ends when the device's queued work does: step_end waits for the layer
 // stream before it reads the clock (it read it first: the trial and the profile compared the
 // host's issue times, not the GPU's work).

@@ -71,9 +71,13 @@ class CudaMoveEngine final : public tensortier::CopyEngine {
   CudaMoveEngine& operator=(const CudaMoveEngine&) = delete;
   std::string_view name() const override { return "cuda"; }
   // Returns 1, or 0 where the runtime refused the copy or its wait (the bytes are then not known
-  // to be there: the caller's move must fail).
+  // to be there: the caller's move must fail), or where a layer's use could not be ordered
+  // before it (layer_used below), from then on.
   unsigned copy(void* to, const void* from, std::size_t bytes, CopyRoute route) override;
   unsigned threads() const override { return 1; }
+  // Records an event after the layer's work for the ranges it used; where the event cannot be
+  // recorded, waits for the layer's work on the host instead (no later copy may start before it),
+  // and where that fails too, every later copy fails (nothing copied early: a write never lost).
   void layer_used(std::span<const UsedRange> ranges) override;
   // The direction of a copy between these tiers.
   CopyKind kind_of(CopyRoute route) const;
@@ -95,8 +99,9 @@ class CudaMoveEngine final : public tensortier::CopyEngine {
   CudaCopyEngine engine_;
   Device& device_;
   TierIndex device_tier_;
-  mutable std::mutex mutex_;  // guards last_use_
+  mutable std::mutex mutex_;  // guards last_use_ and unordered_
   LastUses last_use_;         // begin -> the range's end and its last layer's event
+  bool unordered_ = false;    // a layer's use could be neither recorded nor waited for
 };
 
 }  // namespace tensortier::gpu
