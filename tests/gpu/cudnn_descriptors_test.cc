@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "tensortier/dnn/cudnn/algorithm_choice.h"
 #include "tensortier/dnn/cudnn/descriptors.h"
 #include "tensortier/dnn/models.h"
 
@@ -207,6 +208,50 @@ TEST(CudnnStatus, AHandleWithoutAGpuIsUnavailable) {
     EXPECT_EQ(made.code(), StatusCode::kUnavailable) << made.to_string();
   }
   if (handle != nullptr) cudnnDestroy(handle);
+}
+
+// The convolution's algorithm: cuDNN's ranking kept, passing over a candidate that failed, does
+// not compute in the math mode asked, is not deterministic where asked, or needs more workspace
+// than the limit; none left is an error naming what was asked.
+TEST(CudnnAlgorithms, TheFirstRankedThatMeetsEveryNeed) {
+  auto perf = [](cudnnConvolutionFwdAlgo_t algo, std::size_t memory, bool deterministic,
+                 cudnnMathType_t math = CUDNN_DEFAULT_MATH, cudnnStatus_t status = CUDNN_STATUS_SUCCESS) {
+    cudnnConvolutionFwdAlgoPerf_t p{};
+    p.algo = algo;
+    p.status = status;
+    p.memory = memory;
+    p.determinism = deterministic ? CUDNN_DETERMINISTIC : CUDNN_NON_DETERMINISTIC;
+    p.mathType = math;
+    return p;
+  };
+  const std::size_t kMiB = std::size_t{1} << 20;
+  const cudnnConvolutionFwdAlgoPerf_t ranked[] = {
+      perf(CUDNN_CONVOLUTION_FWD_ALGO_FFT, 0, true, CUDNN_DEFAULT_MATH, CUDNN_STATUS_NOT_SUPPORTED),
+      perf(CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED, 0, true, CUDNN_TENSOR_OP_MATH),
+      perf(CUDNN_CONVOLUTION_FWD_ALGO_GEMM, 0, false),
+      perf(CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING, 900 * kMiB, true),
+      perf(CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, 4 * kMiB, true),
+  };
+  auto pick = [&](AlgorithmNeeds needs) { return pick_algorithm(ranked, 5, needs, "forward"); };
+  auto limited = pick({true, MathMode::kFma, 64 * kMiB});
+  ASSERT_TRUE(limited) << limited.status().to_string();
+  EXPECT_EQ(limited->algo, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM) << "FFT tiling needs 900 MiB";
+  auto unlimited = pick({true, MathMode::kFma, 0});
+  ASSERT_TRUE(unlimited);
+  EXPECT_EQ(unlimited->algo, CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING);
+  auto tensor_cores = pick({true, MathMode::kTensorCores, 64 * kMiB});
+  ASSERT_TRUE(tensor_cores);
+  EXPECT_EQ(tensor_cores->algo, CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED);
+  auto any = pick({false, MathMode::kFma, 64 * kMiB});
+  ASSERT_TRUE(any);
+  EXPECT_EQ(any->algo, CUDNN_CONVOLUTION_FWD_ALGO_GEMM) << "non-deterministic allowed";
+  auto none = pick({true, MathMode::kFma, kMiB});
+  ASSERT_FALSE(none);
+  EXPECT_EQ(none.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(none.status().message().find("forward algorithm for this shape that is deterministic within a "
+                                         "workspace of 1048576 bytes"),
+            std::string::npos)
+      << none.status().message();
 }
 
 }  // namespace

@@ -1,32 +1,17 @@
 // The cuDNN backend's convolution: cudnnConvolutionForward / BackwardData / BackwardFilter /
 // BackwardBias with algorithms chosen once per input shape from cuDNN's heuristics (the first
-// that is deterministic where asked and computes in the math mode asked), workspaces as runtime
-// objects for the one call that needs them.
+// that is deterministic where asked, computes in the math mode asked and needs at most the
+// backend's workspace limit: algorithm_choice.h), workspaces as runtime objects for the one call
+// that needs them.
 #include <map>
 
 #include <fmt/format.h>
 
 #include "cudnn_layer.h"
+#include "tensortier/dnn/cudnn/algorithm_choice.h"
 
 namespace tensortier::dnn::cudnn {
 namespace {
-
-bool math_fits(cudnnMathType_t type, MathMode math) {
-  return math == MathMode::kTensorCores || type == CUDNN_DEFAULT_MATH || type == CUDNN_FMA_MATH;
-}
-
-// The first of cuDNN's ranked candidates `perf` (count of them) that ran, fits the math mode and
-// is deterministic where asked.
-template <typename Perf>
-Result<Perf> pick(const Perf* perf, int count, const Context& context, const char* what) {
-  for (int i = 0; i < count; ++i) {
-    if (perf[i].status != CUDNN_STATUS_SUCCESS || !math_fits(perf[i].mathType, context.math)) continue;
-    if (context.deterministic && perf[i].determinism != CUDNN_DETERMINISTIC) continue;
-    return perf[i];
-  }
-  return unavailable(fmt::format("cuDNN offers no {} algorithm for this shape{}", what,
-                                 context.deterministic ? " that is deterministic" : ""));
-}
 
 class ConvLayer final : public Layer {
  public:
@@ -137,17 +122,17 @@ class ConvLayer final : public Layer {
     cudnnConvolutionFwdAlgoPerf_t fwd[kMax];
     TT_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(context_.cudnn, s.d.x.get(), s.d.w.get(), s.d.conv.get(),
                                                     s.d.y.get(), kMax, &count, fwd));
-    auto f = pick(fwd, count, context_, "forward");
+    auto f = pick_algorithm(fwd, count, needs(), "forward");
     if (!f) return f.status();
     cudnnConvolutionBwdDataAlgoPerf_t data[kMax];
     TT_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(context_.cudnn, s.d.w.get(), s.d.y.get(),
                                                          s.d.conv.get(), s.d.x.get(), kMax, &count, data));
-    auto d = pick(data, count, context_, "backward-data");
+    auto d = pick_algorithm(data, count, needs(), "backward-data");
     if (!d) return d.status();
     cudnnConvolutionBwdFilterAlgoPerf_t filter[kMax];
     TT_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
         context_.cudnn, s.d.x.get(), s.d.y.get(), s.d.conv.get(), s.d.w.get(), kMax, &count, filter));
-    auto w = pick(filter, count, context_, "backward-filter");
+    auto w = pick_algorithm(filter, count, needs(), "backward-filter");
     if (!w) return w.status();
     s.fwd = f->algo;
     s.data = d->algo;
@@ -159,6 +144,10 @@ class ConvLayer final : public Layer {
     TT_CUDNN(cudnnGetConvolutionBackwardFilterWorkspaceSize(
         context_.cudnn, s.d.x.get(), s.d.y.get(), s.d.conv.get(), s.d.w.get(), s.filter, &s.filter_bytes));
     return Status::ok();
+  }
+
+  AlgorithmNeeds needs() const {
+    return {context_.deterministic, context_.math, context_.workspace_limit_bytes};
   }
 
   ConvSpec spec_;

@@ -31,6 +31,11 @@ Result<std::unique_ptr<CudnnBackend>> CudnnBackend::create(Runtime& runtime, Bac
   }
   auto context = std::make_unique<Context>();
   context->stream = runtime.device_stream();
+  context->workspace_limit_bytes = options.workspace_limit_bytes;
+  for (std::size_t t = 0; t < runtime.tier_count() && context->workspace_limit_bytes == 0; ++t) {
+    const Tier& tier = runtime.tier(static_cast<TierIndex>(t));
+    if (tier.kind() == TierKind::kCuda) context->workspace_limit_bytes = tier.budget_bytes() / 8;
+  }
   context->deterministic = options.deterministic;
   context->math = options.math;
   std::unique_ptr<CudnnBackend> backend(new CudnnBackend(std::move(context)));  // frees the handles on error

@@ -33,6 +33,7 @@ struct Context {
   std::uintptr_t stream = 0;  // the runtime's device stream (a cudaStream_t)
   bool deterministic = true;  // algorithms that give the same bits every run
   MathMode math = MathMode::kFma;
+  std::size_t workspace_limit_bytes = 0;  // a convolution's workspace at most (0: none)
 };
 
 // cuBLAS's status as a Status naming the call.

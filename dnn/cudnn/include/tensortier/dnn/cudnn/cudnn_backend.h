@@ -12,7 +12,9 @@
 //
 // Every layer queues its calls on the runtime's device stream (Runtime::device_stream()) inside
 // its layer mark, so the copy engine orders moves after them and the layer clock times them.
-// Workspaces are runtime objects for the call that needs them. Deterministic (the default):
+// Workspaces are runtime objects for the call that needs them, each at most the backend's limit
+// (algorithm_choice.h). ReLUs run in place where the graph allows, as the CPU backend's; labels are
+// checked by the loss kernel, not read back. Deterministic (the default):
 // convolution algorithms that give the same bits every run, FMA math (no TF32), so runs under
 // different policies are bit-identical.
 //
@@ -37,6 +39,9 @@ struct Context;  // cudnn_layer.h
 struct BackendOptions {
   bool deterministic = true;
   MathMode math = MathMode::kFma;
+  // The most workspace one convolution call may take (algorithms that need more are passed over);
+  // 0: an eighth of the cuda tier's budget, so a workspace never crowds the tensors out of it.
+  std::size_t workspace_limit_bytes = 0;
 };
 
 class CudnnBackend final : public Backend {
