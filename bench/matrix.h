@@ -57,6 +57,9 @@ struct MatrixConfig {
   // The tightened bound's search (timed_bound.h), on each task's first planning policy; 0: none.
   // A planning knob: not part of the matrix's identity (not in to_json).
   double tightened_bound_s = 30;
+  // The timed bound's channel program, on every planning policy's run; 0: not solved. Also a
+  // planning knob.
+  double timed_bound_s = 60;
 };
 
 nlohmann::json to_json(const MatrixConfig& config);

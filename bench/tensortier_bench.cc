@@ -119,7 +119,7 @@ Result<json> run_task(const MatrixConfig& c, const Task& task, const fs::path& o
     // its "fast-only" is the runtime with no policy.
     options.policy = task.kind == TaskKind::kNumactl ? "" : policy;
     options.fast_budget = task.budget;
-    if (policy != "fast-only") options.timed_bound_s = 60;  // the timed bound's channel program
+    if (policy != "fast-only") options.timed_bound_s = c.timed_bound_s;  // the timed bound's channel program
     // The tightened program once a task, on its first planning policy's run (the bound is the
     // profile's, not the policy's; the cells carry it over).
     if (policy != "fast-only" && policy != "slow-only" && !tightened_asked) {
@@ -429,6 +429,7 @@ struct Cli {
   std::string backend = "cpu";
   std::string math = "fp32";
   double tightened_bound_s = MatrixConfig{}.tightened_bound_s;
+  double timed_bound_s = MatrixConfig{}.timed_bound_s;
 };
 
 // A task's policies run side by side in one process, a runtime each: a cuda tier without a size
@@ -503,6 +504,7 @@ Result<MatrixConfig> matrix_from(const Cli& cli) {
   c.batch = cli.batch;
   c.image_size = cli.image_size;
   c.tightened_bound_s = cli.tightened_bound_s;
+  c.timed_bound_s = cli.timed_bound_s;
   c.width = cli.width;
   c.steps = cli.steps > 0 ? cli.steps : quick ? 3 : 5;
   c.warmup = cli.warmup;
@@ -885,6 +887,10 @@ int main(int argc, char** argv) {
       "The mover on the last CPU of this process's alone, every policy's layers (fast-only's too) on "
       "the others, plans weighing moves without the mover's CPU: a server where migration has a core "
       "of its own");
+  app.add_option("--timed-bound-s", cli.timed_bound_s,
+                 "Seconds for the timed bound's channel program, on every planning policy's run; 0: none")
+      ->check(CLI::Range(0.0, 3600.0))
+      ->capture_default_str();
   app.add_option("--tightened-bound-s", cli.tightened_bound_s,
                  "Seconds for the tightened bound's search (integral at uses), once a task; 0: none")
       ->check(CLI::Range(0.0, 3600.0))

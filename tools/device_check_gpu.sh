@@ -235,7 +235,8 @@ if [[ ! -x $build/bench/tensortier-bench ]]; then
   row bench_cuda skipped "tensortier-bench is not part of $build (TENSORTIER_BUILD_BENCH off)"
 elif gpu_command bench_cuda timeout 120 "$build/bench/tensortier-bench" --backend cuda \
   --tiers fast=cuda:0:8GiB,slow=pinned:8GiB --models resnet18 --batch 64 --budgets 100%,70%,50% \
-  --policies smartpool,autoswap,sentinel --steps 3 --tightened-bound-s 0 --no-plots --fresh --out "$out/bench-cuda"; then
+  --policies smartpool,autoswap,sentinel --steps 3 --timed-bound-s 10 --tightened-bound-s 0 --no-plots --fresh \
+  --out "$out/bench-cuda"; then
   cat "$out/bench-cuda/table.md"
   row bench_cuda ok "table in $out/bench-cuda/table.md"
 fi
