@@ -256,10 +256,12 @@ INSTANTIATE_TEST_SUITE_P(Policies, PolicyTest,
 INSTANTIATE_TEST_SUITE_P(Long, PolicyTest,
                          ::testing::Combine(::testing::Values("resnet18"),
                                             ::testing::ValuesIn(kEveryPolicy)));
-// The search policy plans for tens of seconds on ResNet-18: trained here on LeNet-5 (its plans'
-// validity on real profiles: Policies.PlansFromRealProfilesAreValidAndTheRegionIsTight).
+// The search and channel policies plan for tens of seconds and seconds on ResNet-18: trained here on
+// LeNet-5 (their plans' validity on real profiles:
+// Policies.PlansFromRealProfilesAreValidAndTheRegionIsTight).
 INSTANTIATE_TEST_SUITE_P(Search, PolicyTest,
-                         ::testing::Combine(::testing::Values("lenet5"), ::testing::Values("search")));
+                         ::testing::Combine(::testing::Values("lenet5"),
+                                            ::testing::Values("search", "channel")));
 
 // Reactive at 2 MiB pages on tensors larger than a segment (ResNet-18 of width 24 on 32x32
 // images, batch 32: activations of 3 MiB): objects really split over the tiers, their segments

@@ -196,15 +196,14 @@ std::string lay_out_places(Plan& plan, const PlanInputs& in) {
 
 std::string lay_out_places_timed(Plan& plan, const PlanInputs& in) {
   std::string problem = lay_out(plan, in, OutClock::kBoundary);
-  const bool valid = problem.empty() && simulate(plan, in).empty();
-  Plan eager = plan;  // needs less room than the first: it may fit where that one does not
-  if (lay_out(eager, in, OutClock::kEager).empty() && simulate(eager, in).empty() &&
-      (!valid || eager.predicted_extra_ns < plan.predicted_extra_ns)) {
-    plan = std::move(eager);
-    return "";
+  if (!problem.empty() || !simulate(plan, in).empty()) {
+    Plan eager = plan;  // needs less room than the first: it may fit and be valid where that one is not
+    if (lay_out(eager, in, OutClock::kEager).empty() && simulate(eager, in).empty()) {
+      plan = std::move(eager);
+      return "";
+    }
+    return problem;  // "" where it fits but is not valid: nothing to time (the caller says why)
   }
-  if (!problem.empty()) return problem;
-  if (!valid) return "";  // not valid: nothing to time (the caller says why)
   Plan timed = plan;
   if (!lay_out(timed, in, OutClock::kTimed).empty() || !simulate(timed, in).empty()) return "";
   if (timed.predicted_extra_ns < plan.predicted_extra_ns) plan = std::move(timed);

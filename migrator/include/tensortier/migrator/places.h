@@ -32,14 +32,13 @@ namespace tensortier::migrator {
 // the small objects' reserve, else by how much they do not.
 std::string lay_out_places(Plan& plan, const PlanInputs& inputs);
 
-// The same, and two more layouts of it, each played (simulate()): eager, where a stay that a move
-// out at boundary b ends lets its place go to b's births, which wait for the copy
-// (PlacesPlan::births_wait_for_outs: the room a move out frees as the channel program counts it,
-// at the price of the wait); and timed, where such a stay holds its place until the simulator
-// found the copy done (PlannedMove::done_by), so that no birth waits for it. The eager layout is
-// kept where it is valid and predicted cheaper than the first, or the first does not fit; else
-// the timed one where it fits and is predicted cheaper. The plan's predictions are filled where
-// it is valid.
+// The same, played (simulate()); then, where it does not fit or is not valid, laid out eager: a
+// stay that a move out at boundary b ends lets its place go to b's births, which wait for the
+// copy (PlacesPlan::births_wait_for_outs: the room a move out frees as the channel program counts
+// it, at the price of the wait), kept where that fits and is valid; where the first is valid,
+// laid out again timed: each such stay holds its place until the simulator found the copy done
+// (PlannedMove::done_by), so that no birth waits for it, kept where it fits and is predicted
+// cheaper. The plan's predictions are filled where it is valid.
 std::string lay_out_places_timed(Plan& plan, const PlanInputs& inputs);
 
 }  // namespace tensortier::migrator
