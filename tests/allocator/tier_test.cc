@@ -10,7 +10,7 @@
 
 #include <gtest/gtest.h>
 
-#include "../allocator/src/os_pages.h"
+#include "os_pages.h"  // allocator/src: the OS layer
 #include "test_util.h"
 
 namespace tensortier {
