@@ -177,7 +177,6 @@ void ChannelProgram::add_layers() {
 ChannelSolution ChannelProgram::solve(double time_limit_s) const {
   ChannelSolution out;
   const LinearProgram::Solved solved = lp_.solve(time_limit_s);
-  out.optimal = solved.optimal;
   if (solved.infeasible) {
     out.status = "infeasible: the room cannot hold what must be fast";
     return out;

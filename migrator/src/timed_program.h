@@ -12,10 +12,9 @@
 namespace tensortier::migrator {
 
 struct ChannelSolution {
-  bool solved = false;   // `slow_share` holds a solution (the LP's optimum, the MILP's best found)
-  bool optimal = false;  // proven optimal
-  double bound_ns = 0;   // no plan adds less (the LP's optimum, the MILP's best possible); 0: none
-  std::string status;    // what the solver did, for logs
+  bool solved = false;  // `slow_share` holds a solution (the LP's optimum, the MILP's best found)
+  double bound_ns = 0;  // no plan adds less (the LP's optimum, the MILP's best possible); 0: none
+  std::string status;   // what the solver did, for logs
   // Per object of PlanInputs::objects, per boundary in [0, layers): its share on the slow tier
   // there, as the solution has it; -1 where the program has no column (no layer finds it there,
   // or it is not alive).
