@@ -26,13 +26,15 @@ constexpr const char* kGpuTiers = "fast=cuda:0:2GiB,slow=pinned:2GiB";
 
 struct Trained {
   std::vector<double> losses;
-  std::vector<std::vector<float>> params;  // each in PyTorch's layout, in the network's order
+  std::vector<std::vector<float>> params;     // each in PyTorch's layout, in the network's order
+  std::size_t relus = 0, relus_in_place = 0;  // in the last step; in place: writes what it reads
 };
 
 // `steps` steps of `model` (narrow, 16x16 synthetic images, 32x32 for VGG, whose fifth pool
-// needs 2x2 maps; LeNet-5 on 28x28) on `tiers`, the cuDNN backend where `cuda`.
+// needs 2x2 maps; LeNet-5 on 28x28) on `tiers`, the cuDNN backend where `cuda`, with `memory`.
 Result<Trained> train(const std::string& model, bool cuda, const std::string& tiers,
-                      const std::string& policy = "", const std::string& budget = "", int steps = 3) {
+                      const std::string& policy = "", const std::string& budget = "", int steps = 3,
+                      const MemoryOptions& memory = {}) {
   RuntimeOptions options(tiers);
   options.policy = policy;
   options.fast_budget = budget;
@@ -45,6 +47,7 @@ Result<Trained> train(const std::string& model, bool cuda, const std::string& ti
     backend = std::move(b).value();
   }
   Engine engine = backend ? Engine(*rt.value(), *backend) : Engine(*rt.value());
+  engine.set_memory_options(memory);
   const bool lenet = model == "lenet5";
   const int side = model.starts_with("vgg") ? 32 : 16;
   const dnnl::memory::dims input =
@@ -64,6 +67,11 @@ Result<Trained> train(const std::string& model, bool cuda, const std::string& ti
     if (!result) return result.status();
     TENSORTIER_RETURN_IF_ERROR(rt.value()->step_end());
     out.losses.push_back(result->loss);
+  }
+  for (const LayerRecord& l : rt.value()->last_step_layers()) {
+    if (!l.name.ends_with("relu.fwd")) continue;
+    ++out.relus;
+    if (l.reads.size() == 1 && l.writes.size() == 1 && l.reads[0] == l.writes[0]) ++out.relus_in_place;
   }
   for (auto& [name, p] : net.value()->params()) {
     std::vector<float> plain(p->plain.get_size() / sizeof(float));
@@ -164,48 +172,18 @@ TEST(CudnnBackend, TrainsAsTheCpuBackendDoes) {
 // its backward gives cuDNN the output as x): the same losses to the bit as apart, every ReLU
 // reading and writing one object.
 TEST(CudnnBackend, InPlaceRelusChangeNoResult) {
-  struct Run {
-    std::vector<double> losses;
-    std::size_t relus = 0, in_place = 0;
-  };
-  auto run = [](const MemoryOptions& memory) -> Result<Run> {
-    auto rt = Runtime::create({kGpuTiers});
-    if (!rt) return rt.status();
-    auto backend = CudnnBackend::create(*rt.value());
-    if (!backend) return backend.status();
-    Engine engine(*rt.value(), *backend.value());
-    engine.set_memory_options(memory);
-    auto net = make_model("resnet18", {10, 8});
-    if (!net) return net.status();
-    TENSORTIER_RETURN_IF_ERROR(net.value()->build(engine, {8, 3, 16, 16}, 42));
-    const Dataset data = synthetic_dataset(16, 3, 16, 16, 10, 7);
-    BatchIterator it(data, 8, 3);
-    Batch batch;
-    Run out;
-    for (int step = 0; step < 2; ++step) {
-      TENSORTIER_RETURN_IF_ERROR(it.next(engine, batch));
-      TENSORTIER_RETURN_IF_ERROR(rt.value()->step_begin());
-      auto result = net.value()->train_step(engine, batch, {0.05F, 0.9F, 1e-4F});
-      if (!result) return result.status();
-      TENSORTIER_RETURN_IF_ERROR(rt.value()->step_end());
-      out.losses.push_back(result->loss);
-    }
-    for (const LayerRecord& l : rt.value()->last_step_layers()) {
-      if (!l.name.ends_with("relu.fwd")) continue;
-      ++out.relus;
-      if (l.reads.size() == 1 && l.writes.size() == 1 && l.reads[0] == l.writes[0]) ++out.in_place;
-    }
-    return out;
-  };
-  auto in_place = run({.in_place = true, .fuse_batch_norm_relu = false});
+  auto in_place =
+      train("resnet18", true, kGpuTiers, "", "", 2, {.in_place = true, .fuse_batch_norm_relu = false});
   SKIP_WITHOUT_GPU(in_place);
   ASSERT_TRUE(in_place) << in_place.status().to_string();
-  auto apart = run({.in_place = false, .fuse_batch_norm_relu = false});
+  auto apart =
+      train("resnet18", true, kGpuTiers, "", "", 2, {.in_place = false, .fuse_batch_norm_relu = false});
   ASSERT_TRUE(apart) << apart.status().to_string();
   EXPECT_EQ(in_place->losses, apart->losses);
+  EXPECT_EQ(in_place->params, apart->params);
   EXPECT_EQ(in_place->relus, 17u);
-  EXPECT_EQ(in_place->in_place, 17u);
-  EXPECT_EQ(apart->in_place, 0u);
+  EXPECT_EQ(in_place->relus_in_place, 17u);
+  EXPECT_EQ(apart->relus_in_place, 0u);
 }
 
 // A label outside the model's classes (a 3-class LeNet-5 fed labels 0..9): the kernel flags the
