@@ -3,8 +3,9 @@
 // at each boundary, solved by COIN-OR CBC within a time limit, its moves in then handed out as
 // early as the budget allows), its own heuristics (Belady's rule with prefetch: at each boundary
 // the objects used within a lookahead moved in, nearest use first, room made by moving out those
-// used furthest away, or clean ones first) and every other whole-object policy's plan, all weighed
-// as if every move copied, and with ready memory in their places as laid out. The exact model leaves out
+// used furthest away, or clean ones first) and every other whole-object policy's plan, each weighed
+// as make_plan plays it (moves of dead bytes free), with ready memory in its places as laid out, so
+// it is never predicted worse than a plan it weighs. The exact model leaves out
 // time, so its optimum is a lower bound on every whole-object plan's prediction (Plan::bound_extra_ns), not a
 // plan that reaches it.
 #include "policies/policy_kit.h"
@@ -372,12 +373,11 @@ Plan oracle(const PlanInputs& in) {
                                 std::move(*plan));
     }
   }
-  // The variants are weighed as if every move copied: a move of dead bytes is free by the
-  // simulator's account, but a plan of many moves loses to moves that fail for room the training
-  // thread takes first, which the simulator does not see (measured: docs/RESULTS.md, "Moves of
-  // dead bytes"). The one chosen is then played with its dead moves marked.
-  PlanInputs weigh = in;
-  weigh.dead_moves_free = false;
+  // Each variant is weighed as make_plan will play it (its dead moves marked and free), so the
+  // oracle is never predicted worse than a plan it weighs. Until 2026-12-07 it weighed every move
+  // as a copy (moves failed for room the simulator did not see then; it now refuses a move in that
+  // finds no room, and with ready memory lays out every birth's place).
+  const PlanInputs& weigh = in;
   Plan best;
   bool have = false;
   for (auto& [variant, plan] : candidates) {
