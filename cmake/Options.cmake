@@ -21,3 +21,6 @@ endif()
 set(TENSORTIER_GPU ${gpu_default} CACHE STRING
     "The GPU backend (gpu/): AUTO (built where the CUDA toolkit and cuDNN are found), ON (required), OFF")
 set_property(CACHE TENSORTIER_GPU PROPERTY STRINGS AUTO ON OFF)
+set(TENSORTIER_TORCH AUTO CACHE STRING
+    "tensortier.torch (python/): AUTO (built where a Python with PyTorch, its C++ headers and pybind11 are found), ON (required), OFF")
+set_property(CACHE TENSORTIER_TORCH PROPERTY STRINGS AUTO ON OFF)

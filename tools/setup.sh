@@ -3,7 +3,7 @@
 # Idempotent and quiet when nothing is missing; uses sudo when not run as root.
 # The list is the one place our system dependencies are named (cmake/Dependencies.cmake finds
 # them). Usage: tools/setup.sh [test] [vm]
-#   test: adds what only the tests need (PyTorch for the cross-check)
+#   test: adds what only the tests need (PyTorch for the cross-check and tensortier.torch)
 #   vm:   adds what tests/numa_vm/run.sh needs to boot its two-node VM
 #   fuzz: adds clang and libFuzzer for tools/fuzz.sh
 set -euo pipefail
@@ -23,7 +23,8 @@ packages=(
 )
 for group in "$@"; do
   case "$group" in
-    test) packages+=(python3-torch) ;;                    # tests/torch/crosscheck.py (PyTorch 1.13)
+    test) packages+=(python3-torch                        # tests/torch/crosscheck.py (PyTorch 1.13)
+                     libtorch-dev pybind11-dev python3-dev) ;;  # tensortier.torch (python/), its test
     vm) packages+=(qemu-system-x86 busybox-static cpio) ;;  # the two-node NUMA VM (tests/numa_vm/)
     fuzz) packages+=(clang libclang-rt-14-dev) ;;            # libFuzzer targets (tools/fuzz.sh)
     *) echo "setup: unknown group '$group' (known: test, vm, fuzz)" >&2; exit 2 ;;

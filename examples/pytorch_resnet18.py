@@ -1,0 +1,141 @@
+"""An unmodified PyTorch training loop (a CIFAR-style ResNet-18) on tiers with tensortier.torch.
+
+    PYTHONPATH=build/release/python python3 examples/pytorch_resnet18.py --compare \\
+        --tiers fast=dram:4GiB,slow=emulated:optane-server:8GiB --fast-budget 20%
+
+With --compare: plain PyTorch, then fast-only, slow-only and each --policy (default sentinel and
+the oracle), each in a runtime of its own in turn, printing one table: the median step time, its
+ratio to fast-only, the moves, and whether the losses are bit-identical to plain PyTorch's.
+Without: one run under --policy. The data is synthetic (a few batches in turn), the model defined
+below; the loop in train() is plain PyTorch but for `with rt.step():`.
+"""
+
+import argparse
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import tensortier.torch as tt
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.relu = nn.ReLU(inplace=True)
+        self.shortcut = nn.Sequential()
+        if stride != 1 or cin != cout:
+            self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return F.relu(out + self.shortcut(x))
+
+
+class ResNet18(nn.Module):
+    def __init__(self, width=64, classes=10):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, width, 3, 1, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(inplace=True))
+        layers, cin = [], width
+        for i, stride in enumerate([1, 2, 2, 2]):
+            cout = width * 2**i
+            layers += [BasicBlock(cin, cout, stride), BasicBlock(cout, cout, 1)]
+            cin = cout
+        self.layers = nn.Sequential(*layers)
+        self.fc = nn.Linear(cin, classes)
+
+    def forward(self, x):
+        x = self.layers(self.stem(x))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+def batches(args):
+    g = torch.Generator().manual_seed(1)
+    few = [(torch.randn(args.batch, 3, args.image_size, args.image_size, generator=g),
+            torch.randint(0, 10, (args.batch,), generator=g)) for _ in range(4)]
+    return [few[i % len(few)] for i in range(args.warmup + args.steps)]
+
+
+def train(args, policy):
+    """(losses, step times in ms after the warm-up, stats) of one run; policy None: plain PyTorch."""
+    rt = tt.Runtime(args.tiers, policy, args.fast_budget) if policy is not None else None
+    torch.manual_seed(0)
+    model = ResNet18(args.width)
+    opt = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
+    if rt:
+        rt.attach(model, opt)
+    losses, times_ms = [], []
+    for i, (x, y) in enumerate(batches(args)):
+        start = time.perf_counter()
+        with rt.step() if rt else _Nothing():
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+        losses.append(loss.item())
+        if i >= args.warmup:
+            times_ms.append(1e3 * (time.perf_counter() - start))
+    stats = rt.stats() if rt else {}
+    if rt:
+        if args.verbose:
+            print(rt.describe(), file=sys.stderr)
+        rt.close()
+    return losses, times_ms, stats
+
+
+class _Nothing:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--tiers", default="fast=dram:4GiB,slow=emulated:optane-server:8GiB")
+    p.add_argument("--policy", action="append", help="a policy (repeat for more; default sentinel, oracle)")
+    p.add_argument("--fast-budget", default="20%")
+    p.add_argument("--compare", action="store_true", help="plain PyTorch, fast-only, slow-only and the policies")
+    p.add_argument("--width", type=int, default=64)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--image-size", type=int, default=32)
+    p.add_argument("--steps", type=int, default=6, help="measured steps")
+    p.add_argument("--warmup", type=int, default=10, help="steps before (the profile, the plan and its trial)")
+    p.add_argument("--threads", type=int, default=0, help="PyTorch's threads (0: PyTorch's default)")
+    p.add_argument("--verbose", action="store_true")
+    args = p.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    policies = args.policy or ["sentinel", "oracle"]
+    runs = ([None, "fast-only", "slow-only"] if args.compare else []) + policies
+    print(f"ResNet-18 width {args.width}, batch {args.batch}, {args.image_size}x{args.image_size}, "
+          f"{torch.get_num_threads()} threads, PyTorch {torch.__version__}; tiers {args.tiers}, "
+          f"fast budget {args.fast_budget}; median of {args.steps} steps after {args.warmup}")
+    results = {}
+    for policy in runs:
+        results[policy] = train(args, policy)
+    reference = results.get(None, (None,))[0]
+    fast = statistics.median(results["fast-only"][1]) if "fast-only" in results else None
+    print("| run | ms a step | / fast-only | moves | MiB in / out | last loss | losses as plain PyTorch |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for policy, (losses, times_ms, s) in results.items():
+        ms = statistics.median(times_ms)
+        ratio = f"{ms / fast:.2f}x" if fast else "-"
+        moved = f"{s['bytes_in'] / 2**20:.0f} / {s['bytes_out'] / 2**20:.0f}" if s else "-"
+        same = "-" if reference is None or policy is None else ("bit-identical" if losses == reference else "DIFFER")
+        print(f"| {policy or 'plain PyTorch'} | {ms:.1f} | {ratio} | {s.get('moves', '-')} | {moved} | "
+              f"{losses[-1]:.6f} | {same} |")
+    return 1 if any(reference is not None and p is not None and r[0] != reference for p, r in results.items()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,181 @@
+"""tensortier.torch against plain PyTorch: an unmodified training loop (a small CNN with batch
+norms, in-place ReLUs, a residual add and SGD with momentum) trains to bit-identical losses and
+parameters under fast-only, slow-only, sentinel and the oracle at 20% and 10% of its peak, with its
+tensors runtime objects and (under the policies) moved between layers; bad input is refused with a
+line; a DataLoader's forked workers allocate through PyTorch's own allocator.
+
+Usage: PYTHONPATH=<build>/python python3 torch_tiering_check.py   (exit 0: every check passed)
+"""
+
+import os
+import sys
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import tensortier.torch as tt
+
+TIERS = "fast=dram:1GiB,slow=emulated:optane-server:2GiB"
+STEPS = 14
+failures = []
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what)
+    if not ok:
+        failures.append(what)
+
+
+class Block(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c)
+        self.conv2, self.bn2 = nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c)
+        self.relu = nn.ReLU(inplace=True)
+
+    def forward(self, x):
+        out = self.relu(self.bn1(self.conv1(x)))
+        return F.relu(self.bn2(self.conv2(out)) + x)  # functional code between modules
+
+
+class SmallNet(nn.Module):
+    def __init__(self, classes=10):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 24, 3, padding=1, bias=False), nn.BatchNorm2d(24), nn.ReLU(inplace=True))
+        self.block1, self.block2 = Block(24), Block(24)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(24, classes)
+
+    def forward(self, x):
+        x = self.block2(self.block1(self.stem(x)))
+        return self.fc(torch.flatten(self.pool(x), 1))
+
+
+def batches(steps, batch=12, size=20):
+    """Three batches in turn: few enough that a few steps lower the loss."""
+    g = torch.Generator().manual_seed(7)
+    three = [(torch.randn(batch, 3, size, size, generator=g), torch.randint(0, 10, (batch,), generator=g))
+             for _ in range(3)]
+    return [three[i % 3] for i in range(steps)]
+
+
+def train(policy=None, budget="", **options):
+    """Losses and final parameters of STEPS steps, plainly (policy None) or under a runtime."""
+    rt = tt.Runtime(TIERS, "" if policy in (None, "none") else policy, budget, **options) if policy else None
+    torch.manual_seed(0)
+    model = SmallNet()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    if rt:
+        rt.attach(model, opt)
+    losses = []
+    for x, y in batches(STEPS):
+        with rt.step() if rt else _nothing():
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+        losses.append(loss.item())
+    params = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    stats = rt.stats() if rt else None
+    # Small tensors share pages in chunks the policies leave on the fast tier: the others' tiers.
+    tiers = sorted({rt.tier_of(p) for p in model.parameters() if p.numel() * 4 >= 16384}) if rt else None
+    if rt:
+        rt.close()
+    return losses, params, stats, tiers
+
+
+class _nothing:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def same(a, b):
+    return a[0] == b[0] and a[1].keys() == b[1].keys() and all(torch.equal(a[1][k], b[1][k]) for k in a[1])
+
+
+def main():
+    torch.set_num_threads(2)
+    plain = train()
+    check(plain[0][-1] < plain[0][0], f"plain PyTorch learns: loss {plain[0][0]:.4f} -> {plain[0][-1]:.4f}")
+
+    runs = {"none": train("none")}
+    check(same(plain, runs["none"]), "no policy: bit-identical losses and parameters")
+    check(runs["none"][2]["allocations"] > 0 and runs["none"][2]["steps"] == STEPS,
+          f"every tensor an object: {runs['none'][2]['allocations']} allocations, {runs['none'][2]['steps']} steps")
+    for policy, budget in [("fast-only", ""), ("slow-only", ""), ("sentinel", "20%"), ("oracle", "20%"),
+                           ("sentinel", "10%"), ("oracle", "10%")]:
+        run = train(policy, budget)
+        s = run[2]
+        check(same(plain, run), f"{policy} {budget}: bit-identical losses and parameters "
+              f"({s['moves']} moves, {s['bytes_in'] >> 10} KiB in, {s['bytes_out'] >> 10} KiB out, "
+              f"{s['failed_moves']} failed; parameters on tiers {run[3]})")
+        check(s["policy"] == policy and s["profiled_steps"] >= 1, f"{policy} {budget}: ran ({s['policy']!r}, "
+              f"{s['profiled_steps']} profiled steps)")
+        runs[f"{policy} {budget}"] = run
+    check(runs["slow-only "][3] == [1], f"slow-only: every parameter of 16 KiB or more on the slow tier "
+          f"(tiers {runs['slow-only '][3]})")
+    moved = sum(r[2]["moves"] for k, r in runs.items() if k.split()[0] in ("sentinel", "oracle"))
+    check(moved > 0, f"the policies moved objects between layers ({moved} moves)")
+
+    bad_input()
+    version_check()
+    forked_child()
+    print("torch_tiering_check:", "FAILED: " + "; ".join(failures) if failures else "every check passed")
+    return 1 if failures else 0
+
+
+def bad_input():
+    try:
+        tt.Runtime("fast=dram:1GiB,slow=nonsense:2GiB")
+        check(False, "a bad tier spec is refused")
+    except RuntimeError as e:
+        check("nonsense" in str(e), f"a bad tier spec is refused with a line naming it: {e}")
+    rt = tt.Runtime(TIERS)
+    try:
+        with rt.step():
+            with rt.step():
+                pass
+        check(False, "nested steps are refused")
+    except RuntimeError as e:
+        check("nest" in str(e), f"nested steps are refused: {e}")
+    rt.close()
+
+
+class Squares(torch.utils.data.Dataset):
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        return torch.full((1 << 14,), float(i)) * float(i)  # allocated in a forked worker
+
+
+def version_check():
+    """Autograd's check of a saved tensor modified in place still fires inside a step."""
+    rt = tt.Runtime(TIERS)
+    x = torch.randn(1 << 14, requires_grad=True)
+    try:
+        with rt.step():
+            y = x.sigmoid()  # saves its output for backward
+            y.mul_(2)
+            y.sum().backward()
+        check(False, "an in-place change of a saved tensor is refused by autograd")
+    except RuntimeError as e:
+        check("inplace" in str(e), f"an in-place change of a saved tensor is refused by autograd: {str(e)[:90]}...")
+    rt.close()
+
+
+def forked_child():
+    """A DataLoader's forked workers allocate batches (through PyTorch's own allocator there)."""
+    rt = tt.Runtime(TIERS)
+    loader = torch.utils.data.DataLoader(Squares(), batch_size=8, num_workers=2)
+    total = sum(float(b[:, 0].sum()) for b in loader)
+    check(total == float(sum(i * i for i in range(64))), f"a DataLoader with 2 forked workers: sum {total}")
+    rt.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
