@@ -2,22 +2,31 @@
 
     PYTHONPATH=build/release/python python3 examples/pytorch_resnet18.py --compare \\
         --tiers fast=dram:4GiB,slow=emulated:optane-server:8GiB --fast-budget 20%
+    PYTHONPATH=build/release/python python3 examples/pytorch_resnet18.py --ddp 2 --compare
 
 With --compare: plain PyTorch, then fast-only, slow-only and each --policy (default sentinel and
 the oracle), each in a runtime of its own in turn, printing one table: the median step time, its
 ratio to fast-only, the moves, and whether the losses are bit-identical to plain PyTorch's.
 Without: one run under --policy. The data is synthetic (a few batches in turn), the model defined
-below; the loop in train() is plain PyTorch but for `with rt.step():`.
+below; the loop in train() is plain PyTorch but for `with rt.step():`. With --ddp N:
+DistributedDataParallel over gloo in N processes (the example starts them, or torchrun's where it
+runs under torchrun: Debian's torchrun of PyTorch 1.13 fails on Python 3.11 in its launcher), each
+rank with its own runtime, fast budget and batches; each rank checks its losses against its plain
+DDP run, and rank 0 prints the table.
 """
 
 import argparse
+import os
+import socket
 import statistics
 import sys
 import time
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
 
 import tensortier.torch as tt
 
@@ -58,7 +67,7 @@ class ResNet18(nn.Module):
 
 
 def batches(args):
-    g = torch.Generator().manual_seed(1)
+    g = torch.Generator().manual_seed(1 + (dist.get_rank() if args.ddp else 0))  # each rank its own
     few = [(torch.randn(args.batch, 3, args.image_size, args.image_size, generator=g),
             torch.randint(0, 10, (args.batch,), generator=g)) for _ in range(4)]
     return [few[i % len(few)] for i in range(args.warmup + args.steps)]
@@ -66,18 +75,23 @@ def batches(args):
 
 def train(args, policy):
     """(losses, step times in ms after the warm-up, stats) of one run; policy None: plain PyTorch."""
-    rt = tt.Runtime(args.tiers, policy, args.fast_budget) if policy is not None else None
+    options = parse_options(args.runtime_options)
+    rt = tt.Runtime(args.tiers, policy, args.fast_budget, **options) if policy is not None else None
     torch.manual_seed(0)
     model = ResNet18(args.width)
     opt = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
     if rt:
         rt.attach(model, opt)
+    if args.ddp:  # under a runtime, its DDP (communication in plain memory); plainly, PyTorch's
+        net = rt.ddp(model) if rt else DistributedDataParallel(model)
+    else:
+        net = model
     losses, times_ms = [], []
     for i, (x, y) in enumerate(batches(args)):
         start = time.perf_counter()
         with rt.step() if rt else _Nothing():
             opt.zero_grad()
-            loss = F.cross_entropy(model(x), y)
+            loss = F.cross_entropy(net(x), y)
             loss.backward()
             opt.step()
         losses.append(loss.item())
@@ -86,9 +100,21 @@ def train(args, policy):
     stats = rt.stats() if rt else {}
     if rt:
         if args.verbose:
-            print(rt.describe(), file=sys.stderr)
+            print(f"{policy}: {rt.describe()}\n{policy}: {stats}", file=sys.stderr)
         rt.close()
     return losses, times_ms, stats
+
+
+def parse_options(text):
+    """'room_wait_ms=0,trial_steps=0' -> {'room_wait_ms': 0.0, 'trial_steps': 0}; true/false are bools."""
+    options = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, _, value = item.partition("=")
+        if value in ("true", "false"):
+            options[name] = value == "true"
+        else:
+            options[name] = float(value) if "." in value or name.endswith("_ms") else int(value)
+    return options
 
 
 class _Nothing:
@@ -112,29 +138,68 @@ def main():
     p.add_argument("--warmup", type=int, default=10, help="steps before (the profile, the plan and its trial)")
     p.add_argument("--threads", type=int, default=0, help="PyTorch's threads (0: PyTorch's default)")
     p.add_argument("--verbose", action="store_true")
+    p.add_argument("--runtime-options", default="", help="RuntimeOptions by name, e.g. 'room_wait_ms=0,trial_steps=0' (tensortier.torch.Runtime's options)")
+    p.add_argument("--ddp", type=int, default=0, metavar="N",
+                   help="DistributedDataParallel over gloo in N processes (0: off; under torchrun, its ranks)")
     args = p.parse_args()
+    if args.ddp and "RANK" not in os.environ:
+        with socket.socket() as s:  # a free port for the ranks' rendezvous
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        torch.multiprocessing.spawn(rank_main, (args, port), nprocs=args.ddp)  # raises where a rank failed
+        return 0
+    return rank_main(None, args, None)
+
+
+def rank_main(rank, args, port):
+    """One process: a DDP rank (rank given: one the example started) or the only one."""
+    if rank is not None:
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                          WORLD_SIZE=str(args.ddp), LOCAL_RANK=str(rank))
+    if args.ddp:
+        dist.init_process_group("gloo")
+    try:
+        code = run(args)
+    finally:
+        if args.ddp:
+            dist.destroy_process_group()
+    if rank is not None and code != 0:
+        sys.exit(code)
+    return code
+
+
+def run(args):
     if args.threads:
         torch.set_num_threads(args.threads)
     policies = args.policy or ["sentinel", "oracle"]
     runs = ([None, "fast-only", "slow-only"] if args.compare else []) + policies
-    print(f"ResNet-18 width {args.width}, batch {args.batch}, {args.image_size}x{args.image_size}, "
+    rank0 = not args.ddp or dist.get_rank() == 0
+    say = print if rank0 else (lambda *a, **k: None)
+    say(f"ResNet-18 width {args.width}, batch {args.batch}, {args.image_size}x{args.image_size}, "
           f"{torch.get_num_threads()} threads, PyTorch {torch.__version__}; tiers {args.tiers}, "
-          f"fast budget {args.fast_budget}; median of {args.steps} steps after {args.warmup}")
+          f"fast budget {args.fast_budget}; median of {args.steps} steps after {args.warmup}"
+          + (f"; DDP over gloo, {dist.get_world_size()} ranks (rank 0's figures)" if args.ddp else ""))
     results = {}
     for policy in runs:
         results[policy] = train(args, policy)
     reference = results.get(None, (None,))[0]
     fast = statistics.median(results["fast-only"][1]) if "fast-only" in results else None
-    print("| run | ms a step | / fast-only | moves | MiB in / out | last loss | losses as plain PyTorch |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    say("| run | ms a step | / fast-only | moves | MiB in / out | last loss | losses as plain PyTorch |")
+    say("| --- | --- | --- | --- | --- | --- | --- |")
     for policy, (losses, times_ms, s) in results.items():
         ms = statistics.median(times_ms)
         ratio = f"{ms / fast:.2f}x" if fast else "-"
         moved = f"{s['bytes_in'] / 2**20:.0f} / {s['bytes_out'] / 2**20:.0f}" if s else "-"
         same = "-" if reference is None or policy is None else ("bit-identical" if losses == reference else "DIFFER")
-        print(f"| {policy or 'plain PyTorch'} | {ms:.1f} | {ratio} | {s.get('moves', '-')} | {moved} | "
-              f"{losses[-1]:.6f} | {same} |")
-    return 1 if any(reference is not None and p is not None and r[0] != reference for p, r in results.items()) else 0
+        say(f"| {policy or 'plain PyTorch'} | {ms:.1f} | {ratio} | {s.get('moves', '-')} | {moved} | "
+            f"{losses[-1]:.6f} | {same} |")
+    differ = any(reference is not None and p is not None and r[0] != reference for p, r in results.items())
+    if args.ddp:  # every rank's verdict
+        flag = torch.tensor([int(differ)])
+        dist.all_reduce(flag)
+        differ = bool(flag.item())
+        say(f"every rank's losses as its plain DDP run's: {'no' if differ else 'yes'}")
+    return 1 if differ else 0
 
 
 if __name__ == "__main__":

@@ -81,9 +81,13 @@ std::unordered_map<void*, Runtime*>& owners() {
   return *map;
 }
 
+// Allocations this thread makes in plain memory (not objects) while above 0: buffers a system call
+// reads or writes (gloo's sockets), which the profile's page protection would fail with EFAULT.
+thread_local int plain_depth = 0;
+
 c10::DataPtr TieredCpuAllocator::allocate(std::size_t bytes) const {
   Runtime* runtime = runtime_.load(std::memory_order_acquire);
-  if (runtime == nullptr || bytes == 0 || getpid() != owner_pid_) {
+  if (runtime == nullptr || bytes == 0 || plain_depth > 0 || getpid() != owner_pid_) {
     void* data = c10::alloc_cpu(bytes);
     return {data, data, &TieredCpuAllocator::free_object, c10::Device(c10::DeviceType::CPU)};
   }
@@ -187,9 +191,13 @@ void set_options(const py::dict& given, RuntimeOptions& options) {
       options.short_lived_arena = value.cast<bool>();
     } else if (name == "trial_steps") {
       options.trial_steps = value.cast<std::uint32_t>();
+    } else if (name == "room_wait_ms") {
+      options.room_wait = std::chrono::microseconds(static_cast<std::int64_t>(1000 * value.cast<double>()));
     } else {
-      throw std::invalid_argument(fmt::format(
-          "tensortier: no runtime option '{}' (known: dead_moves, short_lived_arena, trial_steps)", name));
+      throw std::invalid_argument(
+          fmt::format("tensortier: no runtime option '{}' (known: dead_moves, short_lived_arena, "
+                      "trial_steps, room_wait_ms)",
+                      name));
     }
   }
 }
@@ -293,6 +301,10 @@ py::dict TorchRuntime::stats() const {
   d["bytes_out"] = s.migration.bytes_out;
   d["failed_moves"] = s.migration.failed_moves;
   d["late_moves"] = s.late_moves;
+  d["move_wait_ns"] = s.move_wait_ns;
+  d["mover_busy_ns"] = s.migration.mover_busy_ns;
+  d["late_dropped"] = s.migration.late_dropped;
+  d["last_failure"] = s.migration.last_failure;
   d["profiled_steps"] = open().profiled_steps();
   d["plan_settled"] = open().plan_settled();
   d["allocations"] = allocator().allocations();
@@ -328,4 +340,10 @@ PYBIND11_MODULE(_torch, m) {
       .def("tier_of", &TorchRuntime::tier_of)
       .def("stats", &TorchRuntime::stats)
       .def("describe", &TorchRuntime::describe);
+  m.def(
+      "plain_begin", [] { ++tensortier::torch_bridge::plain_depth; },
+      "This thread's allocations are plain memory (not objects) until plain_end");
+  m.def("plain_end", [] {
+    if (tensortier::torch_bridge::plain_depth > 0) --tensortier::torch_bridge::plain_depth;
+  });
 }

@@ -50,6 +50,19 @@ def _tensors(value):
             yield from _tensors(v)
 
 
+def _plain_allreduce(state, bucket):
+    """A DDP comm hook: the bucket's mean over the ranks, all-reduced in plain memory."""
+    import torch.distributed as dist
+
+    _torch.plain_begin()
+    try:
+        flat = bucket.buffer().clone()
+    finally:
+        _torch.plain_end()
+    flat.div_(dist.get_world_size())  # before the sum, as DDP's own all-reduce: the same bits
+    return dist.all_reduce(flat, async_op=True).get_future().then(lambda f: f.value()[0])
+
+
 def _ptrs(tensors):
     return [_storage_ptr(t) for t in tensors if t.device.type == "cpu"]
 
@@ -184,6 +197,36 @@ class Runtime:
                 self._end()
 
         optimizer.zero_grad, optimizer.step = wrapped_zero_grad, wrapped_step
+
+    # -- DDP ---------------------------------------------------------------------------------------
+    @staticmethod
+    @contextlib.contextmanager
+    def plain():
+        """Tensors this thread allocates inside are plain memory, not objects (never profiled or moved)."""
+        _torch.plain_begin()
+        try:
+            yield
+        finally:
+            _torch.plain_end()
+
+    def ddp(self, model, **kwargs):
+        """DistributedDataParallel(model, **kwargs) whose communication never touches an object.
+
+        gloo sends and receives with system calls, which fail (EFAULT) on the pages a profile
+        protects. So the module's buffers (broadcast at each forward) move to plain memory before
+        DDP sees them, and each gradient bucket is all-reduced in a plain copy (a comm hook: one
+        copy of the gradients a step more; divided by the ranks before the sum, as DDP's own, so the
+        results are DDP's to the bit); the reducer copies the result into the gradients."""
+        from torch.nn.parallel import DistributedDataParallel
+
+        with self.plain():
+            for module in model.modules():
+                for name, buf in module._buffers.items():
+                    if buf is not None:
+                        module._buffers[name] = buf.detach().clone()
+        ddp = DistributedDataParallel(model, **kwargs)
+        ddp.register_comm_hook(None, _plain_allreduce)
+        return ddp
 
     # -- what it did -----------------------------------------------------------------------------
     def stats(self):
