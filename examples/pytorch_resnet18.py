@@ -82,6 +82,8 @@ def train(args, policy):
     opt = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
     if rt:
         rt.attach(model, opt)
+        if args.trace:  # the last two measured steps
+            rt.trace(args.warmup + args.steps - 2, 2)
     if args.ddp:  # under a runtime, its DDP (communication in plain memory); plainly, PyTorch's
         net = rt.ddp(model) if rt else DistributedDataParallel(model)
     else:
@@ -99,6 +101,9 @@ def train(args, policy):
             times_ms.append(1e3 * (time.perf_counter() - start))
     stats = rt.stats() if rt else {}
     if rt:
+        if args.trace:
+            rank = f".rank{dist.get_rank()}" if args.ddp else ""
+            rt.write_trace(f"{args.trace}.{policy}{rank}.json")
         if args.verbose:
             print(f"{policy}: {rt.describe()}\n{policy}: {stats}", file=sys.stderr)
         rt.close()
@@ -138,6 +143,7 @@ def main():
     p.add_argument("--warmup", type=int, default=10, help="steps before (the profile, the plan and its trial)")
     p.add_argument("--threads", type=int, default=0, help="PyTorch's threads (0: PyTorch's default)")
     p.add_argument("--verbose", action="store_true")
+    p.add_argument("--trace", default="", help="PREFIX: each policy's last two steps as PREFIX.POLICY[.rankN].json")
     p.add_argument("--runtime-options", default="", help="RuntimeOptions by name, e.g. 'room_wait_ms=0,trial_steps=0' (tensortier.torch.Runtime's options)")
     p.add_argument("--ddp", type=int, default=0, metavar="N",
                    help="DistributedDataParallel over gloo in N processes (0: off; under torchrun, its ranks)")

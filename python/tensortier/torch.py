@@ -238,6 +238,14 @@ class Runtime:
         """The tiers (and the policy's failure or trial, where there is one), for people."""
         return self._rt.describe()
 
+    def trace(self, first_step, steps):
+        """Records `steps` steps from `first_step` on (layers, waits, moves) for write_trace."""
+        self._rt.trace(first_step, steps)
+
+    def write_trace(self, path):
+        """Writes the recorded steps as a Chrome trace (ui.perfetto.dev, tools/plot_timeline.py)."""
+        self._rt.write_trace(path)
+
     def tier_of(self, tensor):
         """The tier (0: fastest) the tensor's storage is on now."""
         return self._rt.tier_of(_storage_ptr(tensor))
