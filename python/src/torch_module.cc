@@ -233,6 +233,13 @@ TorchRuntime::TorchRuntime(const std::string& tiers, const std::string& policy,
 void TorchRuntime::close() {
   if (runtime_ == nullptr) return;
   if (timeline_ != nullptr) runtime_->remove_observer(timeline_.get());
+  // A profile's window opens at the end of the step before the profiled one: closed between them,
+  // the runtime (leaked) would hold the process's one fault tracker, and no later runtime could
+  // profile. Profiling off ends the window.
+  profiler::ProfileOptions off = runtime_->profile_options();
+  off.enabled = false;
+  if (Status s = runtime_->set_profile_options(off); !s.is_ok())
+    std::fprintf(stderr, "tensortier: closing: %s\n", s.message().c_str());
   allocator().uninstall();
   runtime_ = nullptr;  // leaked: tensors it allocated may be freed later (see the file's top)
 }

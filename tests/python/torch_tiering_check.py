@@ -121,6 +121,7 @@ def main():
     moved = sum(r[2]["moves"] for k, r in runs.items() if k.split()[0] in ("sentinel", "oracle"))
     check(moved > 0, f"the policies moved objects between layers ({moved} moves)")
 
+    closed_in_a_profile_window()
     bad_input()
     version_check()
     forked_child()
@@ -134,6 +135,11 @@ def bad_input():
         check(False, "a bad tier spec is refused")
     except RuntimeError as e:
         check("nonsense" in str(e), f"a bad tier spec is refused with a line naming it: {e}")
+    try:
+        tt.Runtime(TIERS, "sentinel", "1KiB")
+        check(False, "a fast budget below the small objects' chunk is refused")
+    except RuntimeError as e:
+        check("1.00 KiB" in str(e), f"a fast budget below the small objects' chunk is refused: {str(e)[:80]}...")
     rt = tt.Runtime(TIERS)
     try:
         with rt.step():
@@ -151,6 +157,25 @@ class Squares(torch.utils.data.Dataset):
 
     def __getitem__(self, i):
         return torch.full((1 << 14,), float(i)) * float(i)  # allocated in a forked worker
+
+
+def closed_in_a_profile_window():
+    """A runtime closed after step 0 of a profile of step 1 (its window, open from step 0's end)
+    leaves the next free to profile (the process has one fault tracker)."""
+    first = tt.Runtime(TIERS, "sentinel", "20%", profile_step=1)
+    torch.manual_seed(0)
+    model = SmallNet()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    first.attach(model, opt)
+    for x, y in batches(1):
+        with first.step():
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+    first.close()
+    run = train("sentinel", "20%")
+    check(run[2]["profiled_steps"] >= 1 and run[2]["policy"] == "sentinel",
+          f"a runtime closed with a profile window open leaves the next one its profile "
+          f"({run[2]['profiled_steps']} profiled steps, policy {run[2]['policy']!r})")
 
 
 def version_check():
