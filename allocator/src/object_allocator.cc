@@ -401,6 +401,10 @@ void ObjectAllocator::free_locked(std::unordered_map<ObjectId, Live>::iterator i
         static_cast<std::size_t>(static_cast<const std::byte*>(live.info.address) - chunk.range.base);
     chunk.slots.give_back(offset / kSmallAlignmentBytes,
                           round_up(live.info.bytes, kSmallAlignmentBytes) / kSmallAlignmentBytes);
+    // Freed while a layer pinned it (PyTorch frees a layer's inputs inside it): its pins on the
+    // chunk go with it, or the chunk's other objects would stay pinned, unmovable, for good.
+    chunk.range.pins -= std::min(chunk.range.pins, live.chunk_pins);
+    if (live.chunk_pins > 0) moved_or_unpinned_.notify_all();
     live_.erase(it);
   } else if (live.range.moving) {
     live.range.free_pending = true;  // the mover releases it when its copy ends
@@ -520,12 +524,13 @@ Result<PinResult> ObjectAllocator::pin(std::span<const ObjectId> ids, std::span<
     if (it == live_.end() || it->second.range.free_pending) {  // freed during the wait: undo the pins so far
       for (std::size_t k = 0; k < i; ++k) {
         auto p = live_.find(ids[k]);
-        if (p != live_.end()) --p->second.unit().pins;
+        if (p != live_.end()) unpin_locked(p->second);
       }
       return not_found(fmt::format("object {} was freed while its layer waited; nothing was pinned", ids[i]));
     }
     Live& l = it->second;
     ++l.unit().pins;
+    if (l.chunk != nullptr) ++l.chunk_pins;
     l.unit().last_pin = pin_sequence_.fetch_add(1, std::memory_order_acq_rel) + 1;
     out[i] = PinnedObject{l.info.address, l.unit().tier, l.info.bytes, l.info.key, bytes_by_tier(l)};
   }
@@ -536,9 +541,15 @@ void ObjectAllocator::unpin(std::span<const ObjectId> ids) {
   std::lock_guard lock(mutex_);
   for (ObjectId id : ids) {
     auto it = live_.find(id);
-    if (it != live_.end() && it->second.unit().pins > 0) --it->second.unit().pins;
+    if (it != live_.end()) unpin_locked(it->second);
   }
   moved_or_unpinned_.notify_all();
+}
+
+void ObjectAllocator::unpin_locked(Live& live) {
+  if (live.unit().pins == 0) return;
+  --live.unit().pins;
+  if (live.chunk_pins > 0) --live.chunk_pins;
 }
 
 std::uint64_t ObjectAllocator::live_bytes() const {

@@ -22,10 +22,12 @@
 #include <pybind11/stl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -174,6 +176,10 @@ class TorchRuntime {
   std::string describe() const { return open().describe() + policy_line(); }
   // Records `steps` steps from `first_step` on as a Chrome trace (timeline.h); write_trace writes it.
   void trace(std::uint64_t first_step, std::uint64_t steps);
+  // Chaos for tests: moves `count` of this runtime's live objects, drawn at random, each to another
+  // tier drawn at random (none may change address); the number moved. Between layers only (no
+  // PyTorch op runs then); moves the runtime refuses (a profiled step) are skipped.
+  std::uint32_t move_random(std::uint32_t count);
   void write_trace(const std::string& path) const;
 
  private:
@@ -184,6 +190,7 @@ class TorchRuntime {
 
   Runtime* runtime_ = nullptr;                  // owned until close(); leaked after (see the file's top)
   std::unique_ptr<TimelineRecorder> timeline_;  // observes runtime_ from trace() to close()
+  std::mt19937_64 chaos_{7};                    // move_random's draws: the same each run
 };
 
 // The RuntimeOptions a caller may set by name (runtime.h says what each does).
@@ -253,6 +260,33 @@ void TorchRuntime::trace(std::uint64_t first_step, std::uint64_t steps) {
 void TorchRuntime::write_trace(const std::string& path) const {
   if (timeline_ == nullptr) throw std::runtime_error("tensortier: no trace recorded (call trace() first)");
   check(timeline_->write(path));
+}
+
+std::uint32_t TorchRuntime::move_random(std::uint32_t count) {
+  Runtime& r = open();
+  std::vector<void*> mine;
+  {
+    std::lock_guard lock(owners_mutex());
+    for (const auto& [address, owner] : owners())
+      if (owner == runtime_) mine.push_back(address);
+  }
+  std::ranges::sort(mine);  // the map's order is not the same each run; the draws must be
+  std::uint32_t moved = 0;
+  for (std::uint32_t i = 0; i < count && !mine.empty() && r.tier_count() > 1; ++i) {
+    void* address = mine[std::uniform_int_distribution<std::size_t>(0, mine.size() - 1)(chaos_)];
+    Result<ObjectInfo> info = r.object(address);
+    if (!info) continue;
+    const auto to = static_cast<TierIndex>(
+        (info->tier + 1 + std::uniform_int_distribution<std::size_t>(0, r.tier_count() - 2)(chaos_)) %
+        r.tier_count());
+    MoveOptions options;
+    options.pin_wait = std::chrono::nanoseconds{0};  // a pinned object is skipped, not waited for
+    Result<MoveResult> result = r.move(info->id, to, options);
+    if (!result) continue;
+    if (result->address != address) throw std::runtime_error("tensortier: a move changed a tensor's address");
+    ++moved;
+  }
+  return moved;
 }
 
 Runtime& TorchRuntime::open() const {
@@ -371,6 +405,7 @@ PYBIND11_MODULE(_torch, m) {
       .def("stats", &TorchRuntime::stats)
       .def("describe", &TorchRuntime::describe)
       .def("trace", &TorchRuntime::trace, py::arg("first_step"), py::arg("steps"))
+      .def("move_random", &TorchRuntime::move_random, py::arg("count"))
       .def("write_trace", &TorchRuntime::write_trace, py::arg("path"));
   m.def(
       "plain_begin", [] { ++tensortier::torch_bridge::plain_depth; },

@@ -73,11 +73,13 @@ class Runtime:
     tiers: a tier spec (docs/TIERS.md), fastest first. policy: a migration policy
     (docs/POLICIES.md; "" for none: objects stay where they are born). fast_budget: the fast tier's
     budget under the policy ("20%" of the profiled peak, or a size). profile_step: the step to
-    profile (default: the runtime's, step 1). options: RuntimeOptions by name (dead_moves,
+    profile (default: the runtime's, step 1). chaos_moves: for tests, that many objects drawn at
+    random moved to another tier at every layer boundary (with no policy). options: RuntimeOptions by name (dead_moves,
     short_lived_arena, trial_steps; runtime.h says what each does)."""
 
-    def __init__(self, tiers, policy="", fast_budget="", profile_step=None, **options):
+    def __init__(self, tiers, policy="", fast_budget="", profile_step=None, chaos_moves=0, **options):
         self._rt = _torch.Runtime(tiers, policy, fast_budget, -1 if profile_step is None else profile_step, options)
+        self._chaos_moves = chaos_moves  # for tests: random objects moved at each layer boundary
         self._in_step = False
         self._open = None  # the name of the layer begun and not ended
         self._forward = {}  # module -> storages of its inputs and outputs in this step's forward
@@ -86,6 +88,8 @@ class Runtime:
     # -- marks ---------------------------------------------------------------------------------
     def _begin(self, name, reads, writes):
         self._end()
+        if self._chaos_moves:
+            self.chaos_moved = getattr(self, "chaos_moved", 0) + self._rt.move_random(self._chaos_moves)
         self._rt.layer_begin(name, reads, writes)
         self._open = name
 

@@ -75,6 +75,31 @@ TEST(ObjectAllocator, SmallObjectsShareOnlyTheirGroupsPages) {
   EXPECT_EQ(first.bytes, kGroupChunkBytes);
 }
 
+// A small object freed while a layer pins it (PyTorch frees a layer's inputs inside the layer)
+// takes its pins on the chunk with it: the chunk's other objects move again, and the layer's
+// unpin at its end finds nothing to undo. Before, its chunk stayed pinned for good.
+TEST(ObjectAllocator, ASmallObjectFreedWhilePinnedLeavesItsChunkUnpinned) {
+  auto alloc = make("fast=dram:64MiB,slow=emulated:optane:64MiB");
+  const ObjectInfo a = alloc->allocate("a", 100, /*group=*/1).value();
+  const ObjectInfo b = alloc->allocate("b", 100, /*group=*/1).value();
+  ASSERT_TRUE(a.small && b.small);
+  const std::vector<ObjectId> layer{a.id, a.id};  // read and written: pinned twice
+  std::vector<PinnedObject> pinned(layer.size());
+  ASSERT_TRUE(alloc->pin(layer, pinned, std::chrono::milliseconds(1)));
+  MoveOptions no_wait;
+  no_wait.pin_wait = std::chrono::nanoseconds{0};
+  EXPECT_FALSE(alloc->move(b.id, 1, no_wait)) << "b shares a's chunk, which the layer pins";
+  ASSERT_TRUE(alloc->free(a.id).is_ok());
+  auto moved = alloc->move(b.id, 1, no_wait);
+  EXPECT_TRUE(moved) << moved.status().to_string();
+  alloc->unpin(layer);  // the layer's end
+  const std::vector<ObjectId> one{b.id};
+  std::vector<PinnedObject> out(1);
+  ASSERT_TRUE(alloc->pin(one, out, std::chrono::milliseconds(1)));
+  alloc->unpin(one);
+  EXPECT_TRUE(alloc->move(b.id, 0, no_wait)) << "b's chunk is pinned again after the layer's end";
+}
+
 TEST(ObjectAllocator, HundredThousandSmallObjectsKeepTheirBytesAndAreReused) {
   auto alloc = make("fast=emulated:optane:1GiB");
   std::mt19937 rng(1);

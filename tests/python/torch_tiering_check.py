@@ -19,6 +19,7 @@ import tensortier.torch as tt
 TIERS = "fast=dram:1GiB,slow=emulated:optane-server:2GiB"
 STEPS = 14
 failures = []
+CHECKED_STORAGES = []  # (policy, budget, storages owned by the runtime, storages) of each run
 
 
 def check(ok, what):
@@ -60,9 +61,10 @@ def batches(steps, batch=12, size=20):
     return [three[i % 3] for i in range(steps)]
 
 
-def train(policy=None, budget="", **options):
+def train(policy=None, budget="", chaos_moves=0, **options):
     """Losses and final parameters of STEPS steps, plainly (policy None) or under a runtime."""
-    rt = tt.Runtime(TIERS, "" if policy in (None, "none") else policy, budget, **options) if policy else None
+    rt = tt.Runtime(TIERS, "" if policy in (None, "none", "chaos") else policy, budget, chaos_moves=chaos_moves,
+                    **options) if policy else None
     torch.manual_seed(0)
     model = SmallNet()
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
@@ -76,8 +78,15 @@ def train(policy=None, budget="", **options):
             loss.backward()
             opt.step()
         losses.append(loss.item())
+    if rt:  # every storage of the step's parameters, gradients and optimizer state is an object
+        kept = [t for p in model.parameters() for t in (p, p.grad)] + \
+               [v for st in opt.state.values() for v in st.values() if isinstance(v, torch.Tensor)]
+        owned = sum(rt._rt.owns(tt._storage_ptr(t)) for t in kept)
+        CHECKED_STORAGES.append((policy, budget, owned, len(kept)))
     params = {k: v.detach().clone() for k, v in model.state_dict().items()}
     stats = rt.stats() if rt else None
+    if rt:
+        stats["chaos_moved"] = getattr(rt, "chaos_moved", 0)
     # Small tensors share pages in chunks the policies leave on the fast tier: the others' tiers.
     tiers = sorted({rt.tier_of(p) for p in model.parameters() if p.numel() * 4 >= 16384}) if rt else None
     if rt:
@@ -107,7 +116,8 @@ def main():
     check(runs["none"][2]["allocations"] > 0 and runs["none"][2]["steps"] == STEPS,
           f"every tensor an object: {runs['none'][2]['allocations']} allocations, {runs['none'][2]['steps']} steps")
     for policy, budget in [("fast-only", ""), ("slow-only", ""), ("sentinel", "20%"), ("oracle", "20%"),
-                           ("sentinel", "10%"), ("oracle", "10%")]:
+                           ("sentinel", "10%"), ("oracle", "10%"), ("first-touch", "20%"), ("interleave", "20%"),
+                           ("reactive", "20%"), ("autoswap", "20%"), ("search", "20%"), ("channel", "20%")]:
         run = train(policy, budget)
         s = run[2]
         check(same(plain, run), f"{policy} {budget}: bit-identical losses and parameters "
@@ -116,12 +126,19 @@ def main():
         check(s["policy"] == policy and s["profiled_steps"] >= 1, f"{policy} {budget}: ran ({s['policy']!r}, "
               f"{s['profiled_steps']} profiled steps)")
         runs[f"{policy} {budget}"] = run
+    chaos = train("chaos", chaos_moves=4)
+    check(same(plain, chaos) and chaos[2]["chaos_moved"] > 100, f"random moves (4 objects to another tier at "
+          f"every layer boundary): bit-identical losses and parameters ({chaos[2]['chaos_moved']} moves)")
     check(runs["slow-only "][3] == [1], f"slow-only: every parameter of 16 KiB or more on the slow tier "
           f"(tiers {runs['slow-only '][3]})")
     moved = sum(r[2]["moves"] for k, r in runs.items() if k.split()[0] in ("sentinel", "oracle"))
     check(moved > 0, f"the policies moved objects between layers ({moved} moves)")
 
     closed_in_a_profile_window()
+    check(all(owned == n for _, _, owned, n in CHECKED_STORAGES),
+          f"every parameter, gradient and optimizer state of every run an object "
+          f"({sum(o for _, _, o, _ in CHECKED_STORAGES)} of {sum(n for *_, n in CHECKED_STORAGES)})")
+    no_leak()
     bad_input()
     version_check()
     forked_child()
@@ -157,6 +174,30 @@ class Squares(torch.utils.data.Dataset):
 
     def __getitem__(self, i):
         return torch.full((1 << 14,), float(i)) * float(i)  # allocated in a forked worker
+
+
+def no_leak(steps=100):
+    """100 steps under sentinel at 20%: the live objects and bytes at the end of step 10 and of the last
+    are the same (each step frees what it made)."""
+    rt = tt.Runtime(TIERS, "sentinel", "20%")
+    torch.manual_seed(0)
+    model = SmallNet()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    rt.attach(model, opt)
+    seen = {}
+    for i, (x, y) in enumerate(batches(steps)):
+        with rt.step():
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+        del loss
+        if i + 1 in (10, steps):
+            s = rt.stats()
+            seen[i + 1] = (s["live_objects"], s["live_bytes"])
+    rt.close()
+    check(seen[10] == seen[steps], f"nothing leaks over {steps} steps: live objects and bytes {seen[10]} after "
+          f"step 10, {seen[steps]} after step {steps}")
 
 
 def closed_in_a_profile_window():

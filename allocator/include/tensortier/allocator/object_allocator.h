@@ -358,9 +358,10 @@ class ObjectAllocator {
     std::size_t cursor = 0;  // next fit: the chunk the last small object went to
   };
   struct Live {
-    ObjectInfo info;         // tier/owner/address of a small object follow its chunk
-    Range range;             // large objects: their own range
-    Chunk* chunk = nullptr;  // small objects: their chunk
+    ObjectInfo info;               // tier/owner/address of a small object follow its chunk
+    Range range;                   // large objects: their own range
+    Chunk* chunk = nullptr;        // small objects: their chunk
+    std::uint32_t chunk_pins = 0;  // small objects: the pins on their chunk that are this object's
     Range& unit() { return chunk != nullptr ? chunk->range : range; }
     const Range& unit() const { return chunk != nullptr ? chunk->range : range; }
   };
@@ -470,6 +471,8 @@ class ObjectAllocator {
   std::unordered_map<const void*, ObjectId> by_address_;  // live objects by start address
   // free()'s work once the object is found (its by_address_ entry gone). mutex_ held.
   void free_locked(std::unordered_map<ObjectId, Live>::iterator it);
+  // One pin of `live` released (its unit's, and for a small object its own share). Caller holds mutex_.
+  void unpin_locked(Live& live);
   struct GroupKey {
     GroupId group = kDefaultGroup;
     TierIndex tier = 0;       // placement
