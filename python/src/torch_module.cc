@@ -366,6 +366,7 @@ py::dict TorchRuntime::stats() const {
   d["move_wait_ns"] = s.move_wait_ns;
   d["mover_busy_ns"] = s.migration.mover_busy_ns;
   d["late_dropped"] = s.migration.late_dropped;
+  d["off_plan_steps"] = s.migration.off_plan_steps;
   d["last_failure"] = s.migration.last_failure;
   d["profiled_steps"] = open().profiled_steps();
   d["plan_settled"] = open().plan_settled();

@@ -512,6 +512,10 @@ Status Runtime::layer_begin(std::string_view name, std::span<const ObjectId> rea
   auto mix = [this](std::uint64_t value) { signature_ = (signature_ ^ value) * 0x100000001b3ull; };
   mix(std::hash<std::string_view>{}(name));
   mix(reads.size());
+  // The objects born so far in the step: a step with more or fewer births before a layer (PyTorch's
+  // DDP allocates its rebuilt buckets in its second step) keys the rest otherwise, so a plan's keys
+  // would name other objects in it: it is of another kind.
+  mix(step_ordinal_.load(std::memory_order_relaxed));
   for (std::size_t i = 0; i < pinned_.size(); ++i) {
     const PinnedObject& o = pinned_objects_[i];
     addresses[i] = o.address;

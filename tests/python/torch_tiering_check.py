@@ -135,6 +135,7 @@ def main():
     check(moved > 0, f"the policies moved objects between layers ({moved} moves)")
 
     closed_in_a_profile_window()
+    extra_births_in_the_profiled_step()
     check(all(owned == n for _, _, owned, n in CHECKED_STORAGES),
           f"every parameter, gradient and optimizer state of every run an object "
           f"({sum(o for _, _, o, _ in CHECKED_STORAGES)} of {sum(n for *_, n in CHECKED_STORAGES)})")
@@ -198,6 +199,32 @@ def no_leak(steps=100):
     rt.close()
     check(seen[10] == seen[steps], f"nothing leaks over {steps} steps: live objects and bytes {seen[10]} after "
           f"step 10, {seen[steps]} after step {steps}")
+
+
+def extra_births_in_the_profiled_step():
+    """DDP allocates its rebuilt buckets in its second step, the profiled one: its later steps key
+    their objects one place on. Such a step is of another kind (births count in the signature), so
+    the plan made from the profile does not run on it: no move of a wrongly keyed object (one such
+    move lost writes under DDP once in ~25 runs)."""
+    rt = tt.Runtime(TIERS, "sentinel", "20%")
+    torch.manual_seed(0)
+    model = SmallNet()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    rt.attach(model, opt)
+    kept, losses = [], []
+    for i, (x, y) in enumerate(batches(8)):
+        with rt.step():
+            if i == 1:
+                kept.append(torch.zeros(1 << 16))  # a birth before the first layer, in step 1 only
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+        losses.append(loss.item())
+    s = rt.stats()
+    rt.close()
+    check(s["off_plan_steps"] > 0 and losses == train()[0][:8], f"a profiled step with one more birth is of "
+          f"another kind than the steps after it ({s['off_plan_steps']} steps off the plan); losses as plain PyTorch")
 
 
 def closed_in_a_profile_window():

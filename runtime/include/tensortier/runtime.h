@@ -285,7 +285,7 @@ class Runtime {
   const std::vector<LayerRecord>& last_step_layers() const { return last_step_; }
 
   // The newest completed step profile (null before the first), and the one of the steps with
-  // this signature (layer names and argument sizes; see StepProfile::signature).
+  // this signature (layer names, argument sizes and births before each layer; see StepProfile::signature).
   std::shared_ptr<const profiler::StepProfile> profile() const { return last_profile_; }
   std::shared_ptr<const profiler::StepProfile> profile_of(std::uint64_t signature) const;
   // The newest profile's JSON (ProfileOptions::json_path): the path it was written to, or an

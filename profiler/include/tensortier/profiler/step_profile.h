@@ -86,8 +86,8 @@ struct LayerProfile {
 };
 
 struct StepProfile {
-  std::uint64_t step = 0;               // index of the profiled step (0-based) in the run
-  std::uint64_t signature = 0;          // hash of its layer names and argument sizes
+  std::uint64_t step = 0;       // index of the profiled step (0-based) in the run
+  std::uint64_t signature = 0;  // hash of its layer names, argument sizes and births before each layer
   std::uint64_t granularity_bytes = 0;  // protection unit for spans that large or larger
   std::uint32_t sample_interval_us = 0;
   double sample_fraction = 0;
