@@ -184,8 +184,7 @@ class TorchRuntime {
 
  private:
   Runtime& open() const;
-  std::vector<const void*> objects_among(const std::vector<std::uintptr_t>& addresses,
-                                         std::set<const void*>* seen) const;
+  std::vector<const void*> objects_among(const std::vector<std::uintptr_t>& addresses) const;
   std::string policy_line() const;
 
   Runtime* runtime_ = nullptr;                  // owned until close(); leaked after (see the file's top)
@@ -297,13 +296,13 @@ Runtime& TorchRuntime::open() const {
 // The addresses that start a live object of this runtime, each once (a view's tensor shares its
 // storage's object; anything else, e.g. a tensor from before the runtime, is left undeclared: the
 // profile then sees its accesses as undeclared and no plan moves it).
-std::vector<const void*> TorchRuntime::objects_among(const std::vector<std::uintptr_t>& addresses,
-                                                     std::set<const void*>* seen) const {
+std::vector<const void*> TorchRuntime::objects_among(const std::vector<std::uintptr_t>& addresses) const {
+  std::set<const void*> seen;
   std::vector<const void*> out;
   for (std::uintptr_t a : addresses) {
     const void* p = reinterpret_cast<const void*>(a);
-    if (p == nullptr || seen->contains(p) || !owns(a)) continue;
-    seen->insert(p);
+    if (p == nullptr || seen.contains(p) || !owns(a)) continue;
+    seen.insert(p);
     out.push_back(p);
   }
   return out;
@@ -312,9 +311,8 @@ std::vector<const void*> TorchRuntime::objects_among(const std::vector<std::uint
 // An object both read and written is declared in both (the emulated charge counts both ways).
 void TorchRuntime::layer_begin(const std::string& name, const std::vector<std::uintptr_t>& reads,
                                const std::vector<std::uintptr_t>& writes) {
-  std::set<const void*> seen_reads, seen_writes;
-  const std::vector<const void*> r = objects_among(reads, &seen_reads);
-  const std::vector<const void*> w = objects_among(writes, &seen_writes);
+  const std::vector<const void*> r = objects_among(reads);
+  const std::vector<const void*> w = objects_among(writes);
   allocator().set_layer_name(&interned(name));
   check(open().layer_begin(name, r, w));
 }

@@ -58,8 +58,9 @@ TEST(ExactModel, TheSolversOptimumIsTheLeastCostOfEveryResidencyAndBoundsEveryPl
 }
 
 // The oracle weighs every candidate as make_plan plays it (dead moves free): no plan of a policy it
-// runs is predicted cheaper than its choice, at mover costs from free to dear. Before 2026-12-07 it
-// weighed every move as a copy and some instances had a cheaper plan by the played account.
+// runs is predicted cheaper than its choice, at mover costs from free to dear. predicted_extra_ns is
+// what the simulator computes from each instance's given rates and layer times, not a clock. Before
+// 2026-12-07 it weighed every move as a copy and some instances had a cheaper plan by the played account.
 TEST(ExactModel, TheOracleIsNeverPredictedWorseThanAPolicyItRuns) {
   std::mt19937 rng(11);
   int dead_moves = 0;
@@ -73,7 +74,8 @@ TEST(ExactModel, TheOracleIsNeverPredictedWorseThanAPolicyItRuns) {
       auto other = make_plan(policy, in);
       ASSERT_TRUE(other);
       if (!simulate(*other, in).empty()) continue;
-      dead_moves += static_cast<int>(std::ranges::count_if(other->moves, [](const PlannedMove& m) { return m.discard; }));
+      dead_moves += static_cast<int>(
+          std::ranges::count_if(other->moves, [](const PlannedMove& m) { return m.discard; }));
       EXPECT_LE(oracle->predicted_extra_ns, other->predicted_extra_ns + 1) << instance << " " << policy;
     }
   }
