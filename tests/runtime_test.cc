@@ -147,6 +147,64 @@ TEST(Runtime, LayerMarksRecordDeclaredObjects) {
   EXPECT_EQ(rt->stats().live_objects, 3u);
 }
 
+// A profiled step that is a one-off (one birth more before its first layer, as PyTorch's DDP
+// allocates its buckets in the step profiled): the steps after it are of another kind, so its plan
+// never runs. That kind is profiled next, and the plan is made again from it and runs.
+TEST(Runtime, APlanNoStepMatchedFollowsTheKindProfiledNext) {
+  for (const bool one_off : {false, true}) {
+    SCOPED_TRACE(one_off ? "the profiled step has one birth more" : "every step alike");
+    RuntimeOptions options("fast=dram:64MiB,slow=emulated:optane:256MiB");
+    options.policy = "sentinel";
+    options.fast_budget = "30%";
+    options.trial_steps = 0;
+    auto created = Runtime::create(options);
+    ASSERT_TRUE(created) << created.status().to_string();
+    Runtime& rt = *created.value();
+    constexpr std::size_t kLayers = 12, kBytes = 1 << 20;
+    std::vector<void*> weights;
+    for (std::size_t i = 0; i < kLayers; ++i) {
+      weights.push_back(rt.allocate(fmt::format("w{}", i), kBytes).value().address);
+      std::memset(weights.back(), static_cast<int>(i + 1), kBytes);
+    }
+    std::uint64_t off_plan_before_last_steps = 0;
+    for (int step = 0; step < 12; ++step) {
+      if (step == 8) off_plan_before_last_steps = rt.stats().migration.off_plan_steps;
+      ASSERT_TRUE(rt.step_begin().is_ok());
+      std::vector<void*> born;
+      if (one_off && step == 1) born.push_back(rt.allocate("extra", kBytes).value().address);
+      const void* before = nullptr;
+      for (std::size_t i = 0; i < kLayers; ++i) {  // forward: each layer reads its weights
+        void* out = rt.allocate(fmt::format("a{}", i), kBytes).value().address;
+        born.push_back(out);
+        std::vector<const void*> reads{weights[i]};
+        if (before != nullptr) reads.push_back(before);
+        const void* writes[] = {out};
+        ASSERT_TRUE(rt.layer_begin(fmt::format("l{}", i), reads, writes).is_ok());
+        std::memset(out, static_cast<int>(i), kBytes);
+        ASSERT_TRUE(rt.layer_end().is_ok());
+        before = out;
+      }
+      for (std::size_t i = kLayers; i-- > 0;) {  // backward: each layer reads its activation again
+        const void* reads[] = {born[born.size() - kLayers + i], weights[i]};
+        ASSERT_TRUE(rt.layer_begin(fmt::format("b{}", i), reads, {}).is_ok());
+        ASSERT_TRUE(rt.layer_end().is_ok());
+      }
+      ASSERT_TRUE(rt.step_end().is_ok());
+      for (void* b : born) ASSERT_TRUE(rt.free(b).is_ok());
+    }
+    EXPECT_EQ(rt.profiled_steps(), one_off ? 2u : 1u);
+    const RuntimeStats stats = rt.stats();
+    EXPECT_EQ(stats.migration.off_plan_steps > 0, one_off);
+    EXPECT_EQ(stats.policy, "sentinel");
+    EXPECT_EQ(stats.migration.off_plan_steps, off_plan_before_last_steps) << "the last steps ran unplanned";
+    for (std::size_t i = 0; i < kLayers; ++i) {  // results never depend on where a tensor lives
+      const auto* bytes = static_cast<const unsigned char*>(rt.address_of(rt.object(weights[i])->id).value());
+      EXPECT_EQ(bytes[0], i + 1);
+      EXPECT_EQ(bytes[kBytes - 1], i + 1);
+    }
+  }
+}
+
 TEST(Runtime, MarksOutOfOrderAreErrors) {
   auto rt = make("fast=dram:64MiB");
   ASSERT_NE(rt, nullptr);

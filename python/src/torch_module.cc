@@ -171,6 +171,11 @@ class TorchRuntime {
                    const std::vector<std::uintptr_t>& writes);
   void layer_end();
   bool owns(std::uintptr_t address) const;
+  // The runtime's ids of the objects at these addresses (0 where none), and the addresses of those
+  // of them still alive: a layer's forward tensors are named again in its backward only while
+  // they live (the address of one freed since may hold another object, or none).
+  std::vector<std::uint64_t> ids_of(const std::vector<std::uintptr_t>& addresses) const;
+  std::vector<std::uintptr_t> live_addresses(const std::vector<std::uint64_t>& ids) const;
   std::uint32_t tier_of(std::uintptr_t address) const;
   py::dict stats() const;
   std::string describe() const { return open().describe() + policy_line(); }
@@ -308,6 +313,26 @@ std::vector<const void*> TorchRuntime::objects_among(const std::vector<std::uint
   return out;
 }
 
+std::vector<std::uint64_t> TorchRuntime::ids_of(const std::vector<std::uintptr_t>& addresses) const {
+  std::vector<std::uint64_t> ids;
+  ids.reserve(addresses.size());
+  for (std::uintptr_t a : addresses) {
+    Result<ObjectInfo> info = owns(a) ? open().object(reinterpret_cast<const void*>(a)) : unavailable("");
+    ids.push_back(info ? info->id : 0);
+  }
+  return ids;
+}
+
+std::vector<std::uintptr_t> TorchRuntime::live_addresses(const std::vector<std::uint64_t>& ids) const {
+  std::vector<std::uintptr_t> addresses;
+  for (std::uint64_t id : ids) {
+    if (id == 0) continue;
+    if (Result<void*> a = open().address_of(static_cast<ObjectId>(id)); a)
+      addresses.push_back(reinterpret_cast<std::uintptr_t>(a.value()));
+  }
+  return addresses;
+}
+
 // An object both read and written is declared in both (the emulated charge counts both ways).
 void TorchRuntime::layer_begin(const std::string& name, const std::vector<std::uintptr_t>& reads,
                                const std::vector<std::uintptr_t>& writes) {
@@ -400,6 +425,8 @@ PYBIND11_MODULE(_torch, m) {
       .def("layer_begin", &TorchRuntime::layer_begin, py::arg("name"), py::arg("reads"), py::arg("writes"))
       .def("layer_end", &TorchRuntime::layer_end)
       .def("owns", &TorchRuntime::owns)
+      .def("ids_of", &TorchRuntime::ids_of)
+      .def("live_addresses", &TorchRuntime::live_addresses)
       .def("tier_of", &TorchRuntime::tier_of)
       .def("stats", &TorchRuntime::stats)
       .def("describe", &TorchRuntime::describe)

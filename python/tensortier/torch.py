@@ -82,7 +82,7 @@ class Runtime:
         self._chaos_moves = chaos_moves  # for tests: random objects moved at each layer boundary
         self._in_step = False
         self._open = None  # the name of the layer begun and not ended
-        self._forward = {}  # module -> storages of its inputs and outputs in this step's forward
+        self._forward = {}  # module -> object ids of its inputs and outputs in this step's forward
         self._handles = []
 
     # -- marks ---------------------------------------------------------------------------------
@@ -140,7 +140,7 @@ class Runtime:
             if getattr(module, "inplace", False):
                 writes += _ptrs(ins)
             self._begin(name + ".fwd", _ptrs(ins) + _ptrs(params) + _ptrs(buffers), writes)
-            self._forward[module] = _ptrs(ins)
+            self._forward[module] = self._rt.ids_of(_ptrs(ins))
 
         return hook
 
@@ -150,7 +150,7 @@ class Runtime:
                 return
             self._end()
             outs = list(_tensors(output))
-            self._forward[module] = self._forward.get(module, []) + _ptrs(outs)
+            self._forward[module] = self._forward.get(module, []) + self._rt.ids_of(_ptrs(outs))
             for t in outs:
                 if t.requires_grad and t.grad_fn is not None:
                     t.register_hook(self._backward_begin(name, module))
@@ -163,7 +163,9 @@ class Runtime:
                 return None
             params = list(module.parameters(recurse=False))
             grads = [p.grad for p in params if p.grad is not None]
-            saved = self._forward.get(module, [])
+            # Its forward's tensors by object id, those alive now (one freed since, e.g. an output
+            # a later add consumed, may have left its address to another object).
+            saved = self._rt.live_addresses(self._forward.get(module, []))
             self._begin(name + ".bwd", saved + _ptrs(params) + _ptrs([grad]) + _ptrs(grads), _ptrs(grads))
             return None
 

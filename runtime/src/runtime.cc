@@ -377,6 +377,7 @@ Status Runtime::step_begin() {
   current_step_.clear();
   signature_ = 0xcbf29ce484222325ull;
   layer_signatures_.clear();
+  layer_shapes_.clear();
   on_plan_ = matches_plan_ = true;
   step_charge_ns_ = 0;
   step_slow_bytes_ = step_move_wait_ns_ = step_late_moves_ = 0;
@@ -424,6 +425,7 @@ Status Runtime::step_end() {
   // Before finish_profile starts a plan: a step with no plan running counts as on it.
   last_step_on_plan_ = executor_ == nullptr || step_profiled_ ||
                        (matches_plan_ && layer_signatures_.size() == plan_signatures_.size());
+  if (executor_ != nullptr && !step_profiled_ && last_step_on_plan_) ++plan_kind_steps_;
   last_signature_ = signature_;
   take_device_layer_times();
   if (profiler_ != nullptr) finish_profile(duration_ns);
@@ -515,11 +517,14 @@ Status Runtime::layer_begin(std::string_view name, std::span<const ObjectId> rea
   // The objects born so far in the step: a step with more or fewer births before a layer (PyTorch's
   // DDP allocates its rebuilt buckets in its second step) keys the rest otherwise, so a plan's keys
   // would name other objects in it: it is of another kind.
-  mix(step_ordinal_.load(std::memory_order_relaxed));
+  LayerShape shape{record.name, step_ordinal_.load(std::memory_order_relaxed), reads.size(), pinned_.size(),
+                   0};
+  mix(shape.births);
   for (std::size_t i = 0; i < pinned_.size(); ++i) {
     const PinnedObject& o = pinned_objects_[i];
     addresses[i] = o.address;
     mix(o.bytes);
+    shape.bytes += o.bytes;
     const bool is_read = i < reads.size();
     (is_read ? read_keys_ : write_keys_).push_back(o.key);
     std::vector<std::uint64_t>& slow_bytes = is_read ? slow_read_bytes_ : slow_written_bytes_;
@@ -536,10 +541,9 @@ Status Runtime::layer_begin(std::string_view name, std::span<const ObjectId> rea
   layer_signatures_.push_back(signature_);
   if (matches_plan_ && executor_ != nullptr &&
       (record.index >= plan_signatures_.size() || plan_signatures_[record.index] != signature_)) {
-    matches_plan_ = false;
-    if (on_plan_) executor_->set_off_plan();
-    on_plan_ = false;
+    leave_plan_kind(shape);
   }
+  layer_shapes_.push_back(std::move(shape));
   const std::uint64_t before_ns = record.index < last_step_.size() && last_step_[record.index].name == name
                                       ? last_step_[record.index].duration_ns
                                       : 0;
@@ -561,6 +565,28 @@ Status Runtime::layer_begin(std::string_view name, std::span<const ObjectId> rea
   if (layer_clock_ != nullptr) layer_clock_->layer_begin();
   layer_start_ns_ = now_ns();
   return Status::ok();
+}
+
+// The step leaves the plan's kind at this layer: it runs unplanned from here, and a log line says
+// what differed from the planned step (at info for the first few such steps, then at debug).
+void Runtime::leave_plan_kind(const LayerShape& shape) {
+  matches_plan_ = false;
+  if (on_plan_) executor_->set_off_plan();
+  on_plan_ = false;
+  const std::size_t index = layer_shapes_.size();
+  const spdlog::level::level_enum level = ++off_plan_said_ <= 3 ? spdlog::level::info : spdlog::level::debug;
+  if (index >= plan_shapes_.size()) {
+    spdlog::log(level, "step {} runs unplanned from layer {} '{}': the planned step had {} layers",
+                steps_completed_.load(), index, shape.name, plan_shapes_.size());
+    return;
+  }
+  const LayerShape& planned = plan_shapes_[index];
+  spdlog::log(
+      level,
+      "step {} runs unplanned from layer {}: '{}' after {} births, {} objects ({} read), {} bytes; the "
+      "planned step had '{}' after {} births, {} objects ({} read), {} bytes",
+      steps_completed_.load(), index, shape.name, shape.births, shape.objects, shape.reads, shape.bytes,
+      planned.name, planned.births, planned.objects, planned.reads, planned.bytes);
 }
 
 Status Runtime::prepare_thread() {

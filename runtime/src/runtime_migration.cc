@@ -132,6 +132,9 @@ void Runtime::start_migration(const profiler::StepProfile& profile) {
   prepare_allocator(budget);
   plan_layers_ = inputs->layers;
   plan_signatures_ = layer_signatures_;  // start_migration runs at the end of the profiled step
+  plan_shapes_ = layer_shapes_;
+  plan_kind_steps_ = off_plan_said_ = 0;
+  plan_profile_step_ = profile.step;
   // A plan that copies is made again once the mover's CPU per byte is measured
   // (RuntimeOptions::measured_mover_steps); its trial then waits for the plan made again.
   if (measured_mover_steps_ > 0 && replan_result_.empty() && plan->mover_cpu_ns > 0) {
@@ -397,7 +400,7 @@ void Runtime::begin_trial(const migrator::Plan& plan, const migrator::PlanInputs
   trial_started_ = trial_.has_value();
 }
 
-void Runtime::install_plan(migrator::Plan next) {
+void Runtime::retire_executor() {
   advisor_.store(nullptr, std::memory_order_release);
   executor_->stop();  // the moves it had queued are done first
   remove_observer(executor_.get());
@@ -408,6 +411,23 @@ void Runtime::install_plan(migrator::Plan next) {
     running_.store(nullptr, std::memory_order_release);
     retired_.push_back(std::move(executor_));
   }
+}
+
+void Runtime::follow_steady_kind(const profiler::StepProfile& profile) {
+  spdlog::info(
+      "policy {}: no step was of the kind its plan was made from (profiled step {}) since; it is made "
+      "again from profiled step {}",
+      policy_, plan_profile_step_, profile.step);
+  retire_executor();
+  trial_.reset();
+  trial_started_ = false;
+  replan_left_ = replan_skip_ = 0;
+  plan_inputs_.reset();
+  start_migration(profile);
+}
+
+void Runtime::install_plan(migrator::Plan next) {
+  retire_executor();
   if (const std::uint64_t failed = make_executor(std::move(next)); failed != 0)
     spdlog::warn("policy {}: {} persistent objects failed to reach their start tier", policy_, failed);
   start_executor("stops");

@@ -154,8 +154,14 @@ void Runtime::finish_profile(std::uint64_t step_duration_ns) {
     std::lock_guard gate(move_gate_mutex_);
     moves_blocked_ = false;
   }
-  // Once: a policy that could not start does not try again on a later kind's profile.
-  if (!policy_.empty() && executor_ == nullptr && policy_failure_.empty()) start_migration(*last_profile_);
+  // Once: a policy that could not start does not try again on a later kind's profile. A plan whose
+  // kind never ran again follows the kind profiled now.
+  if (policy_.empty() || !policy_failure_.empty()) return;
+  if (executor_ == nullptr) {
+    start_migration(*last_profile_);
+  } else if (plan_kind_steps_ == 0) {
+    follow_steady_kind(*last_profile_);
+  }
 }
 
 void Runtime::begin_profile_window(bool at_step_begin) {
