@@ -656,6 +656,43 @@ TEST(RoomWait, ABirthWaitsForAMoveOutToMakeItsRoom) {
   expect_all_released(*alloc);
 }
 
+// A birth inside a layer does not wait for moves queued behind a move held by a pin (PyTorch
+// allocates inside layers; the mover waits for the layer's end, so the birth would wait its whole
+// limit): it falls back at once. With no move held, the same queued moves make it wait.
+TEST(RoomWait, ABirthDoesNotWaitForMovesQueuedBehindAPin) {
+  constexpr std::size_t kBytes = 24 << 20;
+  for (const bool held : {true, false}) {
+    SCOPED_TRACE(held ? "a move waits for a pin" : "no move waits");
+    auto alloc = allocator_for("fast=dram:40MiB,slow=emulated:optane-server:256MiB");
+    ASSERT_NE(alloc, nullptr);
+    // Queued moves would free the room; a short limit, so the wait with no move held ends soon.
+    alloc->set_room_wait(std::chrono::milliseconds(20),
+                         [](TierIndex t) -> std::uint64_t { return t == 0 ? kBytes : 0; });
+    auto pinned = alloc->allocate("pinned", kBytes);
+    ASSERT_TRUE(pinned);
+    ASSERT_EQ(pinned->tier, 0u);
+    const ObjectId ids[] = {pinned->id};
+    std::vector<PinnedObject> found(1);
+    ASSERT_TRUE(alloc->pin(ids, found, std::chrono::seconds(1)));
+    std::thread mover;
+    if (held) {
+      mover = std::thread([&] { EXPECT_TRUE(alloc->move(pinned->id, 1)); });
+      while (alloc->moves_waiting_for_pins() == 0) std::this_thread::yield();
+    }
+    auto born = alloc->allocate("born", kBytes);  // as if inside the pinning layer
+    ASSERT_TRUE(born) << born.status().to_string();
+    EXPECT_EQ(born->tier, 1u);
+    EXPECT_EQ(alloc->usage()[0].room_waits, held ? 0u : 1u);
+    alloc->unpin(ids);  // the layer ends: the held move goes on
+    if (mover.joinable()) mover.join();
+    EXPECT_EQ(alloc->moves_waiting_for_pins(), 0u);
+    EXPECT_EQ(alloc->info_by_id(pinned->id)->tier, held ? 1u : 0u);
+    ASSERT_TRUE(alloc->free(pinned->address).is_ok());
+    ASSERT_TRUE(alloc->free(born->address).is_ok());
+    expect_all_released(*alloc);
+  }
+}
+
 // Ready memory: a move into a planned place is a copy between two mapped ranges that publishes
 // the new address; moves back and forth between a fast place and a home map nothing and fault
 // nothing; a place still held refuses the move and the object stays whole where it was.

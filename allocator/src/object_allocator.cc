@@ -303,11 +303,13 @@ Result<ObjectInfo> ObjectAllocator::allocate(std::string_view name, std::size_t 
       // The budget had room, so the OS (or the object table) refused: said as such at the end.
       const std::size_t needed = live.info.small ? kGroupChunkBytes : live.info.reserved_bytes;
       if (tiers_[t]->free_bytes() >= needed && refusal.empty()) refusal = placed.status().message();
-      // Moves out of the preferred tier would make room: wait for them (set_room_wait).
+      // Moves out of the preferred tier would make room: wait for them (set_room_wait). Those
+      // handed to a mover held by a pin (a layer's, maybe this thread's) do not count.
       TierUsage& usage = tier_state_[t].usage;
-      const std::uint64_t leaving = t == preferred && room_wait_.count() > 0
-                                        ? usage.leaving_bytes + (pending_out_ ? pending_out_(t) : 0)
-                                        : 0;
+      const bool mover_held = moves_pin_waiting_.load(std::memory_order_acquire) != 0;
+      const std::uint64_t pending = pending_out_ && !mover_held ? pending_out_(t) : 0;
+      const std::uint64_t leaving =
+          t == preferred && room_wait_.count() > 0 ? usage.leaving_bytes + pending : 0;
       if (leaving > 0 && tiers_[t]->free_bytes() + releasable_bytes_locked(t) + leaving >= needed) {
         const auto now = std::chrono::steady_clock::now();
         if (!room_deadline) {

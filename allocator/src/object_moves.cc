@@ -208,7 +208,9 @@ Result<ObjectAllocator::Live*> ObjectAllocator::wait_for_pins_locked(std::unique
           "move of '{}': a running layer kept it pinned for {} ms; try after the layer", live->info.name,
           std::chrono::duration_cast<std::chrono::milliseconds>(options.pin_wait).count()));
     }
+    ++moves_pin_waiting_;  // room waits stop counting the moves queued behind this one
     timed_out = moved_or_unpinned_.wait_until(lock, deadline) == std::cv_status::timeout;
+    --moves_pin_waiting_;
   }
 }
 

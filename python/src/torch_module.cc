@@ -230,10 +230,6 @@ TorchRuntime::TorchRuntime(const std::string& tiers, const std::string& policy,
   // last declared use, and the profile sees undeclared writes, not reads (under sentinel at 20%
   // such moves dropped live bytes: losses differed from step 3 on). The option turns it back on.
   options.dead_moves = false;
-  // No room waits: PyTorch allocates a layer's outputs inside the layer, where a birth would wait
-  // for moves out queued behind the layer's own end (50 ms, the limit, at every birth: the oracle
-  // at 50% under DDP ran 4.8 s a step with them, 82 ms without; alone, 72 and 69 ms).
-  options.room_wait = std::chrono::nanoseconds{0};
   if (profile_step >= 0) options.profile.step = static_cast<std::uint64_t>(profile_step);
   Result<std::unique_ptr<Runtime>> runtime = Runtime::create(options);
   if (!runtime) raise(runtime.status());

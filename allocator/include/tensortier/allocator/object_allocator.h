@@ -190,6 +190,8 @@ class ObjectAllocator {
   // pin() calls waiting for a move of their objects now (a gauge: what a test or a stall report
   // reads to know a pin is waiting). Lock-free.
   std::uint32_t pins_waiting() const { return pins_waiting_.load(std::memory_order_acquire); }
+  // move() calls waiting for their objects' pins to go now (a gauge, as pins_waiting). Lock-free.
+  std::uint32_t moves_waiting_for_pins() const { return moves_pin_waiting_.load(std::memory_order_acquire); }
   // Pins the live objects `ids` (repeats allowed) and writes what each one is now to out[i]
   // (ids.size() long). Waits up to `wait` for moves of them in flight, then makes those still
   // running fail. kNotFound (nothing pinned) when an id is not live.
@@ -275,8 +277,10 @@ class ObjectAllocator {
   // it falls back to a slower one. A move out takes milliseconds (an emulated one, 8 MiB: 7 ms);
   // an object that falls back is served from the slow tier at every use in its life. Counted in
   // TierUsage::room_waits and room_wait_ns. `pending` is called under the allocator's lock: it
-  // must take no lock that a mover holds while it moves (an atomic read). A limit of 0 (the
-  // default): allocations never wait. Thread-safe.
+  // must take no lock that a mover holds while it moves (an atomic read). While a move waits for
+  // an object's pins, `pending` is not counted: the mover is held until a layer ends, and a birth
+  // inside that layer (PyTorch allocates there) would wait the whole limit for it. A limit of 0
+  // (the default): allocations never wait. Thread-safe.
   using PendingOutFn = std::function<std::uint64_t(TierIndex)>;
   void set_room_wait(std::chrono::nanoseconds limit, PendingOutFn pending = {});
   // Copies split over threads: a move's copy of kSplitCopyBytes or more is cut into `threads`
@@ -517,15 +521,16 @@ class ObjectAllocator {
   std::atomic<std::uint64_t> relocations_{0};
   ReleaseObserver release_observer_;
   MoveFailureHook move_failure_hook_;
-  std::atomic<std::uint64_t> pin_sequence_{0};  // written under mutex_, read without it
-  std::atomic<std::uint32_t> pins_waiting_{0};  // pins_waiting()
-  std::atomic<bool> keep_shadows_{false};       // written under mutex_; drop_shadows reads it without
-  std::chrono::nanoseconds room_wait_{0};       // set_room_wait; under mutex_
-  PendingOutFn pending_out_;                    // set_room_wait; under mutex_
-  std::atomic<unsigned> copy_threads_{1};       // set_copy_threads
-  std::uint32_t moves_copying_ = 0;             // moves between their reserve and their commit; mutex_
-  bool fork_hold_ = false;                      // prepare_fork: new moves are refused; mutex_
-  std::unique_ptr<CopyEngine> copy_engine_;     // set_copy_engine, set_copy_threads
+  std::atomic<std::uint64_t> pin_sequence_{0};       // written under mutex_, read without it
+  std::atomic<std::uint32_t> pins_waiting_{0};       // pins_waiting()
+  std::atomic<std::uint32_t> moves_pin_waiting_{0};  // moves_waiting_for_pins(); changed under mutex_
+  std::atomic<bool> keep_shadows_{false};            // written under mutex_; drop_shadows reads it without
+  std::chrono::nanoseconds room_wait_{0};            // set_room_wait; under mutex_
+  PendingOutFn pending_out_;                         // set_room_wait; under mutex_
+  std::atomic<unsigned> copy_threads_{1};            // set_copy_threads
+  std::uint32_t moves_copying_ = 0;                  // moves between their reserve and their commit; mutex_
+  bool fork_hold_ = false;                           // prepare_fork: new moves are refused; mutex_
+  std::unique_ptr<CopyEngine> copy_engine_;          // set_copy_engine, set_copy_threads
   // A move's copy by the engine: kInternal where the engine says it failed (the move then fails).
   Status copy_with_engine(void* to, const void* from, std::size_t bytes, TierIndex to_tier,
                           MoveResult& result);
