@@ -104,10 +104,8 @@ Interposer* Interposer::instance() {
 }
 
 Interposer::Interposer(std::unique_ptr<Runtime> runtime)
-    : runtime_(std::move(runtime)),
-      detector_(step_hint(settings())),
-      random_moves_(settings().random_moves),
-      scratchpads_(settings().scratchpads) {
+    : runtime_(std::move(runtime)), detector_(step_hint(settings())), scratchpads_(settings().scratchpads) {
+  if (const std::uint64_t seed = settings().random_moves; seed != 0) random_moves_.emplace(seed);
   if (const InterposeSettings& given = settings(); !given.trace.empty()) {
     timeline_ = std::make_unique<TimelineRecorder>(given.trace_from - 1, given.trace_steps, "tensortier-run");
     if (Status s = runtime_->add_observer(timeline_.get()); !s.is_ok()) fail(s.message());
@@ -393,7 +391,7 @@ dnnl_status_t Interposer::execute(const_dnnl_primitive_t primitive, dnnl_stream_
   } else if (pinned) {
     runtime_->unpin_objects(bound.all);
   }
-  if (marked && random_moves_ != 0) move_at_random(bound);
+  if (marked && random_moves_) move_at_random(bound);
   if (scratchpad != nullptr) memory_destroy(scratchpad);  // its object freed after the layer
   if (training) step_marks(d.end_after, d.begin_after);
   std::lock_guard lock(mutex_);
@@ -451,19 +449,12 @@ dnnl_memory_t Interposer::make_scratchpad(const PrimitiveInfo& info, dnnl_stream
 }
 
 // A test of the promise that results never depend on placement: one of the layer's objects to
-// another tier after it, chosen by a generator seeded from TENSORTIER_RANDOM_MOVES.
+// another tier after it, drawn by a generator seeded from TENSORTIER_RANDOM_MOVES.
 void Interposer::move_at_random(const Bound& bound) {
-  if (bound.all.empty() || runtime_->tier_count() < 2) return;
-  random_moves_ = random_moves_ * 6364136223846793005ULL + 1442695040888963407ULL;
-  const ObjectId id = bound.all[(random_moves_ >> 33) % bound.all.size()];
-  const Result<ObjectInfo> info = runtime_->object(id);
-  if (!info) return;
-  const TierIndex to = info->tier == 0 ? static_cast<TierIndex>(runtime_->tier_count() - 1) : 0;
-  MoveOptions options;
-  options.pin_wait = std::chrono::nanoseconds{0};  // a small object's chunk may hold a host-pinned one
-  if (auto moved = runtime_->move(id, to, options); !moved) {
+  const Runtime::RandomMoves done = runtime_->move_at_random(bound.all, 1, *random_moves_);
+  if (done.refused != 0) {
     std::lock_guard lock(mutex_);
-    ++stats_.random_moves_failed;
+    stats_.random_moves_failed += done.refused;
   }
 }
 

@@ -18,6 +18,8 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <random>
 #include <set>
 #include <string>
 #include <unordered_set>
@@ -145,9 +147,9 @@ class Interposer {
   InterposeStats stats_;
   std::unordered_set<ObjectId> host_pins_;
   std::set<std::string> warned_;
-  bool step_open_ = false;          // training thread only
-  std::uint64_t random_moves_ = 0;  // TENSORTIER_RANDOM_MOVES: the generator's state (0: off)
-  bool scratchpads_ = false;        // TENSORTIER_SCRATCHPADS
+  bool step_open_ = false;                       // training thread only
+  std::optional<std::mt19937_64> random_moves_;  // TENSORTIER_RANDOM_MOVES: its draws (none: off)
+  bool scratchpads_ = false;                     // TENSORTIER_SCRATCHPADS
 };
 
 }  // namespace tensortier::interpose

@@ -271,22 +271,15 @@ std::uint32_t TorchRuntime::move_random(std::uint32_t count) {
       if (owner == runtime_) mine.push_back(address);
   }
   std::ranges::sort(mine);  // the map's order is not the same each run; the draws must be
-  std::uint32_t moved = 0;
-  for (std::uint32_t i = 0; i < count && !mine.empty() && r.tier_count() > 1; ++i) {
-    void* address = mine[std::uniform_int_distribution<std::size_t>(0, mine.size() - 1)(chaos_)];
-    Result<ObjectInfo> info = r.object(address);
-    if (!info) continue;
-    const auto to = static_cast<TierIndex>(
-        (info->tier + 1 + std::uniform_int_distribution<std::size_t>(0, r.tier_count() - 2)(chaos_)) %
-        r.tier_count());
-    MoveOptions options;
-    options.pin_wait = std::chrono::nanoseconds{0};  // a pinned object is skipped, not waited for
-    Result<MoveResult> result = r.move(info->id, to, options);
-    if (!result) continue;
-    if (result->address != address) throw std::runtime_error("tensortier: a move changed a tensor's address");
-    ++moved;
+  std::vector<ObjectId> ids;
+  for (void* address : mine) {
+    if (Result<ObjectInfo> info = r.object(address); info) ids.push_back(info->id);
   }
-  return moved;
+  const std::uint64_t relocations = r.relocations();
+  const Runtime::RandomMoves done = r.move_at_random(ids, count, chaos_);
+  if (r.relocations() != relocations)
+    throw std::runtime_error("tensortier: a move changed a tensor's address");
+  return done.moved;
 }
 
 Runtime& TorchRuntime::open() const {

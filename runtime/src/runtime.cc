@@ -328,6 +328,23 @@ Result<MoveResult> Runtime::move(const void* address, TierIndex to) {
   return move(id.value(), to);
 }
 
+Runtime::RandomMoves Runtime::move_at_random(std::span<const ObjectId> among, std::uint32_t count,
+                                             std::mt19937_64& rng) {
+  RandomMoves done;
+  if (among.empty() || tier_count() < 2) return done;
+  std::uniform_int_distribution<std::size_t> pick(0, among.size() - 1), other(1, tier_count() - 1);
+  MoveOptions options;
+  options.pin_wait = std::chrono::nanoseconds{0};  // a pinned object (or its chunk) is skipped
+  for (std::uint32_t i = 0; i < count; ++i) {
+    const ObjectId id = among[pick(rng)];
+    const Result<ObjectInfo> info = allocator_.info_by_id(id);
+    const auto to = static_cast<TierIndex>(((info ? info->tier : 0) + other(rng)) % tier_count());
+    const Result<MoveResult> moved = info ? move(id, to, options) : info.status();
+    ++(moved && moved->moved ? done.moved : done.refused);
+  }
+  return done;
+}
+
 Result<MoveResult> Runtime::move(ObjectId id, TierIndex to, std::uint32_t segment) {
   MoveOptions options;
   options.segment = segment;

@@ -22,6 +22,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <set>
 #include <span>
 #include <string>
@@ -214,6 +215,16 @@ class Runtime {
   Result<MoveResult> move(ObjectId id, TierIndex to, std::uint32_t segment = kWholeObject);
   Result<MoveResult> move(ObjectId id, TierIndex to, const MoveOptions& options);
   Result<MoveResult> move(const void* address, TierIndex to);
+  // Chaos, for checks of the promise that results never depend on placement: `count` objects
+  // drawn from `among` (with replacement), each moved to another tier drawn at random. An object
+  // pinned now is not waited for, and moves are refused during a profiled step: both counted as
+  // refused, as is one freed since it was named. The tensortier-run interposer
+  // (TENSORTIER_RANDOM_MOVES) and tensortier.torch (chaos_moves) use it. Thread-safe.
+  struct RandomMoves {
+    std::uint32_t moved = 0;    // moved to another tier
+    std::uint32_t refused = 0;  // pinned, profiled, freed, or failed
+  };
+  RandomMoves move_at_random(std::span<const ObjectId> among, std::uint32_t count, std::mt19937_64& rng);
   // How an object on `from` moves to `to` (in place, or to a new address).
   MoveMethod move_method(TierIndex from, TierIndex to) const { return allocator_.move_method(from, to); }
   // Changes at every move that gives an object a new address; lock-free.
