@@ -32,7 +32,11 @@ __all__ = ["Runtime"]
 
 
 def _storage_ptr(t):
-    """The address of the object behind a tensor's storage (a view shares its base's)."""
+    """The address of the object behind a tensor's storage (a view shares its base's). From the
+    tensor's own pointer and offset where it is strided: t.storage() makes a Python object at every
+    call (a fifth of the hooks' time on ResNet-18)."""
+    if t.layout == torch.strided:
+        return t.data_ptr() - t.storage_offset() * t.element_size()
     if hasattr(t, "untyped_storage"):
         return t.untyped_storage().data_ptr()
     return t.storage().data_ptr()
