@@ -207,12 +207,14 @@ void set_options(const py::dict& given, RuntimeOptions& options) {
       options.short_lived_arena = value.cast<bool>();
     } else if (name == "trial_steps") {
       options.trial_steps = value.cast<std::uint32_t>();
+    } else if (name == "timed_bound_s") {
+      options.timed_bound_s = value.cast<double>();
     } else if (name == "room_wait_ms") {
       options.room_wait = std::chrono::microseconds(static_cast<std::int64_t>(1000 * value.cast<double>()));
     } else {
       throw std::invalid_argument(
           fmt::format("tensortier: no runtime option '{}' (known: dead_moves, short_lived_arena, "
-                      "trial_steps, room_wait_ms)",
+                      "trial_steps, room_wait_ms, timed_bound_s)",
                       name));
     }
   }
@@ -383,6 +385,12 @@ py::dict TorchRuntime::stats() const {
   d["profiled_steps"] = open().profiled_steps();
   d["plan_settled"] = open().plan_settled();
   d["allocations"] = allocator().allocations();
+  // What the running plan predicted a step adds over its layers on fast memory, and the timed
+  // bound no plan beats (with the timed_bound_s option; 0 without), both from the profiled step.
+  const migrator::Plan* plan = open().plan();
+  d["compute_ms"] = plan != nullptr ? plan->compute_ns / 1e6 : 0.0;
+  d["predicted_added_ms"] = plan != nullptr ? plan->predicted_extra_ns / 1e6 : 0.0;
+  d["bound_added_ms"] = plan != nullptr ? plan->timed_bound_ns / 1e6 : 0.0;
   py::list tiers;
   for (const TierUsage& t : s.tiers) {
     py::dict tier;

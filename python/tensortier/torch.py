@@ -79,7 +79,7 @@ class Runtime:
     budget under the policy ("20%" of the profiled peak, or a size). profile_step: the step to
     profile (default: the runtime's, step 1). chaos_moves: for tests, that many objects drawn at
     random moved to another tier at every layer boundary (with no policy). options: RuntimeOptions by name (dead_moves,
-    short_lived_arena, trial_steps; runtime.h says what each does)."""
+    short_lived_arena, trial_steps, room_wait_ms, timed_bound_s; runtime.h says what each does)."""
 
     def __init__(self, tiers, policy="", fast_budget="", profile_step=None, chaos_moves=0, **options):
         self._rt = _torch.Runtime(tiers, policy, fast_budget, -1 if profile_step is None else profile_step, options)
