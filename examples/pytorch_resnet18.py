@@ -207,7 +207,8 @@ def run(args):
         say(f"| {policy or 'plain PyTorch'} | {ms:.1f} | {ratio} | {added} | {s.get('moves', '-')} | {moved} | "
             f"{losses[-1]:.6f} | {same} |")
     say("(added: over fast-only's step, measured; predicted by the plan; the timed bound no plan beats, "
-        "from the profiled step. The emulated charge and both figures count the accesses layers declare.)")
+        "from the profiled step. The emulated charge counts what layers touch undeclared too, as the "
+        "profiled step saw it; the prediction and the bound count only what they declare.)")
     differ = any(reference is not None and p is not None and r[0] != reference for p, r in results.items())
     if args.ddp:  # every rank's verdict
         flag = torch.tensor([int(differ)])

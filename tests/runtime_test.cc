@@ -205,6 +205,40 @@ TEST(Runtime, APlanNoStepMatchedFollowsTheKindProfiledNext) {
   }
 }
 
+// What a layer touches without declaring it (PyTorch's functional code, autograd's saved tensors)
+// costs on an emulated tier all the same: the profiled step sees it (page protection), and the
+// steps of its kind charge it where the object is then. Here a layer writes 1 MiB it does not
+// declare, on the slow tier; the same run without that write charges none.
+TEST(Runtime, UndeclaredAccessesTheProfileSawAreCharged) {
+  constexpr std::size_t kBytes = 1 << 20;
+  for (const bool undeclared_write : {true, false}) {
+    SCOPED_TRACE(undeclared_write ? "the layer writes an object it does not declare" : "it does not");
+    RuntimeOptions options("fast=dram:64MiB,slow=emulated:optane:256MiB");
+    options.policy = "slow-only";
+    options.trial_steps = 0;
+    auto created = Runtime::create(options);
+    ASSERT_TRUE(created) << created.status().to_string();
+    Runtime& rt = *created.value();
+    const ObjectInfo w = rt.allocate("w", kBytes).value();
+    const ObjectInfo u = rt.allocate("u", kBytes, kDefaultGroup, /*preferred=*/1).value();
+    ASSERT_EQ(u.tier, 1u);
+    for (int step = 0; step < 5; ++step) {
+      ASSERT_TRUE(rt.step_begin().is_ok());
+      const void* reads[] = {w.address};
+      ASSERT_TRUE(rt.layer_begin("l0", reads, {}).is_ok());
+      if (undeclared_write) std::memset(u.address, step, kBytes);
+      ASSERT_TRUE(rt.layer_end().is_ok());
+      ASSERT_TRUE(rt.step_end().is_ok());
+    }
+    const RuntimeStats stats = rt.stats();
+    ASSERT_EQ(stats.policy, "slow-only");
+    EXPECT_EQ(rt.object(u.address)->tier, 1u);
+    EXPECT_EQ(rt.object(w.address)->tier, 1u);
+    EXPECT_EQ(stats.last_step_undeclared_slow_bytes, undeclared_write ? kBytes : 0u);
+    EXPECT_EQ(stats.last_step_slow_bytes, kBytes + (undeclared_write ? kBytes : 0u));
+  }
+}
+
 TEST(Runtime, MarksOutOfOrderAreErrors) {
   auto rt = make("fast=dram:64MiB");
   ASSERT_NE(rt, nullptr);

@@ -372,6 +372,8 @@ py::dict TorchRuntime::stats() const {
   d["policy"] = s.policy;
   d["emulated_charge_ns"] = s.emulated_charge_ns;
   d["last_step_emulated_charge_ns"] = s.last_step_emulated_charge_ns;
+  d["last_step_slow_bytes"] = s.last_step_slow_bytes;
+  d["last_step_undeclared_slow_bytes"] = s.last_step_undeclared_slow_bytes;
   d["moves"] = s.migration.moves;
   d["bytes_in"] = s.migration.bytes_in;
   d["bytes_out"] = s.migration.bytes_out;

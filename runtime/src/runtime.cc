@@ -397,7 +397,7 @@ Status Runtime::step_begin() {
   layer_shapes_.clear();
   on_plan_ = matches_plan_ = true;
   step_charge_ns_ = 0;
-  step_slow_bytes_ = step_move_wait_ns_ = step_late_moves_ = 0;
+  step_slow_bytes_ = step_move_wait_ns_ = step_late_moves_ = step_undeclared_bytes_ = 0;
   layers_begun_.store(0, std::memory_order_release);
   step_ordinal_.store(0, std::memory_order_relaxed);
   training_thread_.store(static_cast<std::uintptr_t>(pthread_self()), std::memory_order_relaxed);
@@ -453,6 +453,7 @@ Status Runtime::step_end() {
     std::lock_guard lock(stats_mutex_);
     last_step_charge_ns_ = step_charge_ns_;
     last_step_slow_bytes_ = step_slow_bytes_;
+    last_step_undeclared_bytes_ = step_undeclared_bytes_;
     last_step_move_wait_ns_ = step_move_wait_ns_;
     last_step_late_moves_ = step_late_moves_;
   }
@@ -561,6 +562,7 @@ Status Runtime::layer_begin(std::string_view name, std::span<const ObjectId> rea
     leave_plan_kind(shape);
   }
   layer_shapes_.push_back(std::move(shape));
+  if (matches_plan_ && executor_ != nullptr) charge_undeclared(record.index);
   const std::uint64_t before_ns = record.index < last_step_.size() && last_step_[record.index].name == name
                                       ? last_step_[record.index].duration_ns
                                       : 0;
@@ -582,6 +584,21 @@ Status Runtime::layer_begin(std::string_view name, std::span<const ObjectId> rea
   if (layer_clock_ != nullptr) layer_clock_->layer_begin();
   layer_start_ns_ = now_ns();
   return Status::ok();
+}
+
+// Adds to the layer's slow bytes what its profiled twin touched undeclared, where those objects are
+// on an emulated tier now (plans never move such objects, so their tier is where they were born).
+void Runtime::charge_undeclared(std::uint32_t layer) {
+  if (layer >= plan_undeclared_.size()) return;
+  for (const UndeclaredAccess& a : plan_undeclared_[layer]) {
+    const std::optional<ObjectId> id = executor_->id_of(a.key);
+    const Result<ObjectInfo> info = id ? allocator_.info_by_id(*id) : not_found("");
+    if (!info || info->tier >= slow_read_bytes_.size() || allocator_.tier(info->tier).cost_model() == nullptr)
+      continue;
+    slow_read_bytes_[info->tier] += a.read_bytes;
+    slow_written_bytes_[info->tier] += a.written_bytes;
+    step_undeclared_bytes_ += a.read_bytes + a.written_bytes;
+  }
 }
 
 // The step leaves the plan's kind at this layer: it runs unplanned from here, and a log line says
@@ -712,6 +729,7 @@ RuntimeStats Runtime::stats() const {
   s.emulated_charge_ns = charge_ns_;
   s.last_step_emulated_charge_ns = last_step_charge_ns_;
   s.last_step_slow_bytes = last_step_slow_bytes_;
+  s.last_step_undeclared_slow_bytes = last_step_undeclared_bytes_;
   s.last_step_move_wait_ns = last_step_move_wait_ns_;
   s.last_step_late_moves = last_step_late_moves_;
   {  // over the run: the executors a trial replaced, then the running one (its last step counts)

@@ -75,6 +75,29 @@ void drop_stay_put_shadows(const migrator::Plan& plan, std::span<const ObjectInf
 
 }  // namespace
 
+// Each layer's accesses to objects it did not declare, and the host code's before it, from the
+// profile's page protection: whole units read first and units written, at most the object's bytes.
+std::vector<std::vector<Runtime::UndeclaredAccess>> Runtime::undeclared_accesses(
+    const profiler::StepProfile& profile) {
+  std::vector<std::vector<UndeclaredAccess>> out(profile.layers.size());
+  for (std::size_t l = 0; l < profile.layers.size(); ++l) {
+    const profiler::LayerProfile& layer = profile.layers[l];
+    auto add = [&](const profiler::SpanAccessProfile& a, bool host) {
+      const profiler::ObjectProfile* o = a.is_group ? nullptr : profile.object(a.id);
+      if (o == nullptr) return;
+      if (!host && (std::ranges::find(layer.declared_reads, a.id) != layer.declared_reads.end() ||
+                    std::ranges::find(layer.declared_writes, a.id) != layer.declared_writes.end()))
+        return;
+      out[l].push_back({migrator::plan_key(o->key, o->id, !o->born_at_layer.has_value()),
+                        std::min(o->bytes, a.pages_read * a.page_bytes),
+                        std::min(o->bytes, a.pages_written * a.page_bytes)});
+    };
+    for (const profiler::SpanAccessProfile& a : layer.accesses) add(a, false);
+    for (const profiler::SpanAccessProfile& a : layer.accesses_before) add(a, true);
+  }
+  return out;
+}
+
 void Runtime::fail_policy(std::string_view why) {
   policy_failure_ = fmt::format("policy '{}' does not run: {}", policy_, why);
   spdlog::warn("{}", policy_failure_);
@@ -133,6 +156,7 @@ void Runtime::start_migration(const profiler::StepProfile& profile) {
   plan_layers_ = inputs->layers;
   plan_signatures_ = layer_signatures_;  // start_migration runs at the end of the profiled step
   plan_shapes_ = layer_shapes_;
+  plan_undeclared_ = undeclared_accesses(profile);
   plan_kind_steps_ = off_plan_said_ = 0;
   plan_profile_step_ = profile.step;
   // A plan that copies is made again once the mover's CPU per byte is measured

@@ -165,9 +165,12 @@ struct RuntimeStats {
   std::uint64_t peak_live_bytes = 0;  // their high-water mark since the last profiled step began (or start)
   std::uint64_t emulated_charge_ns = 0;            // all layers, all steps
   std::uint64_t last_step_emulated_charge_ns = 0;  // the last completed step's
-  std::uint64_t last_step_slow_bytes = 0;          // its layers' declared bytes on emulated tiers
-  std::uint64_t last_step_move_wait_ns = 0;        // its layers' waits for moves
-  std::uint64_t last_step_late_moves = 0;          // moves its layers found in flight
+  std::uint64_t last_step_slow_bytes = 0;          // its layers' bytes on emulated tiers (charged)
+  // Of those, bytes of accesses layers made undeclared (the host code before each included), as the
+  // plan's profiled step saw them (page protection): charged in the steps of its kind.
+  std::uint64_t last_step_undeclared_slow_bytes = 0;
+  std::uint64_t last_step_move_wait_ns = 0;  // its layers' waits for moves
+  std::uint64_t last_step_late_moves = 0;    // moves its layers found in flight
   std::uint64_t arena_misses = 0;   // objects planned in the short-lived region that found their place taken
   std::uint64_t late_moves = 0;     // moves a layer found in flight and waited for
   std::uint64_t aborted_moves = 0;  // of those, moves still running after the wait (they failed)
@@ -403,6 +406,17 @@ class Runtime {
   std::vector<ObjectKey> read_keys_, write_keys_;
   std::uint64_t step_charge_ns_ = 0;
   std::uint64_t step_slow_bytes_ = 0, step_move_wait_ns_ = 0, step_late_moves_ = 0;
+  std::uint64_t step_undeclared_bytes_ = 0;
+  // What each layer of the plan's profiled step (and the host code before it) touched undeclared:
+  // charged as the layer's own accesses where those objects are on an emulated tier now. Made with
+  // the plan (runtime_migration.cc); the training thread's.
+  struct UndeclaredAccess {
+    ObjectKey key = 0;  // as the executor names it (Executor::id_of)
+    std::uint64_t read_bytes = 0, written_bytes = 0;
+  };
+  std::vector<std::vector<UndeclaredAccess>> plan_undeclared_;
+  static std::vector<std::vector<UndeclaredAccess>> undeclared_accesses(const profiler::StepProfile& profile);
+  void charge_undeclared(std::uint32_t layer);
   std::vector<LayerRecord> current_step_;
   std::vector<LayerRecord> last_step_;
   std::uint64_t step_start_ns_ = 0;
@@ -459,6 +473,7 @@ class Runtime {
   std::uint64_t charge_ns_ = 0, last_step_charge_ns_ = 0, late_moves_ = 0, aborted_moves_ = 0,
                 move_wait_ns_ = 0, moves_ = 0, failed_moves_ = 0;
   std::uint64_t last_step_slow_bytes_ = 0, last_step_move_wait_ns_ = 0, last_step_late_moves_ = 0;
+  std::uint64_t last_step_undeclared_bytes_ = 0;
 
   // Migration: the executor runs from the step after the profile (start_migration).
   std::string policy_;

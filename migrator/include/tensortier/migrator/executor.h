@@ -101,6 +101,9 @@ class Executor final : public StepObserver, public PlacementAdvisor {
   ExecutorState state() const { return state_.load(std::memory_order_acquire); }
   ExecutorStats stats() const;
   const Plan& plan() const { return plan_; }
+  // The live object a plan's key names now (an allocation ordinal of this step, or an id for one
+  // made outside steps); nullopt where none. Thread-safe.
+  std::optional<ObjectId> id_of(ObjectKey key);
   // Bytes of the plan's moves out of `tier` handed to the mover and not yet ended (queued, or
   // under way): the room they will leave there. The allocator's room wait asks it
   // (ObjectAllocator::set_room_wait). Thread-safe, lock-free.
@@ -150,7 +153,6 @@ class Executor final : public StepObserver, public PlacementAdvisor {
   struct Queue;  // TBB's queue, kept out of this header
   void enqueue(std::uint32_t after_layer);
   void run();
-  std::optional<ObjectId> id_of(ObjectKey key);
 
   Plan plan_;
   std::uint32_t layers_;
