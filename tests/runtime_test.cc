@@ -239,6 +239,29 @@ TEST(Runtime, UndeclaredAccessesTheProfileSawAreCharged) {
   }
 }
 
+// An object born inside a layer (PyTorch allocates a layer's outputs there) is written by it: on an
+// emulated tier its bytes are charged as the layer's writes, with no policy and no profile needed.
+// One born before the layer begins is charged where a layer declares it, as any.
+TEST(Runtime, AnObjectBornInsideALayerIsChargedAsItsWrite) {
+  constexpr std::size_t kBytes = 1 << 20;
+  auto rt = make("fast=dram:64MiB,slow=emulated:optane:256MiB");
+  ASSERT_NE(rt, nullptr);
+  ASSERT_TRUE(rt->step_begin().is_ok());
+  const ObjectInfo before = rt->allocate("before", kBytes, kDefaultGroup, /*preferred=*/1).value();
+  ASSERT_TRUE(rt->layer_begin("l0", {}, {}).is_ok());
+  const ObjectInfo inside = rt->allocate("inside", kBytes, kDefaultGroup, /*preferred=*/1).value();
+  const ObjectInfo fast = rt->allocate("fast", kBytes).value();  // on the fast tier: no charge
+  ASSERT_TRUE(rt->layer_end().is_ok());
+  ASSERT_TRUE(rt->step_end().is_ok());
+  ASSERT_EQ(inside.tier, 1u);
+  ASSERT_EQ(fast.tier, 0u);
+  const RuntimeStats stats = rt->stats();
+  EXPECT_EQ(stats.last_step_undeclared_slow_bytes, kBytes);
+  EXPECT_EQ(stats.last_step_slow_bytes, kBytes);
+  EXPECT_GT(stats.last_step_emulated_charge_ns, 0u);
+  for (const ObjectInfo& o : {before, inside, fast}) ASSERT_TRUE(rt->free(o.address).is_ok());
+}
+
 TEST(Runtime, MarksOutOfOrderAreErrors) {
   auto rt = make("fast=dram:64MiB");
   ASSERT_NE(rt, nullptr);

@@ -260,8 +260,10 @@ Result<ObjectInfo> Runtime::allocate(std::string_view name, std::size_t bytes, G
   std::optional<std::uint64_t> arena_offset;
   std::optional<Place> place;
   ArenaId arena = 0;
+  bool born_in_layer = false;  // (in_layer_ is the training thread's: read only there)
   if (in_step_.load(std::memory_order_acquire) && !forked_child_.load(std::memory_order_acquire) &&
       training_thread_.load(std::memory_order_relaxed) == static_cast<std::uintptr_t>(pthread_self())) {
+    born_in_layer = in_layer_;
     key = step_key(step_ordinal_.fetch_add(1, std::memory_order_relaxed));
     if (PlacementAdvisor* advisor = advisor_.load(std::memory_order_acquire); advisor != nullptr) {
       place = advisor->place(key, bytes);
@@ -285,6 +287,7 @@ Result<ObjectInfo> Runtime::allocate(std::string_view name, std::size_t bytes, G
     if (!info) arena_misses_.fetch_add(1, std::memory_order_relaxed);
   }
   if (!info) info = allocator_.allocate(name, bytes, group, preferred, key);
+  if (info && born_in_layer) charge_birth(info.value());
   if (info) {
     SpanView span;
     if (allocator_.lookup(info->address, &span))
@@ -584,6 +587,14 @@ Status Runtime::layer_begin(std::string_view name, std::span<const ObjectId> rea
   if (layer_clock_ != nullptr) layer_clock_->layer_begin();
   layer_start_ns_ = now_ns();
   return Status::ok();
+}
+
+// An object born inside the running layer (PyTorch allocates a layer's outputs there) is written by
+// it, undeclared: its bytes count as the layer's writes where it was born on an emulated tier.
+void Runtime::charge_birth(const ObjectInfo& born) {
+  if (born.tier >= slow_written_bytes_.size() || allocator_.tier(born.tier).cost_model() == nullptr) return;
+  slow_written_bytes_[born.tier] += born.bytes;
+  step_undeclared_bytes_ += born.bytes;
 }
 
 // Adds to the layer's slow bytes what its profiled twin touched undeclared, where those objects are

@@ -145,6 +145,7 @@ def main():
           f"({sum(o for _, _, o, _ in CHECKED_STORAGES)} of {sum(n for *_, n in CHECKED_STORAGES)})")
     no_leak()
     bad_input()
+    hostile_training(plain)
     version_check()
     forked_child()
     print("torch_tiering_check:", "FAILED: " + "; ".join(failures) if failures else "every check passed")
@@ -171,6 +172,39 @@ def bad_input():
     except RuntimeError as e:
         check("nest" in str(e), f"nested steps are refused: {e}")
     rt.close()
+
+
+def hostile_training(plain):
+    """A tensor made outside any step (a mask, after the runtime, neither parameter nor buffer) used
+    in every step by functional code; and a fast budget below the largest layer's working set
+    (3% of the peak). Both train as plain PyTorch does, to the bit."""
+    def run(budget, rt=None):
+        torch.manual_seed(0)
+        model = SmallNet()
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        mask = (torch.arange(20 * 20) % 3 != 0).float().reshape(1, 1, 20, 20)  # made outside the steps
+        if rt:
+            rt.attach(model, opt)
+        losses = []
+        for x, y in batches(STEPS):
+            with rt.step() if rt else _nothing():
+                opt.zero_grad()
+                loss = F.cross_entropy(model(x * mask), y)
+                loss.backward()
+                opt.step()
+            losses.append(loss.item())
+        stats = rt.stats() if rt else None
+        return losses, {k: v.detach().clone() for k, v in model.state_dict().items()}, stats
+
+    reference = run("")
+    for policy, budget in [("sentinel", "20%"), ("sentinel", "3%"), ("oracle", "3%")]:
+        rt = tt.Runtime(TIERS, policy, budget)
+        got = run(budget, rt)
+        rt.close()
+        s = got[2]
+        check(same(reference, got) and s["policy"] == policy,
+              f"{policy} {budget}, a mask made outside the steps used in each: bit-identical losses and parameters "
+              f"({s['moves']} moves, policy {s['policy']!r})")
 
 
 class Squares(torch.utils.data.Dataset):

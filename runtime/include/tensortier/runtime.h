@@ -166,8 +166,9 @@ struct RuntimeStats {
   std::uint64_t emulated_charge_ns = 0;            // all layers, all steps
   std::uint64_t last_step_emulated_charge_ns = 0;  // the last completed step's
   std::uint64_t last_step_slow_bytes = 0;          // its layers' bytes on emulated tiers (charged)
-  // Of those, bytes of accesses layers made undeclared (the host code before each included), as the
-  // plan's profiled step saw them (page protection): charged in the steps of its kind.
+  // Of those, bytes layers touched undeclared: objects born inside a layer (written by it), and, in
+  // the steps of the plan's kind, what the profiled step saw a layer (or the host code before it)
+  // touch undeclared (page protection).
   std::uint64_t last_step_undeclared_slow_bytes = 0;
   std::uint64_t last_step_move_wait_ns = 0;  // its layers' waits for moves
   std::uint64_t last_step_late_moves = 0;    // moves its layers found in flight
@@ -417,6 +418,7 @@ class Runtime {
   std::vector<std::vector<UndeclaredAccess>> plan_undeclared_;
   static std::vector<std::vector<UndeclaredAccess>> undeclared_accesses(const profiler::StepProfile& profile);
   void charge_undeclared(std::uint32_t layer);
+  void charge_birth(const ObjectInfo& born);
   std::vector<LayerRecord> current_step_;
   std::vector<LayerRecord> last_step_;
   std::uint64_t step_start_ns_ = 0;
