@@ -70,7 +70,18 @@ def batches(args):
     g = torch.Generator().manual_seed(1 + (dist.get_rank() if args.ddp else 0))  # each rank its own
     few = [(torch.randn(args.batch, 3, args.image_size, args.image_size, generator=g),
             torch.randint(0, 10, (args.batch,), generator=g)) for _ in range(4)]
-    return [few[i % len(few)] for i in range(args.warmup + args.steps)]
+    return few
+
+
+def settled(rt, args):
+    """Whether the plan has settled (its trial over, made again where due): on every rank under DDP."""
+    done = rt is None or rt.stats()["plan_settled"]
+    if args.ddp:
+        with rt.plain() if rt else _Nothing():  # gloo's system calls never touch an object
+            flag = torch.tensor([int(done)])
+            dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+        done = bool(flag.item())
+    return done
 
 
 def train(args, policy):
@@ -84,14 +95,16 @@ def train(args, policy):
     opt = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
     if rt:
         rt.attach(model, opt)
-        if args.trace:  # the last two measured steps
-            rt.trace(args.warmup + args.steps - 2, 2)
     if args.ddp:  # under a runtime, its DDP (communication in plain memory); plainly, PyTorch's
         net = rt.ddp(model) if rt else DistributedDataParallel(model)
     else:
         net = model
-    losses, times_ms = [], []
-    for i, (x, y) in enumerate(batches(args)):
+    # The measured steps start after the warm-up and once the plan has settled (the trial's phases
+    # run different plans; at most --settle-steps more steps are waited for that).
+    few = batches(args)
+    losses, times_ms, measuring = [], [], False
+    while len(times_ms) < args.steps:
+        x, y = few[len(losses) % len(few)]
         start = time.perf_counter()
         with rt.step() if rt else _Nothing():
             opt.zero_grad()
@@ -99,8 +112,12 @@ def train(args, policy):
             loss.backward()
             opt.step()
         losses.append(loss.item())
-        if i >= args.warmup:
+        if measuring:
             times_ms.append(1e3 * (time.perf_counter() - start))
+        elif len(losses) >= args.warmup:
+            measuring = len(losses) >= args.warmup + args.settle_steps or settled(rt, args)
+            if measuring and rt and args.trace:  # the last two measured steps
+                rt.trace(len(losses) + args.steps - 2, 2)
     stats = rt.stats() if rt else {}
     if rt:
         if args.trace:
@@ -143,6 +160,8 @@ def main():
     p.add_argument("--image-size", type=int, default=32)
     p.add_argument("--steps", type=int, default=6, help="measured steps")
     p.add_argument("--warmup", type=int, default=10, help="steps before (the profile, the plan and its trial)")
+    p.add_argument("--settle-steps", type=int, default=40,
+                   help="after the warm-up, at most this many steps more waiting for the plan to settle")
     p.add_argument("--threads", type=int, default=0, help="PyTorch's threads (0: PyTorch's default)")
     p.add_argument("--verbose", action="store_true")
     p.add_argument("--trace", default="", help="PREFIX: each policy's last two steps as PREFIX.POLICY[.rankN].json")
@@ -185,7 +204,7 @@ def run(args):
     say = print if rank0 else (lambda *a, **k: None)
     say(f"ResNet-18 width {args.width}, batch {args.batch}, {args.image_size}x{args.image_size}, "
           f"{torch.get_num_threads()} threads, PyTorch {torch.__version__}; tiers {args.tiers}, "
-          f"fast budget {args.fast_budget}; median of {args.steps} steps after {args.warmup}"
+          f"fast budget {args.fast_budget}; median of {args.steps} steps after {args.warmup} and once the plan settled"
           + (f"; DDP over gloo, {dist.get_world_size()} ranks (rank 0's figures)" if args.ddp else ""))
     results = {}
     for policy in runs:
@@ -203,13 +222,18 @@ def run(args):
             measured = f"{ms - fast:.1f}" if fast else "-"
             added = f"{measured} / {s['predicted_added_ms']:.1f} / {s['bound_added_ms']:.1f}"
         moved = f"{s['bytes_in'] / 2**20:.0f} / {s['bytes_out'] / 2**20:.0f}" if s else "-"
-        same = "-" if reference is None or policy is None else ("bit-identical" if losses == reference else "DIFFER")
+        # Runs differ in length (each waits for its plan to settle): compared over plain PyTorch's steps.
+        n = len(reference) if reference is not None else len(losses)
+        same = "-" if reference is None or policy is None else (
+            "bit-identical" if losses[:n] == reference else "DIFFER")
         say(f"| {policy or 'plain PyTorch'} | {ms:.1f} | {ratio} | {added} | {s.get('moves', '-')} | {moved} | "
-            f"{losses[-1]:.6f} | {same} |")
+            f"{losses[n - 1]:.6f} | {same} |")
     say("(added: over fast-only's step, measured; predicted by the plan; the timed bound no plan beats, "
-        "from the profiled step. The emulated charge counts what layers touch undeclared too, as the "
-        "profiled step saw it; the prediction and the bound count only what they declare.)")
-    differ = any(reference is not None and p is not None and r[0] != reference for p, r in results.items())
+        "from the profiled step. The charge, the prediction and the bound count what layers declare and "
+        "what they write into tensors born inside them; the charge also what the profiled step saw them "
+        "touch undeclared.)")
+    differ = any(reference is not None and p is not None and r[0][:len(reference)] != reference
+                 for p, r in results.items())
     if args.ddp:  # every rank's verdict
         flag = torch.tensor([int(differ)])
         dist.all_reduce(flag)

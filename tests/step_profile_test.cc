@@ -456,6 +456,37 @@ TEST(StepProfile, MemoryTheAllocatorReleasesDuringAProfiledStepIsUnprotected) {
   EXPECT_EQ(rt->tier(0).used_bytes() <= 256u << 10, true);
 }
 
+// An object the training thread makes inside a running layer (PyTorch makes a layer's outputs
+// there) is born at that layer and among its declared writes: plans see its room during the layer
+// and its write there. One made between layers is born at the next layer, as before.
+TEST(StepProfile, AnObjectMadeInsideALayerIsBornThereAndWrittenByIt) {
+  RuntimeOptions o("fast=dram:64MiB");
+  o.profile.step = 0;
+  auto rt = Runtime::create(o).value();
+  ASSERT_TRUE(rt->step_begin().is_ok());
+  const ObjectInfo before = rt->allocate("before", 1 << 20).value();
+  const void* writes[] = {before.address};
+  ASSERT_TRUE(rt->layer_begin("l0", {}, writes).is_ok());
+  std::memset(before.address, 1, 1 << 20);
+  const ObjectInfo inside = rt->allocate("inside", 1 << 20).value();
+  std::memset(inside.address, 2, 1 << 20);
+  ASSERT_TRUE(rt->layer_end().is_ok());
+  const ObjectInfo between = rt->allocate("between", 1 << 20).value();
+  const void* reads[] = {inside.address, between.address};
+  ASSERT_TRUE(rt->layer_begin("l1", reads, {}).is_ok());
+  ASSERT_TRUE(rt->layer_end().is_ok());
+  ASSERT_TRUE(rt->step_end().is_ok());
+  const std::shared_ptr<const StepProfile> profile = rt->profile();
+  ASSERT_NE(profile, nullptr);
+  ASSERT_EQ(profile->layers.size(), 2u);
+  EXPECT_EQ(profile->object(before.id)->born_at_layer, 0u);
+  EXPECT_EQ(profile->object(inside.id)->born_at_layer, 0u);
+  EXPECT_EQ(profile->object(between.id)->born_at_layer, 1u);
+  EXPECT_EQ(profile->layers[0].declared_writes, (std::vector<ObjectId>{before.id, inside.id}));
+  EXPECT_EQ(profile->layers[1].declared_writes, std::vector<ObjectId>{});
+  for (const ObjectInfo& x : {before, inside, between}) ASSERT_TRUE(rt->free(x.address).is_ok());
+}
+
 TEST(StepProfile, AnUnknownAccessSourceIsNamed) {
   EXPECT_EQ(profiler::parse_access_source("declared").value(), profiler::AccessSource::kDeclared);
   EXPECT_EQ(profiler::parse_access_source("protection").value(), profiler::AccessSource::kPageProtection);

@@ -161,7 +161,11 @@ void StepProfiler::on_allocate(const ObjectInfo& object, const SpanView& span) {
   o.group = object.group;
   o.tier = object.tier;
   o.small = object.small;
-  if (step_begun_) o.born_at_layer = layers_begun_;  // else alive before the step
+  if (step_begun_) o.born_at_layer = layers_begun_;             // else alive before the step
+  if (step_begun_ && layer_open_ && is_step_key(object.key)) {  // the running layer's output
+    o.born_at_layer = layers_begun_ - 1;
+    born_in_layer_.push_back(object.id);
+  }
   objects_.insert_or_assign(object.id, std::move(o));
   if (tracker_ != nullptr) pending_.push_back(span);
   live_bytes_ += object.bytes;
@@ -231,6 +235,7 @@ void StepProfiler::on_layer_begin(const LayerEvent& event) {
     // the fault on it is nobody's: a SIGSEGV).
     std::lock_guard lock(mutex_);
     layer.index = layers_begun_++;
+    layer_open_ = true;
     for (const SpanView& s : pending_) {  // empty without a tracker
       if (Status st = tracker_->watch(s); !st.is_ok()) watch_errors_.push_back(st.message());
     }
@@ -249,6 +254,15 @@ void StepProfiler::on_layer_end(const LayerEndEvent& event) {
   }
   if (profile_.layers.empty()) return;
   LayerProfile& layer = profile_.layers.back();
+  {
+    std::lock_guard lock(mutex_);
+    layer_open_ = false;
+    for (ObjectId id : born_in_layer_) {
+      if (std::ranges::find(layer.declared_writes, id) == layer.declared_writes.end())
+        layer.declared_writes.push_back(id);
+    }
+    born_in_layer_.clear();
+  }
   if (counters_ != nullptr) {
     const std::vector<double> now = counters_->read();
     for (std::size_t i = 0; i < now.size() && i < counters_at_begin_.size(); ++i) {

@@ -3,8 +3,10 @@
 //
 // Layer positions: a step's layers are numbered from 0 in the order they began. An object's
 // lifetime is the half-open range of layers [born_at_layer, freed_at_layer): born_at_layer is the
-// number of layers that had begun when it was allocated, freed_at_layer the number that had begun
-// when it was freed. std::nullopt means "before the step began" and "after the step ended".
+// number of layers that had begun when it was allocated (one less where the training thread made
+// it inside a running layer: that layer's output, which then counts among its declared writes),
+// freed_at_layer the number that had begun when it was freed. std::nullopt means "before the step
+// began" and "after the step ended".
 // The JSON form (to_json) is documented in docs/PROFILE.md; every figure names its source.
 //
 // Plain data: no ownership beyond its members, no thread safety of its own.

@@ -124,6 +124,10 @@ class StepProfiler final : public StepObserver {
   std::unordered_map<ObjectId, ObjectProfile> objects_;
   std::vector<SpanView> pending_;  // spans to protect when the next layer begins
   std::uint32_t layers_begun_ = 0;
+  // Objects the training thread allocates while a layer runs (PyTorch makes a layer's outputs
+  // inside it): born at that layer and written by it, as if declared (on_layer_end adds them).
+  bool layer_open_ = false;
+  std::vector<ObjectId> born_in_layer_;
   std::uint64_t live_bytes_ = 0;
   bool step_begun_ = false;  // false between the step before and the profiled one
 
