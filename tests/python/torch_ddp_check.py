@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 import tensortier.torch as tt
-from torch_tiering_check import TIERS, SmallNet, batches, same
+from torch_tiering_check import TIERS, SmallNet, _nothing, batches, same
 
 STEPS = 12
 RANKS = 2
@@ -44,7 +44,7 @@ def train(policy=None, budget="", chaos_moves=0):
         if rt and i == STEPS - 4:
             off_plan_before_last = rt.stats()["off_plan_steps"]
         x, y = data[shuffle[i] % len(data)]
-        with rt.step() if rt else _Nothing():
+        with rt.step() if rt else _nothing():
             opt.zero_grad()
             loss = F.cross_entropy(net(x), y)
             loss.backward()
@@ -57,14 +57,6 @@ def train(policy=None, budget="", chaos_moves=0):
         stats["chaos_moved"] = getattr(rt, "chaos_moved", 0)
         rt.close()
     return losses, params, stats
-
-
-class _Nothing:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
 
 
 def rank_main(rank, port):
