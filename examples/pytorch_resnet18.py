@@ -7,8 +7,10 @@
 With --compare: plain PyTorch, then fast-only, slow-only and each --policy (default sentinel and
 the oracle), each in a runtime of its own in turn, printing one table: the median step time, its
 ratio to fast-only, the moves, and whether the losses are bit-identical to plain PyTorch's.
-Without: one run under --policy. The data is synthetic (a few batches in turn), the model defined
-below; the loop in train() is plain PyTorch but for `with rt.step():`. With --ddp N:
+Without: one run under --policy. The data is synthetic (a few batches in turn) or, with --data
+fashion-mnist, Fashion-MNIST's first training images (Debian's dataset-fashion-mnist); the model is
+defined below; the loop in train() is plain PyTorch but for `with rt.step():`. The measured steps
+start after --warmup steps once the plan has settled (its trial over). With --ddp N:
 DistributedDataParallel over gloo in N processes (the example starts them, or torchrun's where it
 runs under torchrun: Debian's torchrun of PyTorch 1.13 fails on Python 3.11 in its launcher), each
 rank with its own runtime, fast budget and batches; each rank checks its losses against its plain
@@ -16,9 +18,11 @@ DDP run, and rank 0 prints the table.
 """
 
 import argparse
+import gzip
 import os
 import socket
 import statistics
+import struct
 import sys
 import time
 
@@ -66,11 +70,37 @@ class ResNet18(nn.Module):
         return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
 
 
+FASHION_MNIST = "/usr/share/datasets/fashion-mnist"  # Debian's dataset-fashion-mnist
+
+
+def idx(path):
+    """An IDX file (gzip) as a uint8 tensor of its shape."""
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    dims = data[3]
+    shape = struct.unpack(">" + "I" * dims, data[4:4 + 4 * dims])
+    return torch.frombuffer(bytearray(data[4 + 4 * dims:]), dtype=torch.uint8).reshape(shape)
+
+
 def batches(args):
-    g = torch.Generator().manual_seed(1 + (dist.get_rank() if args.ddp else 0))  # each rank its own
-    few = [(torch.randn(args.batch, 3, args.image_size, args.image_size, generator=g),
-            torch.randint(0, 10, (args.batch,), generator=g)) for _ in range(4)]
-    return few
+    """The batches the loop cycles through: synthetic (4), or Fashion-MNIST's first training images
+    (16 batches; each rank its own), as 3 channels padded to --image-size."""
+    rank = dist.get_rank() if args.ddp else 0
+    if args.data == "fashion-mnist":
+        if not os.path.isdir(FASHION_MNIST):
+            print(f"no Fashion-MNIST at {FASHION_MNIST} (Debian: apt install dataset-fashion-mnist): "
+                  "synthetic data instead", file=sys.stderr)
+        else:
+            n = 16 * args.batch
+            images = idx(f"{FASHION_MNIST}/train-images-idx3-ubyte.gz")[rank * n:(rank + 1) * n]
+            labels = idx(f"{FASHION_MNIST}/train-labels-idx1-ubyte.gz")[rank * n:(rank + 1) * n].long()
+            x = ((images.float() / 255 - 0.286) / 0.353).unsqueeze(1).expand(-1, 3, -1, -1)
+            pad = max(0, args.image_size - 28)
+            x = F.pad(x, (pad // 2, pad - pad // 2, pad // 2, pad - pad // 2)).contiguous()
+            return [(x[i:i + args.batch], labels[i:i + args.batch]) for i in range(0, n, args.batch)]
+    g = torch.Generator().manual_seed(1 + rank)  # each rank its own
+    return [(torch.randn(args.batch, 3, args.image_size, args.image_size, generator=g),
+             torch.randint(0, 10, (args.batch,), generator=g)) for _ in range(4)]
 
 
 def settled(rt, args):
@@ -158,6 +188,8 @@ def main():
     p.add_argument("--width", type=int, default=64)
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--image-size", type=int, default=32)
+    p.add_argument("--data", choices=["synthetic", "fashion-mnist"], default="synthetic",
+                   help="synthetic batches, or Fashion-MNIST's training images (Debian's dataset-fashion-mnist)")
     p.add_argument("--steps", type=int, default=6, help="measured steps")
     p.add_argument("--warmup", type=int, default=10, help="steps before (the profile, the plan and its trial)")
     p.add_argument("--settle-steps", type=int, default=40,
