@@ -84,7 +84,7 @@ def idx(path):
 
 def batches(args):
     """The batches the loop cycles through: synthetic (4), or Fashion-MNIST's first training images
-    (16 batches; each rank its own), as 3 channels padded to --image-size."""
+    (16 batches; each rank its own), as 3 channels padded (or scaled down) to --image-size."""
     rank = dist.get_rank() if args.ddp else 0
     if args.data == "fashion-mnist":
         if not os.path.isdir(FASHION_MNIST):
@@ -95,8 +95,11 @@ def batches(args):
             images = idx(f"{FASHION_MNIST}/train-images-idx3-ubyte.gz")[rank * n:(rank + 1) * n]
             labels = idx(f"{FASHION_MNIST}/train-labels-idx1-ubyte.gz")[rank * n:(rank + 1) * n].long()
             x = ((images.float() / 255 - 0.286) / 0.353).unsqueeze(1).expand(-1, 3, -1, -1)
-            pad = max(0, args.image_size - 28)
-            x = F.pad(x, (pad // 2, pad - pad // 2, pad // 2, pad - pad // 2)).contiguous()
+            pad = args.image_size - 28
+            if pad >= 0:
+                x = F.pad(x, (pad // 2, pad - pad // 2, pad // 2, pad - pad // 2)).contiguous()
+            else:  # smaller: scaled down
+                x = F.interpolate(x, size=(args.image_size, args.image_size), mode="bilinear", align_corners=False)
             return [(x[i:i + args.batch], labels[i:i + args.batch]) for i in range(0, n, args.batch)]
     g = torch.Generator().manual_seed(1 + rank)  # each rank its own
     return [(torch.randn(args.batch, 3, args.image_size, args.image_size, generator=g),
