@@ -5,16 +5,23 @@ alternate in one process, ROUNDS rounds; each figure is the median over rounds o
 step time after its warm-up.
 
     PYTHONPATH=build/release/python OMP_NUM_THREADS=2 python3 bench/torch_overhead.py [--width 64] [--batch 32]
+    PYTHONPATH=build/release/python python3 bench/torch_overhead.py --ddp 2 --threads 1 --width 16 --batch 16
+
+With --ddp N: the same under DistributedDataParallel over gloo in N processes (plain: PyTorch's DDP;
+allocator: PyTorch's DDP over the runtime's tensors; marks and fast-only: rt.ddp), rank 0's figures.
 """
 
 import argparse
 import os
 import runpy
+import socket
 import statistics
 import time
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
 
 import tensortier.torch as tt
 
@@ -38,6 +45,9 @@ def run(mode, args, resnet18):
     marked = mode in ("marks", "fast-only")
     if marked:
         rt.attach(model, opt)
+    net = model
+    if args.ddp:
+        net = rt.ddp(model) if marked else DistributedDataParallel(model)
     g = torch.Generator().manual_seed(1)
     x = torch.randn(args.batch, 3, 32, 32, generator=g)
     y = torch.randint(0, 10, (args.batch,), generator=g)
@@ -46,7 +56,7 @@ def run(mode, args, resnet18):
         start = time.perf_counter()
         with rt.step() if marked else _Nothing():
             opt.zero_grad()
-            loss = F.cross_entropy(model(x), y)
+            loss = F.cross_entropy(net(x), y)
             loss.backward()
             opt.step()
         if i >= args.warmup:
@@ -54,6 +64,15 @@ def run(mode, args, resnet18):
     if rt:
         rt.close()
     return statistics.median(times) * 1e3
+
+
+def rank_main(rank, args, port):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(args.ddp))
+    dist.init_process_group("gloo")
+    try:
+        measure(args)
+    finally:
+        dist.destroy_process_group()
 
 
 def main():
@@ -65,7 +84,18 @@ def main():
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--warmup", type=int, default=4)
     p.add_argument("--tiers", default="fast=dram:4GiB,slow=emulated:optane-server:8GiB")
+    p.add_argument("--ddp", type=int, default=0, metavar="N", help="DDP over gloo in N processes (0: off)")
     args = p.parse_args()
+    if args.ddp:
+        with socket.socket() as s:  # a free port for the ranks' rendezvous
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        torch.multiprocessing.spawn(rank_main, (args, port), nprocs=args.ddp)
+    else:
+        measure(args)
+
+
+def measure(args):
     torch.set_num_threads(args.threads)
     resnet18 = runpy.run_path(EXAMPLE)["ResNet18"]
     ms = {m: [] for m in MODES}
@@ -73,8 +103,11 @@ def main():
         for m in MODES:
             ms[m].append(run(m, args, resnet18))
     plain = statistics.median(ms["plain"])
+    if args.ddp and dist.get_rank() != 0:
+        return
     print(f"ResNet-18 width {args.width}, batch {args.batch}, {args.threads} threads, PyTorch {torch.__version__}; "
-          f"{args.rounds} rounds of {args.steps} steps after {args.warmup}")
+          f"{args.rounds} rounds of {args.steps} steps after {args.warmup}"
+          + (f"; DDP over gloo, {args.ddp} ranks (rank 0's figures)" if args.ddp else ""))
     print("| mode | ms a step (median of rounds) | / plain | rounds |")
     print("| --- | --- | --- | --- |")
     for m in MODES:
