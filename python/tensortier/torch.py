@@ -68,7 +68,7 @@ def _plain_allreduce(state, bucket):
 
 
 def _ptrs(tensors):
-    return [_storage_ptr(t) for t in tensors if t.device.type == "cpu"]
+    return [_storage_ptr(t) for t in tensors if t.is_cpu]
 
 
 class Runtime:
@@ -138,8 +138,9 @@ class Runtime:
             if not self._in_step:
                 return
             ins = list(_tensors(inputs))
-            params = list(module.parameters(recurse=False))
-            buffers = list(module.buffers(recurse=False))
+            # The module's own dicts: parameters(recurse=False) costs 5x as much a call, every layer.
+            params = [p for p in module._parameters.values() if p is not None]
+            buffers = [b for b in module._buffers.values() if b is not None]
             writes = _ptrs(buffers)
             if getattr(module, "inplace", False):
                 writes += _ptrs(ins)
@@ -165,7 +166,7 @@ class Runtime:
         def hook(grad):
             if not self._in_step:
                 return None
-            params = list(module.parameters(recurse=False))
+            params = [p for p in module._parameters.values() if p is not None]
             grads = [p.grad for p in params if p.grad is not None]
             # Its forward's tensors by object id, those alive now (one freed since, e.g. an output
             # a later add consumed, may have left its address to another object).
