@@ -378,6 +378,7 @@ py::dict TorchRuntime::stats() const {
   d["bytes_in"] = s.migration.bytes_in;
   d["bytes_out"] = s.migration.bytes_out;
   d["failed_moves"] = s.migration.failed_moves;
+  d["discarded_moves"] = s.migration.discarded_moves;  // moves of dead bytes (copied nothing)
   d["late_moves"] = s.late_moves;
   d["move_wait_ns"] = s.move_wait_ns;
   d["mover_busy_ns"] = s.migration.mover_busy_ns;
