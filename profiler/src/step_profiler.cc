@@ -161,10 +161,10 @@ void StepProfiler::on_allocate(const ObjectInfo& object, const SpanView& span) {
   o.group = object.group;
   o.tier = object.tier;
   o.small = object.small;
-  if (step_begun_) o.born_at_layer = layers_begun_;             // else alive before the step
-  if (step_begun_ && layer_open_ && is_step_key(object.key)) {  // the running layer's output
-    o.born_at_layer = layers_begun_ - 1;
-    born_in_layer_.push_back(object.id);
+  if (step_begun_) {                                             // else alive before the step
+    const bool output = layer_open_ && is_step_key(object.key);  // the running layer's, by its thread
+    o.born_at_layer = output ? layers_begun_ - 1 : layers_begun_;
+    if (output) born_in_layer_.push_back(object.id);
   }
   objects_.insert_or_assign(object.id, std::move(o));
   if (tracker_ != nullptr) pending_.push_back(span);

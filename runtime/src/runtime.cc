@@ -538,8 +538,7 @@ Status Runtime::layer_begin(std::string_view name, std::span<const ObjectId> rea
   // The objects born so far in the step: a step with more or fewer births before a layer (PyTorch's
   // DDP allocates its rebuilt buckets in its second step) keys the rest otherwise, so a plan's keys
   // would name other objects in it: it is of another kind.
-  LayerShape shape{record.name, step_ordinal_.load(std::memory_order_relaxed), reads.size(), pinned_.size(),
-                   0};
+  LayerShape shape{step_ordinal_.load(std::memory_order_relaxed), reads.size(), pinned_.size(), 0};
   mix(shape.births);
   for (std::size_t i = 0; i < pinned_.size(); ++i) {
     const PinnedObject& o = pinned_objects_[i];
@@ -562,9 +561,9 @@ Status Runtime::layer_begin(std::string_view name, std::span<const ObjectId> rea
   layer_signatures_.push_back(signature_);
   if (matches_plan_ && executor_ != nullptr &&
       (record.index >= plan_signatures_.size() || plan_signatures_[record.index] != signature_)) {
-    leave_plan_kind(shape);
+    leave_plan_kind(name, shape);
   }
-  layer_shapes_.push_back(std::move(shape));
+  layer_shapes_.push_back(shape);
   if (matches_plan_ && executor_ != nullptr) charge_undeclared(record.index);
   const std::uint64_t before_ns = record.index < last_step_.size() && last_step_[record.index].name == name
                                       ? last_step_[record.index].duration_ns
@@ -614,7 +613,7 @@ void Runtime::charge_undeclared(std::uint32_t layer) {
 
 // The step leaves the plan's kind at this layer: it runs unplanned from here, and a log line says
 // what differed from the planned step (at info for the first few such steps, then at debug).
-void Runtime::leave_plan_kind(const LayerShape& shape) {
+void Runtime::leave_plan_kind(std::string_view name, const LayerShape& shape) {
   matches_plan_ = false;
   if (on_plan_) executor_->set_off_plan();
   on_plan_ = false;
@@ -622,7 +621,7 @@ void Runtime::leave_plan_kind(const LayerShape& shape) {
   const spdlog::level::level_enum level = ++off_plan_said_ <= 3 ? spdlog::level::info : spdlog::level::debug;
   if (index >= plan_shapes_.size()) {
     spdlog::log(level, "step {} runs unplanned from layer {} '{}': the planned step had {} layers",
-                steps_completed_.load(), index, shape.name, plan_shapes_.size());
+                steps_completed_.load(), index, name, plan_shapes_.size());
     return;
   }
   const LayerShape& planned = plan_shapes_[index];
@@ -630,8 +629,8 @@ void Runtime::leave_plan_kind(const LayerShape& shape) {
       level,
       "step {} runs unplanned from layer {}: '{}' after {} births, {} objects ({} read), {} bytes; the "
       "planned step had '{}' after {} births, {} objects ({} read), {} bytes",
-      steps_completed_.load(), index, shape.name, shape.births, shape.objects, shape.reads, shape.bytes,
-      planned.name, planned.births, planned.objects, planned.reads, planned.bytes);
+      steps_completed_.load(), index, name, shape.births, shape.objects, shape.reads, shape.bytes,
+      plan_profile_->layers[index].name, planned.births, planned.objects, planned.reads, planned.bytes);
 }
 
 Status Runtime::prepare_thread() {

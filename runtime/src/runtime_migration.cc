@@ -118,7 +118,8 @@ Result<migrator::PlanInputs> Runtime::plan_inputs(const profiler::StepProfile& p
   return inputs;
 }
 
-void Runtime::start_migration(const profiler::StepProfile& profile) {
+void Runtime::start_migration(std::shared_ptr<const profiler::StepProfile> made_from) {
+  const profiler::StepProfile& profile = *made_from;
   auto inputs = plan_inputs(profile);
   if (!inputs) return fail_policy(inputs.status().message());
   const std::uint64_t budget = inputs->fast_budget_bytes;
@@ -158,7 +159,7 @@ void Runtime::start_migration(const profiler::StepProfile& profile) {
   plan_shapes_ = layer_shapes_;
   plan_undeclared_ = undeclared_accesses(profile);
   plan_kind_steps_ = off_plan_said_ = 0;
-  plan_profile_step_ = profile.step;
+  plan_profile_ = std::move(made_from);
   // A plan that copies is made again once the mover's CPU per byte is measured
   // (RuntimeOptions::measured_mover_steps); its trial then waits for the plan made again.
   if (measured_mover_steps_ > 0 && replan_result_.empty() && plan->mover_cpu_ns > 0) {
@@ -437,17 +438,17 @@ void Runtime::retire_executor() {
   }
 }
 
-void Runtime::follow_steady_kind(const profiler::StepProfile& profile) {
+void Runtime::follow_steady_kind(std::shared_ptr<const profiler::StepProfile> profile) {
   spdlog::info(
       "policy {}: no step was of the kind its plan was made from (profiled step {}) since; it is made "
       "again from profiled step {}",
-      policy_, plan_profile_step_, profile.step);
+      policy_, plan_profile_->step, profile->step);
   retire_executor();
   trial_.reset();
   trial_started_ = false;
   replan_left_ = replan_skip_ = 0;
   plan_inputs_.reset();
-  start_migration(profile);
+  start_migration(std::move(profile));
 }
 
 void Runtime::install_plan(migrator::Plan next) {

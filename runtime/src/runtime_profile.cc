@@ -158,9 +158,9 @@ void Runtime::finish_profile(std::uint64_t step_duration_ns) {
   // kind never ran again follows the kind profiled now.
   if (policy_.empty() || !policy_failure_.empty()) return;
   if (executor_ == nullptr) {
-    start_migration(*last_profile_);
+    start_migration(last_profile_);
   } else if (plan_kind_steps_ == 0) {
-    follow_steady_kind(*last_profile_);
+    follow_steady_kind(last_profile_);
   }
 }
 

@@ -362,7 +362,7 @@ class Runtime {
   void finish_profile(std::uint64_t step_duration_ns);
   // Plans `policy_` from the profile and starts its executor; on failure, says why and runs on
   // without migration.
-  void start_migration(const profiler::StepProfile& profile);
+  void start_migration(std::shared_ptr<const profiler::StepProfile> profile);
   // Its phases (runtime_migration.cc): the fast budget (none: the policy failed), the plan's
   // rates, the allocator made ready for the plan, the plan's summary logged.
   Result<std::uint64_t> fast_budget_for(const migrator::PlanInputs& inputs) const;
@@ -431,9 +431,9 @@ class Runtime {
   std::uint64_t run_length_ = 0;                 // completed steps in a row with last_signature_
   std::vector<std::uint64_t> layer_signatures_;  // signature_ after each layer_begin of this step
   std::vector<std::uint64_t> plan_signatures_;   // ... of the step the running plan was made from
-  // What each layer_begin mixed into the signature, kept to say where a step left the plan's kind.
+  // What each layer_begin mixed into the signature (its name aside), kept to say where a step left
+  // the plan's kind.
   struct LayerShape {
-    std::string name;
     std::uint64_t births = 0;  // objects the training thread had allocated in the step before it
     std::size_t reads = 0, objects = 0;
     std::uint64_t bytes = 0;
@@ -441,7 +441,7 @@ class Runtime {
   std::vector<LayerShape> layer_shapes_;  // of this step
   std::vector<LayerShape> plan_shapes_;   // ... of the step the running plan was made from
   std::uint64_t off_plan_said_ = 0;       // steps off the plan's kind told at info (the rest at debug)
-  void leave_plan_kind(const LayerShape& shape);
+  void leave_plan_kind(std::string_view name, const LayerShape& shape);
   bool on_plan_ = true;       // this step's layers so far are the planned step's (else the executor is told)
   bool matches_plan_ = true;  // this step's layers so far are the planned step's (on plan or not)
   bool last_step_on_plan_ = true;  // the step before was the planned step's kind, whole (or none ran)
@@ -520,9 +520,9 @@ class Runtime {
   // A plan no step has matched since its profile (the profiled step was a one-off kind: PyTorch's
   // DDP allocates its buckets in the step profiled first) gives way to one made from the profile of
   // the kind that ran since; its trial and the plan made again start over with it.
-  void follow_steady_kind(const profiler::StepProfile& profile);
-  std::uint64_t plan_kind_steps_ = 0;    // steps of the running plan's kind whole, since it was made
-  std::uint64_t plan_profile_step_ = 0;  // the step it was made from
+  void follow_steady_kind(std::shared_ptr<const profiler::StepProfile> profile);
+  std::uint64_t plan_kind_steps_ = 0;  // steps of the running plan's kind whole, since it was made
+  std::shared_ptr<const profiler::StepProfile> plan_profile_;  // the profile it was made from
   // The plan's short-lived region as an allocator arena (none where the plan has none or the
   // tier has no room); closing gives it back now, or once the objects still in it are freed.
   void open_arena(const migrator::Plan& plan);
