@@ -71,6 +71,12 @@ def _ptrs(tensors):
     return [_storage_ptr(t) for t in tensors if t.is_cpu]
 
 
+def _own(tensors):
+    """A module's own parameters or buffers from its dict (module._parameters, ._buffers):
+    parameters(recurse=False) costs 5x as much a call, at every layer."""
+    return [t for t in tensors.values() if t is not None]
+
+
 class Runtime:
     """The runtime under PyTorch's CPU allocator, from creation until close().
 
@@ -137,15 +143,11 @@ class Runtime:
         def hook(module, inputs):
             if not self._in_step:
                 return
-            ins = list(_tensors(inputs))
-            # The module's own dicts: parameters(recurse=False) costs 5x as much a call, every layer.
-            params = [p for p in module._parameters.values() if p is not None]
-            buffers = [b for b in module._buffers.values() if b is not None]
-            writes = _ptrs(buffers)
-            if getattr(module, "inplace", False):
-                writes += _ptrs(ins)
-            self._begin(name + ".fwd", _ptrs(ins) + _ptrs(params) + _ptrs(buffers), writes)
-            self._forward[module] = self._rt.ids_of(_ptrs(ins))
+            ins = _ptrs(_tensors(inputs))
+            buffers = _ptrs(_own(module._buffers))
+            writes = buffers + ins if getattr(module, "inplace", False) else buffers
+            self._begin(name + ".fwd", ins + _ptrs(_own(module._parameters)) + buffers, writes)
+            self._forward[module] = self._rt.ids_of(ins)
 
         return hook
 
@@ -166,7 +168,7 @@ class Runtime:
         def hook(grad):
             if not self._in_step:
                 return None
-            params = [p for p in module._parameters.values() if p is not None]
+            params = _own(module._parameters)
             grads = [p.grad for p in params if p.grad is not None]
             # Its forward's tensors by object id, those alive now (one freed since, e.g. an output
             # a later add consumed, may have left its address to another object).

@@ -61,20 +61,22 @@ def batches(steps, batch=12, size=20):
     return [three[i % 3] for i in range(steps)]
 
 
-def train(policy=None, budget="", chaos_moves=0, **options):
-    """Losses and final parameters of STEPS steps, plainly (policy None) or under a runtime."""
+def train(policy=None, budget="", chaos_moves=0, masked=False, **options):
+    """Losses and final parameters of STEPS steps, plainly (policy None) or under a runtime. masked:
+    each batch times a mask made after the runtime, outside the steps (neither parameter nor buffer)."""
     rt = tt.Runtime(TIERS, "" if policy in (None, "none", "chaos") else policy, budget, chaos_moves=chaos_moves,
                     **options) if policy else None
     torch.manual_seed(0)
     model = SmallNet()
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    mask = (torch.arange(20 * 20) % 3 != 0).float().reshape(1, 1, 20, 20) if masked else None
     if rt:
         rt.attach(model, opt)
     losses = []
     for x, y in batches(STEPS):
         with rt.step() if rt else _nothing():
             opt.zero_grad()
-            loss = F.cross_entropy(model(x), y)
+            loss = F.cross_entropy(model(x if mask is None else x * mask), y)
             loss.backward()
             opt.step()
         losses.append(loss.item())
@@ -145,7 +147,7 @@ def main():
           f"({sum(o for _, _, o, _ in CHECKED_STORAGES)} of {sum(n for *_, n in CHECKED_STORAGES)})")
     no_leak()
     bad_input()
-    hostile_training(plain)
+    hostile_training()
     version_check()
     forked_child()
     print("torch_tiering_check:", "FAILED: " + "; ".join(failures) if failures else "every check passed")
@@ -174,33 +176,13 @@ def bad_input():
     rt.close()
 
 
-def hostile_training(plain):
+def hostile_training():
     """A tensor made outside any step (a mask, after the runtime, neither parameter nor buffer) used
     in every step by functional code; and a fast budget below the largest layer's working set
     (3% of the peak). Both train as plain PyTorch does, to the bit."""
-    def run(budget, rt=None):
-        torch.manual_seed(0)
-        model = SmallNet()
-        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-        mask = (torch.arange(20 * 20) % 3 != 0).float().reshape(1, 1, 20, 20)  # made outside the steps
-        if rt:
-            rt.attach(model, opt)
-        losses = []
-        for x, y in batches(STEPS):
-            with rt.step() if rt else _nothing():
-                opt.zero_grad()
-                loss = F.cross_entropy(model(x * mask), y)
-                loss.backward()
-                opt.step()
-            losses.append(loss.item())
-        stats = rt.stats() if rt else None
-        return losses, {k: v.detach().clone() for k, v in model.state_dict().items()}, stats
-
-    reference = run("")
+    reference = train(masked=True)
     for policy, budget in [("sentinel", "20%"), ("sentinel", "3%"), ("oracle", "3%")]:
-        rt = tt.Runtime(TIERS, policy, budget)
-        got = run(budget, rt)
-        rt.close()
+        got = train(policy, budget, masked=True)
         s = got[2]
         check(same(reference, got) and s["policy"] == policy,
               f"{policy} {budget}, a mask made outside the steps used in each: bit-identical losses and parameters "
